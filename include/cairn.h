@@ -1,0 +1,156 @@
+/* cairn: checkpoint/restart runtime for parallel applications. C API.
+ *
+ * Conventions
+ *  - Every function returns CAIRN_OK (0) or a negative CAIRN_E* code. On failure
+ *    cairn_last_error() gives a message for the calling thread that says what
+ *    failed, where, and what to do.
+ *  - A handle is used by one application thread at a time (the engine's own
+ *    threads are internal). Under MPI (cairn_init_mpi) the calls marked
+ *    "collective" must be made by every rank of the communicator, in the same
+ *    order, with the same arguments for name and version.
+ *  - Background failures (a level that could not be written) are latched and
+ *    returned by the next cairn_checkpoint (or cairn_finalize) on every rank, and
+ *    by cairn_wait for the version concerned (with the failing rank's message).
+ *    They are never dropped.
+ *
+ * The on-disk formats are described in docs/format/.
+ */
+#ifndef CAIRN_H
+#define CAIRN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CAIRN_VERSION_MAJOR 0
+#define CAIRN_VERSION_MINOR 1
+#define CAIRN_VERSION_PATCH 0
+
+/* Return codes. */
+enum {
+  CAIRN_OK = 0,
+  CAIRN_EINVAL = -1,       /* bad argument or configuration */
+  CAIRN_ENOTFOUND = -2,    /* no such checkpoint, version or region */
+  CAIRN_ECORRUPT = -3,     /* checksum or format mismatch */
+  CAIRN_EIO = -4,          /* an I/O operation failed (message holds errno) */
+  CAIRN_ENOSPC = -5,       /* a level ran out of space */
+  CAIRN_EAGAIN = -6,       /* staging memory full and staging_policy = eagain */
+  CAIRN_ECANCELLED = -7,   /* operation cancelled (e.g. finalize without wait) */
+  CAIRN_ENOTSUP = -8,      /* not supported in this build or configuration */
+  CAIRN_EINTERNAL = -9     /* a bug in cairn: please report the message */
+};
+
+/* Element types of protected regions. Values are stored on disk: never renumber. */
+typedef enum cairn_type {
+  CAIRN_BYTE = 0,
+  CAIRN_INT8 = 1,
+  CAIRN_INT16 = 2,
+  CAIRN_INT32 = 3,
+  CAIRN_INT64 = 4,
+  CAIRN_UINT8 = 5,
+  CAIRN_UINT16 = 6,
+  CAIRN_UINT32 = 7,
+  CAIRN_UINT64 = 8,
+  CAIRN_FLOAT32 = 9,
+  CAIRN_FLOAT64 = 10
+} cairn_type_t;
+
+/* Storage levels, as bits of a mask. */
+#define CAIRN_LEVEL_CAPTURED 0x1u   /* L0: copied into staging memory */
+#define CAIRN_LEVEL_LOCAL 0x2u      /* L1: node-local directory */
+#define CAIRN_LEVEL_PROTECTED 0x4u  /* L2: redundancy on other nodes (reserved) */
+#define CAIRN_LEVEL_PERSISTENT 0x8u /* L3: shared directory, fsync'd and committed */
+
+#define CAIRN_MAX_DIMS 8
+
+/* In C the handle is `struct cairn`; in C++ the tag is cairn_handle so that it
+ * does not clash with namespace cairn (extern "C" linkage ignores the tag). */
+#ifdef __cplusplus
+typedef struct cairn_handle cairn_t;
+#else
+typedef struct cairn cairn_t;
+#endif
+
+/* Creates a single-process handle. config_path names a TOML file or is NULL;
+ * every key can also be set by the environment variable CAIRN_<KEY>, which wins
+ * over the file. On success *out owns the handle: release it with cairn_finalize. */
+int cairn_init(const char *config_path, cairn_t **out);
+
+/* Registers (or re-registers, replacing) a region of `count` elements of `type`
+ * at `ptr`. The memory stays owned by the caller and must stay valid until
+ * cairn_unprotect or cairn_finalize. Region names are at most 255 bytes. */
+int cairn_protect(cairn_t *c, const char *region, void *ptr, size_t count, cairn_type_t type);
+
+/* As cairn_protect, with a shape (ndims <= CAIRN_MAX_DIMS, product == count).
+ * column_major != 0 records Fortran storage order. */
+int cairn_protect_shaped(cairn_t *c, const char *region, void *ptr, cairn_type_t type,
+                         int ndims, const uint64_t *dims, int column_major);
+
+int cairn_unprotect(cairn_t *c, const char *region);
+
+/* Collective. Captures every protected region as version `version` (>= 0, larger
+ * than any earlier version of `name` in this run) of checkpoint `name` and
+ * returns: in mode "thread" once the copy to staging memory is complete, in
+ * mode "sync" once the local and (when due) persistent levels are written.
+ * A latched background error is returned instead of capturing; the error is
+ * then cleared and the call can be repeated. */
+int cairn_checkpoint(cairn_t *c, const char *name, int64_t version);
+
+/* Local. Sets *levels_reached to the CAIRN_LEVEL_* bits this rank's part of
+ * the version has reached; PERSISTENT is set only once the whole version is
+ * committed. Returns the version's own error if a level failed. */
+int cairn_test(cairn_t *c, const char *name, int64_t version, unsigned *levels_reached);
+
+/* Collective. Blocks until the version has reached `level` (one CAIRN_LEVEL_*
+ * bit) on every rank, or returns the error that prevented it (the same on all
+ * ranks). CAIRN_ENOTFOUND if the version was never checkpointed by this handle
+ * or `level` is not scheduled for it (persistent_interval). */
+int cairn_wait(cairn_t *c, const char *name, int64_t version, unsigned level);
+
+/* Collective. Finds the newest version of `name` that every rank has complete,
+ * committed and intact (all checksums verified) at some level; the same on all
+ * ranks. CAIRN_ENOTFOUND if there is none. */
+int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
+
+/* Collective. Restores `version` of `name` into the protected regions, taking
+ * each rank's shard from the fastest intact level. Every checksum is verified
+ * before any region is written. A protected region missing from the checkpoint
+ * or with another type or count gives CAIRN_EINVAL (naming the region and both
+ * sizes) and leaves every buffer untouched. */
+int cairn_restart(cairn_t *c, const char *name, int64_t version);
+
+/* Collective. With wait_for_pending != 0 waits until every pending version has
+ * reached every level scheduled for it, and returns the first error; otherwise
+ * pending background work is cancelled (committed versions stay intact).
+ * Releases the handle and sets *c = NULL, also on error. */
+int cairn_finalize(cairn_t **c, int wait_for_pending);
+
+const char *cairn_strerror(int code);
+const char *cairn_last_error(void);
+
+/* Rank and size of the handle's communicator (0 and 1 for cairn_init). */
+int cairn_rank(const cairn_t *c);
+int cairn_size(const cairn_t *c);
+
+/* ---- File-based mode (for applications that write their own files) -------
+ * Checkpoint:  cairn_checkpoint_begin; for each file cairn_route_file gives the
+ *              path to write it to; cairn_checkpoint_end(success) captures the
+ *              files as a version that moves through the levels like any other.
+ * Restart:     cairn_restart_begin(version) restores the files; cairn_route_file
+ *              gives the path to read each from; cairn_restart_end.
+ * Routed paths live in the node-local directory; files are identified by their
+ * base name. begin/end are collective. */
+int cairn_checkpoint_begin(cairn_t *c, const char *name, int64_t version);
+int cairn_route_file(cairn_t *c, const char *file, char *routed, size_t routed_len);
+int cairn_checkpoint_end(cairn_t *c, int success);
+int cairn_restart_begin(cairn_t *c, const char *name, int64_t version);
+int cairn_restart_end(cairn_t *c, int success);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CAIRN_H */

@@ -1,0 +1,14 @@
+// cairn C++ API, MPI entry point.
+#ifndef CAIRN_MPI_HPP
+#define CAIRN_MPI_HPP
+
+#include <mpi.h>
+
+#include "cairn/cairn.hpp"
+
+namespace cairn {
+// Collective over comm (duplicated). See cairn_init_mpi.
+result<client> create_mpi(MPI_Comm comm, const std::string& config_path = {});
+}  // namespace cairn
+
+#endif

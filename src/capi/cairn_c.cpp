@@ -1,0 +1,266 @@
+// C API (cairn.h) and the C++ client over client_impl.
+#include <cstring>
+
+#include "capi/handle.hpp"
+#include "client/client.hpp"
+
+namespace cairn {
+
+// ---- C++ API -----------------------------------------------------------------
+
+client::client(std::unique_ptr<client_impl> impl) : impl_(std::move(impl)) {}
+client::client(client&&) noexcept = default;
+client& client::operator=(client&&) noexcept = default;
+client::~client() {
+  if (impl_) (void)impl_->finalize(false);
+}
+
+result<client> client::create(const std::string& config_path) {
+  CAIRN_ASSIGN_OR_RETURN(auto impl, client_impl::create(comm::make_serial(), config_path));
+  return client(std::move(impl));
+}
+
+namespace {
+status finalized_error() { return {errc::invalid_argument, "the handle was finalized"}; }
+}  // namespace
+
+#define CAIRN_IMPL_OR_FAIL() \
+  if (!impl_) return finalized_error()
+
+int client::rank() const { return impl_ ? impl_->rank() : 0; }
+int client::size() const { return impl_ ? impl_->size() : 1; }
+
+status client::protect(std::string_view name, void* ptr, size_t count, cairn_type_t type) {
+  CAIRN_IMPL_OR_FAIL();
+  region r;
+  r.name = std::string(name);
+  r.ptr = ptr;
+  r.count = count;
+  r.type = static_cast<uint8_t>(type);
+  return impl_->protect(std::move(r));
+}
+
+status client::protect(std::string_view name, void* ptr, cairn_type_t type, std::span<const uint64_t> dims,
+                       bool column_major) {
+  CAIRN_IMPL_OR_FAIL();
+  region r;
+  r.name = std::string(name);
+  r.ptr = ptr;
+  r.type = static_cast<uint8_t>(type);
+  r.dims.assign(dims.begin(), dims.end());
+  r.count = 1;
+  for (auto d : dims) r.count *= d;
+  if (dims.empty()) return {errc::invalid_argument, "region '" + r.name + "': a shape needs at least one dimension"};
+  r.column_major = column_major;
+  return impl_->protect(std::move(r));
+}
+
+status client::unprotect(std::string_view n) { CAIRN_IMPL_OR_FAIL(); return impl_->unprotect(std::string(n)); }
+status client::checkpoint(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->checkpoint(std::string(n), v); }
+result<unsigned> client::test(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->test(std::string(n), v); }
+status client::wait(std::string_view n, int64_t v, unsigned l) { CAIRN_IMPL_OR_FAIL(); return impl_->wait(std::string(n), v, l); }
+result<int64_t> client::restart_test(std::string_view n) { CAIRN_IMPL_OR_FAIL(); return impl_->restart_test(std::string(n)); }
+status client::restart(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart(std::string(n), v); }
+status client::checkpoint_begin(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->checkpoint_begin(std::string(n), v); }
+result<std::string> client::route_file(std::string_view f) { CAIRN_IMPL_OR_FAIL(); return impl_->route_file(std::string(f)); }
+status client::checkpoint_end(bool ok) { CAIRN_IMPL_OR_FAIL(); return impl_->checkpoint_end(ok); }
+status client::restart_begin(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart_begin(std::string(n), v); }
+status client::restart_end(bool ok) { CAIRN_IMPL_OR_FAIL(); return impl_->restart_end(ok); }
+
+status client::finalize(bool wait_for_pending) {
+  CAIRN_IMPL_OR_FAIL();
+  status st = impl_->finalize(wait_for_pending);
+  impl_.reset();
+  return st;
+}
+
+// ---- C API error plumbing -------------------------------------------------------
+
+namespace capi {
+namespace {
+thread_local std::string last_error;
+}
+int set_error(const status& st) {
+  if (st.is_ok()) return CAIRN_OK;
+  last_error = st.message();
+  return static_cast<int>(st.code());
+}
+int set_error(int code, const std::string& message) {
+  last_error = message;
+  return code;
+}
+const char* last() { return last_error.c_str(); }
+}  // namespace capi
+
+}  // namespace cairn
+
+using cairn::errc;
+using cairn::status;
+using cairn::capi::guard;
+
+#define CAIRN_CHECK_HANDLE(c) \
+  if ((c) == nullptr) return status(errc::invalid_argument, std::string(__func__) + ": handle is NULL")
+
+extern "C" {
+
+int cairn_init(const char* config_path, cairn_t** out) {
+  return guard(__func__, [&]() -> status {
+    if (out == nullptr) return {errc::invalid_argument, "cairn_init: out is NULL"};
+    *out = nullptr;
+    CAIRN_ASSIGN_OR_RETURN(auto cl, cairn::client::create(config_path ? config_path : ""));
+    *out = new cairn_t(std::move(cl));
+    return {};
+  });
+}
+
+int cairn_protect(cairn_t* c, const char* region, void* ptr, size_t count, cairn_type_t type) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (region == nullptr) return {errc::invalid_argument, "cairn_protect: region name is NULL"};
+    return c->client.protect(region, ptr, count, type);
+  });
+}
+
+int cairn_protect_shaped(cairn_t* c, const char* region, void* ptr, cairn_type_t type, int ndims,
+                         const uint64_t* dims, int column_major) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (region == nullptr || dims == nullptr || ndims < 1 || ndims > CAIRN_MAX_DIMS)
+      return {errc::invalid_argument, "cairn_protect_shaped: need a region name and 1 to 8 dimensions"};
+    return c->client.protect(region, ptr, type, std::span<const uint64_t>(dims, static_cast<size_t>(ndims)),
+                             column_major != 0);
+  });
+}
+
+int cairn_unprotect(cairn_t* c, const char* region) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (region == nullptr) return {errc::invalid_argument, "cairn_unprotect: region name is NULL"};
+    return c->client.unprotect(region);
+  });
+}
+
+#define CAIRN_CHECK_NAME(name) \
+  if ((name) == nullptr) return status(errc::invalid_argument, std::string(__func__) + ": name is NULL")
+
+int cairn_checkpoint(cairn_t* c, const char* name, int64_t version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    return c->client.checkpoint(name, version);
+  });
+}
+
+int cairn_test(cairn_t* c, const char* name, int64_t version, unsigned* levels_reached) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    if (levels_reached == nullptr) return {errc::invalid_argument, "cairn_test: levels_reached is NULL"};
+    *levels_reached = 0;
+    CAIRN_ASSIGN_OR_RETURN(*levels_reached, c->client.test(name, version));
+    return {};
+  });
+}
+
+int cairn_wait(cairn_t* c, const char* name, int64_t version, unsigned level) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    return c->client.wait(name, version, level);
+  });
+}
+
+int cairn_restart_test(cairn_t* c, const char* name, int64_t* version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    if (version == nullptr) return {errc::invalid_argument, "cairn_restart_test: version is NULL"};
+    *version = -1;
+    CAIRN_ASSIGN_OR_RETURN(*version, c->client.restart_test(name));
+    return {};
+  });
+}
+
+int cairn_restart(cairn_t* c, const char* name, int64_t version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    return c->client.restart(name, version);
+  });
+}
+
+int cairn_finalize(cairn_t** c, int wait_for_pending) {
+  return guard(__func__, [&]() -> status {
+    if (c == nullptr || *c == nullptr) return {errc::invalid_argument, "cairn_finalize: handle is NULL"};
+    status st = (*c)->client.finalize(wait_for_pending != 0);
+    delete *c;
+    *c = nullptr;
+    return st;
+  });
+}
+
+const char* cairn_strerror(int code) {
+  switch (code) {
+    case CAIRN_OK: return "success";
+    case CAIRN_EINVAL: return "invalid argument";
+    case CAIRN_ENOTFOUND: return "not found";
+    case CAIRN_ECORRUPT: return "corrupt data";
+    case CAIRN_EIO: return "I/O error";
+    case CAIRN_ENOSPC: return "no space left";
+    case CAIRN_EAGAIN: return "staging memory full, try again";
+    case CAIRN_ECANCELLED: return "cancelled";
+    case CAIRN_ENOTSUP: return "not supported";
+    case CAIRN_EINTERNAL: return "internal error";
+  }
+  return "unknown error code";
+}
+
+const char* cairn_last_error(void) { return cairn::capi::last(); }
+
+int cairn_rank(const cairn_t* c) { return c ? c->client.rank() : 0; }
+int cairn_size(const cairn_t* c) { return c ? c->client.size() : 1; }
+
+int cairn_checkpoint_begin(cairn_t* c, const char* name, int64_t version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    return c->client.checkpoint_begin(name, version);
+  });
+}
+
+int cairn_route_file(cairn_t* c, const char* file, char* routed, size_t routed_len) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (file == nullptr || routed == nullptr) return {errc::invalid_argument, "cairn_route_file: NULL argument"};
+    CAIRN_ASSIGN_OR_RETURN(std::string path, c->client.route_file(file));
+    if (path.size() + 1 > routed_len)
+      return {errc::invalid_argument, "cairn_route_file: routed path needs " + std::to_string(path.size() + 1) +
+                                          " bytes, buffer has " + std::to_string(routed_len)};
+    std::memcpy(routed, path.c_str(), path.size() + 1);
+    return {};
+  });
+}
+
+int cairn_checkpoint_end(cairn_t* c, int success) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    return c->client.checkpoint_end(success != 0);
+  });
+}
+
+int cairn_restart_begin(cairn_t* c, const char* name, int64_t version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    return c->client.restart_begin(name, version);
+  });
+}
+
+int cairn_restart_end(cairn_t* c, int success) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    return c->client.restart_end(success != 0);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,577 @@
+#include "client/client.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+
+#include "engine/stages.hpp"
+#include "format/layout.hpp"
+#include "format/manifest.hpp"
+#include "util/clock.hpp"
+#include "util/cpu.hpp"
+
+namespace cairn {
+namespace {
+
+constexpr unsigned kLevels[] = {CAIRN_LEVEL_LOCAL, CAIRN_LEVEL_PERSISTENT};
+
+const char* level_name(unsigned level) {
+  switch (level) {
+    case CAIRN_LEVEL_CAPTURED: return "captured";
+    case CAIRN_LEVEL_LOCAL: return "local";
+    case CAIRN_LEVEL_PROTECTED: return "protected";
+    case CAIRN_LEVEL_PERSISTENT: return "persistent";
+  }
+  return "unknown";
+}
+
+
+// Fixed-size record each rank sends to rank 0 for the manifest.
+struct shard_digest {
+  uint64_t size;
+  uint64_t header_checksum;
+  double captured_at, capture_s, checksum_s, local_s, persistent_s, persistent_at;
+  char host[64];
+};
+
+// -1 failed, 0 in flight, 1 done: this rank's state of one level of a job.
+int64_t level_state(engine::engine& eng, const engine::version_job& job, unsigned level) {
+  unsigned done = 0, failed = 0;
+  bool finished = false;
+  eng.levels(job, &done, &failed, &finished);
+  if (done & level) return 1;
+  if (failed & level) return -1;
+  return 0;
+}
+
+}  // namespace
+
+status check_name(const std::string& what, const std::string& name) {
+  if (name.empty() || name.size() > format::kMaxNameBytes || name.find('/') != std::string::npos ||
+      name == "." || name == "..")
+    return {errc::invalid_argument, what + " name '" + name + "' must be 1 to 255 bytes without '/'"};
+  return {};
+}
+
+client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
+    : comm_(std::move(comm)), cfg_(std::move(cfg)), env_(storage::storage_env::posix()) {}
+
+client_impl::~client_impl() {
+  if (engine_) engine_->shutdown(false);
+}
+
+result<std::unique_ptr<client_impl>> client_impl::create(std::unique_ptr<comm::communicator> comm,
+                                                         const std::string& config_path) {
+  std::string path = config_path;
+  if (path.empty()) {
+    if (const char* p = std::getenv("CAIRN_CONFIG")) path = p;
+  }
+  auto cfg = config::load(path);
+  // Agree on success so that no rank is left waiting in a collective.
+  status st = cfg ? status() : cfg.error();
+  int64_t ok = comm->min(st.is_ok() ? 1 : 0);
+  if (!ok) {
+    if (st.is_ok()) st = status(errc::invalid_argument, "another rank failed to read its configuration");
+    return st;
+  }
+  std::unique_ptr<client_impl> c(new client_impl(std::move(comm), std::move(cfg).value()));
+  st = c->start();
+  st = c->agree(st);
+  if (!st) return st;
+  return c;
+}
+
+status client_impl::start() {
+  host_ = comm_->host();
+  if (!cfg_.fault_inject.empty()) {
+    // Test hook "level:kind:errno[:after]" with level local|persistent.
+    storage::fault_spec spec;
+    char lvl[32] = {0}, kind[32] = {0};
+    int err = 5, after = 0;
+    if (std::sscanf(cfg_.fault_inject.c_str(), "%31[^:]:%31[^:]:%d:%d", lvl, kind, &err, &after) < 3)
+      return {errc::invalid_argument, "configuration key 'fault_inject': expected level:kind:errno[:after]"};
+    spec.prefix = std::string(lvl) == "local" ? cfg_.scratch : cfg_.persistent;
+    spec.kind = kind;
+    spec.err = err;
+    spec.after = after;
+    fault_env_ = storage::make_fault_env(storage::storage_env::posix(), spec);
+    env_ = fault_env_.get();
+  }
+  CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.persistent).with_context("persistent level (CAIRN_PERSISTENT)"));
+  if (cfg_.local_enabled)
+    CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.scratch).with_context("local level (CAIRN_SCRATCH)"));
+  if (rank() == 0) {
+    auto cat = history::catalog::open(cfg_.persistent);
+    if (!cat) {
+      std::fprintf(stderr, "cairn: warning: catalog unavailable (%s); checkpoints are still written, "
+                           "run 'cairn reindex' later\n", cat.error().to_string().c_str());
+    } else {
+      catalog_ = std::move(cat).value();
+    }
+  }
+  engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
+  std::vector<std::unique_ptr<engine::stage>> stages;
+  stages.push_back(engine::make_checksum_stage());
+  if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
+  stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+  int home = sched_getcpu();
+  engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads,
+                                             util::placement_cpus(cfg_.placement, home < 0 ? 0 : home),
+                                             std::move(stages));
+  return {};
+}
+
+status client_impl::agree(status mine) {
+  int64_t code = comm_->min(static_cast<int64_t>(mine.code()));
+  if (code == 0) return {};
+  int64_t root = comm_->min(static_cast<int64_t>(mine.code()) == code ? rank() : INT64_MAX);
+  std::string msg = mine.message();
+  comm_->broadcast(&msg, static_cast<int>(root));
+  if (root != rank()) msg = "rank " + std::to_string(root) + ": " + msg;
+  return {static_cast<errc>(code), msg};
+}
+
+std::string client_impl::exchange_message(bool failing, const std::string& mine) {
+  int64_t root = comm_->min(failing ? rank() : INT64_MAX);
+  if (root == INT64_MAX) return "unknown failure";
+  std::string msg = mine;
+  comm_->broadcast(&msg, static_cast<int>(root));
+  return "rank " + std::to_string(root) + ": " + msg;
+}
+
+status client_impl::protect(region r) {
+  CAIRN_RETURN_IF_ERROR(check_name("region", r.name));
+  if (r.ptr == nullptr && r.count > 0) return {errc::invalid_argument, "region '" + r.name + "': null pointer"};
+  if (format::type_size(r.type) == 0)
+    return {errc::invalid_argument, "region '" + r.name + "': unknown type " + std::to_string(r.type)};
+  if (r.name.rfind("file:", 0) == 0)
+    return {errc::invalid_argument, "region '" + r.name + "': names starting with 'file:' are reserved for file mode"};
+  if (!r.dims.empty()) {
+    if (r.dims.size() > format::kMaxDims) return {errc::invalid_argument, "region '" + r.name + "': more than 8 dimensions"};
+    uint64_t n = 1;
+    for (auto d : r.dims) n *= d;
+    if (n != r.count)
+      return {errc::invalid_argument, "region '" + r.name + "': shape product " + std::to_string(n) +
+                                          " differs from the count " + std::to_string(r.count)};
+  }
+  regions_[r.name] = std::move(r);
+  return {};
+}
+
+status client_impl::unprotect(const std::string& name) {
+  if (regions_.erase(name) == 0) return {errc::not_found, "region '" + name + "' is not protected"};
+  return {};
+}
+
+version_record* client_impl::find(const std::string& name, int64_t version) {
+  auto it = records_.find({name, version});
+  return it == records_.end() ? nullptr : it->second.get();
+}
+
+status client_impl::checkpoint(const std::string& name, int64_t version) {
+  if (files_) return {errc::invalid_argument, "cairn_checkpoint called inside a file-mode begin/end sequence"};
+  std::vector<region> regs;
+  for (auto& [n, r] : regions_) regs.push_back(r);
+  if (regs.empty())
+    return {errc::invalid_argument, "checkpoint '" + name + "': no region is protected (call cairn_protect first)"};
+  return capture(name, version, regs);
+}
+
+status client_impl::capture(const std::string& name, int64_t version, const std::vector<region>& regs) {
+  if (finalized_) return {errc::invalid_argument, "handle already finalized"};
+  CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
+  if (version < 0) return {errc::invalid_argument, "checkpoint '" + name + "': version must be >= 0"};
+  if (auto it = last_version_.find(name); it != last_version_.end() && version <= it->second) {
+    return {errc::invalid_argument, "checkpoint '" + name + "': version " + std::to_string(version) +
+                                        " is not larger than the previous one (" + std::to_string(it->second) + ")"};
+  }
+
+  // Plan the shard image and make sure staging can hold it.
+  format::shard_header h;
+  h.run = cfg_.run;
+  h.name = name;
+  h.version = version;
+  h.rank = static_cast<uint32_t>(rank());
+  h.nranks = static_cast<uint32_t>(size());
+  for (auto& r : regs) {
+    format::region_desc d;
+    d.name = r.name;
+    d.type = r.type;
+    d.flags = r.column_major ? format::kColumnMajor : 0;
+    d.dims = r.dims;
+    d.count = r.count;
+    h.regions.push_back(std::move(d));
+  }
+  status st = format::plan_layout(h);
+  if (st) {
+    int slots = 2;
+    if (cfg_.staging_limit > 0) {
+      slots = static_cast<int>(std::min<uint64_t>(cfg_.staging_limit / h.file_size, 64));
+      if (slots < 1) {
+        st = status(errc::invalid_argument, "staging_limit (" + std::to_string(cfg_.staging_limit) +
+                                                " bytes) is smaller than one checkpoint of '" + name + "' (" +
+                                                std::to_string(h.file_size) + " bytes); raise CAIRN_STAGING_LIMIT");
+      }
+    }
+    if (st && (h.file_size > pool_.slot_bytes() || pool_.slots() < slots)) {
+      if (h.file_size > pool_.slot_bytes()) engine_->wait_idle();  // slots are replaced
+      st = pool_.reserve(h.file_size, slots);
+    }
+  }
+  // A stale commit of the same version (from an earlier execution of this run)
+  // must be withdrawn before any rank starts replacing its shards.
+  if (st && rank() == 0) {
+    std::string mp = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
+    if (env_->exists(mp)) {
+      st = env_->remove_file(mp);
+      if (st) st = env_->sync_dir(storage::dirname_of(mp));
+    }
+  }
+  CAIRN_RETURN_IF_ERROR(agree(st));
+
+  bool all_have_slot = true;
+  CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot));
+  if (!all_have_slot) {
+    return {errc::again, "checkpoint '" + name + "' version " + std::to_string(version) +
+                             ": staging memory is full on some rank (staging_policy = eagain); retry later or raise "
+                             "staging_limit"};
+  }
+
+  engine::aligned_buffer* slot = pool_.acquire(true);
+  auto job = std::make_shared<engine::version_job>();
+  job->captured_at = util::wall_s();
+  double t0 = util::now_s();
+  std::byte* img = slot->data();
+  for (size_t i = 0; i < regs.size(); ++i) {
+    const auto& d = h.regions[i];
+    if (d.length) std::memcpy(img + d.offset, regs[i].ptr, d.length);
+    // Zero the alignment padding so no stale bytes of earlier layouts leak to disk.
+    uint64_t end = format::align_up(d.offset + d.length);
+    if (end > d.offset + d.length) std::memset(img + d.offset + d.length, 0, end - d.offset - d.length);
+  }
+  job->capture_s = util::now_s() - t0;
+
+  int64_t n = ++count_[name];
+  unsigned wanted = CAIRN_LEVEL_CAPTURED;
+  if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
+  if (n % cfg_.persistent_interval == 0 || !cfg_.local_enabled) wanted |= CAIRN_LEVEL_PERSISTENT;
+  job->header = std::move(h);
+  job->image = slot;
+  job->pool = &pool_;
+  job->wanted = wanted;
+  job->done = CAIRN_LEVEL_CAPTURED;
+  last_version_[name] = version;
+
+  auto rec = std::make_unique<version_record>();
+  rec->name = name;
+  rec->version = version;
+  rec->job = job;
+  rec->wanted = wanted;
+  pending_.push_back(rec.get());
+  records_[{name, version}] = std::move(rec);
+  // Forget old resolved records so a long run does not grow without bound.
+  while (records_.size() > 256) {
+    auto it = std::find_if(records_.begin(), records_.end(), [](auto& kv) { return kv.second->resolved(); });
+    if (it == records_.end()) break;
+    records_.erase(it);
+  }
+
+  engine_->submit(job);
+  if (cfg_.mode == engine_mode::sync) {
+    // The baseline: the application waits for every level of this version.
+    version_record* r = find(name, version);
+    for (unsigned level : kLevels)
+      if (r->wanted & level) CAIRN_RETURN_IF_ERROR(wait_record(*r, level));
+  }
+  return {};
+}
+
+status client_impl::progress(bool consume_error, bool* all_have_slot) {
+  // Layout (identical on every rank, because it depends only on state that
+  // changes through this function's collective results):
+  //   [0] latched error code, [1] free-slot flag, then per pending version the
+  //   open entries: local, shards durable, manifest committed.
+  std::vector<int64_t> v;
+  status peek;
+  v.push_back(engine_->has_error() ? -1 : 0);
+  v.push_back(all_have_slot == nullptr || cfg_.staging_policy == staging_policy::block || pool_.has_free() ? 1 : 0);
+  enum class entry_kind { local, durable, manifest };
+  struct entry {
+    version_record* rec;
+    entry_kind kind;
+  };
+  std::vector<entry> entries;
+  for (version_record* rec : pending_) {
+    auto& job = *rec->job;
+    if ((rec->wanted & CAIRN_LEVEL_LOCAL) && !((rec->global_done | rec->global_failed) & CAIRN_LEVEL_LOCAL)) {
+      entries.push_back({rec, entry_kind::local});
+      v.push_back(level_state(*engine_, job, CAIRN_LEVEL_LOCAL));
+    }
+    if ((rec->wanted & CAIRN_LEVEL_PERSISTENT) &&
+        !((rec->global_done | rec->global_failed) & CAIRN_LEVEL_PERSISTENT)) {
+      if (!rec->shards_durable) {
+        entries.push_back({rec, entry_kind::durable});
+        v.push_back(level_state(*engine_, job, CAIRN_LEVEL_PERSISTENT));
+      } else {
+        entries.push_back({rec, entry_kind::manifest});
+        v.push_back(rank() == 0 ? rec->manifest_state->load() : 1);
+      }
+    }
+  }
+  comm_->allreduce_min(v);
+
+  for (size_t i = 0; i < entries.size(); ++i) {
+    version_record& rec = *entries[i].rec;
+    int64_t s = v[2 + i];
+    if (s == 0) continue;
+    switch (entries[i].kind) {
+      case entry_kind::local:
+        if (s > 0) {
+          on_level_complete(rec, CAIRN_LEVEL_LOCAL);
+        } else {
+          rec.global_failed |= CAIRN_LEVEL_LOCAL;
+          bool mine = level_state(*engine_, *rec.job, CAIRN_LEVEL_LOCAL) < 0;
+          status e;
+          unsigned d, f;
+          bool fin;
+          engine_->levels(*rec.job, &d, &f, &fin, &e);
+          rec.level_error[CAIRN_LEVEL_LOCAL] = status(e.is_ok() ? errc::io_error : e.code(),
+                                                      exchange_message(mine, e.message()));
+        }
+        break;
+      case entry_kind::durable:
+        if (s > 0) {
+          on_durable(rec);
+        } else {
+          rec.global_failed |= CAIRN_LEVEL_PERSISTENT;
+          bool mine = level_state(*engine_, *rec.job, CAIRN_LEVEL_PERSISTENT) < 0;
+          status e;
+          unsigned d, f;
+          bool fin;
+          engine_->levels(*rec.job, &d, &f, &fin, &e);
+          int64_t code = comm_->min(mine ? static_cast<int64_t>(e.code()) : 0);
+          rec.level_error[CAIRN_LEVEL_PERSISTENT] =
+              status(code < 0 ? static_cast<errc>(code) : errc::io_error, exchange_message(mine, e.message()));
+        }
+        break;
+      case entry_kind::manifest:
+        if (s > 0) {
+          on_level_complete(rec, CAIRN_LEVEL_PERSISTENT);
+        } else {
+          rec.global_failed |= CAIRN_LEVEL_PERSISTENT;
+          std::string msg = rank() == 0 ? rec.manifest_error->message() : std::string();
+          comm_->broadcast(&msg, 0);
+          rec.level_error[CAIRN_LEVEL_PERSISTENT] = status(errc::io_error, "rank 0: " + msg);
+        }
+        break;
+    }
+  }
+  std::erase_if(pending_, [](version_record* r) { return r->resolved(); });
+  if (all_have_slot) *all_have_slot = v[1] > 0;
+
+  if (v[0] < 0 && consume_error) {
+    // Some rank has a latched background error: every rank returns it.
+    status mine = engine_->has_error() ? engine_->take_error() : status();
+    return agree(mine);
+  }
+  return {};
+}
+
+void client_impl::on_durable(version_record& rec) {
+  rec.shards_durable = true;
+  // Every rank's shard is durable: gather the digests, rank 0 commits.
+  const auto& job = *rec.job;
+  shard_digest d{};
+  d.size = job.header.file_size;
+  d.header_checksum = job.header.header_checksum;
+  d.captured_at = job.captured_at;
+  d.capture_s = job.capture_s;
+  d.checksum_s = job.checksum_s;
+  d.local_s = job.local_s;
+  d.persistent_s = job.persistent_s;
+  d.persistent_at = job.persistent_at;
+  std::snprintf(d.host, sizeof d.host, "%s", host_.c_str());
+  std::vector<std::byte> all;
+  comm_->gather(std::as_bytes(std::span<const shard_digest>(&d, 1)), &all);
+  rec.manifest_state = std::make_shared<std::atomic<int>>(0);
+  rec.manifest_error = std::make_shared<status>();
+  if (rank() != 0) return;
+
+  format::manifest m;
+  m.run = cfg_.run;
+  m.name = rec.name;
+  m.version = rec.version;
+  m.nranks = static_cast<uint32_t>(size());
+  m.executable = program_invocation_short_name ? program_invocation_short_name : "";
+  m.mode = cfg_.mode == engine_mode::sync ? "sync" : "thread";
+  for (int r = 0; r < size(); ++r) {
+    shard_digest sd;
+    std::memcpy(&sd, all.data() + r * sizeof sd, sizeof sd);
+    sd.host[sizeof sd.host - 1] = 0;
+    format::shard_entry e;
+    e.rank = static_cast<uint32_t>(r);
+    e.size = sd.size;
+    e.header_checksum = sd.header_checksum;
+    e.captured_at = sd.captured_at;
+    e.capture_s = sd.capture_s;
+    e.checksum_s = sd.checksum_s;
+    e.local_s = sd.local_s;
+    e.persistent_s = sd.persistent_s;
+    e.persistent_at = sd.persistent_at;
+    e.host = sd.host;
+    m.shards.push_back(std::move(e));
+  }
+  auto state = rec.manifest_state;
+  auto err = rec.manifest_error;
+  double local_at = rec.local_done_at;
+  engine_->submit_task([this, m = std::move(m), state, err, local_at]() mutable -> status {
+    m.committed_at = util::wall_s();
+    std::string path = format::manifest_path(cfg_.persistent, m.run, m.name, m.version);
+    status st = env_->write_atomic(path, format::encode_manifest(m), true);
+    if (!st) {
+      *err = st;
+      state->store(-1);
+      return st.with_context("committing the manifest");
+    }
+    state->store(1);
+    std::lock_guard lk(catalog_mu_);
+    if (catalog_) {
+      status cs = catalog_->index_version(env_, m.run, m.name, m.version);
+      if (cs && local_at > 0) cs = catalog_->record_level(m.run, m.name, m.version, CAIRN_LEVEL_LOCAL, local_at, 0);
+      if (cs) cs = catalog_->record_level(m.run, m.name, m.version, CAIRN_LEVEL_PERSISTENT, m.committed_at, 0);
+      if (!cs)
+        std::fprintf(stderr, "cairn: warning: catalog not updated (%s); run 'cairn reindex %s'\n",
+                     cs.to_string().c_str(), cfg_.persistent.c_str());
+    }
+    return {};
+  });
+}
+
+void client_impl::on_level_complete(version_record& rec, unsigned level) {
+  rec.global_done |= level;
+  if (level == CAIRN_LEVEL_LOCAL) rec.local_done_at = util::wall_s();
+  auto& list = complete_[{rec.name, level}];
+  list.push_back(rec.version);
+  std::sort(list.begin(), list.end());
+  schedule_retention(rec.name, level);
+}
+
+void client_impl::schedule_retention(const std::string& name, unsigned level) {
+  int keep = level == CAIRN_LEVEL_LOCAL ? cfg_.keep_local : cfg_.keep_persistent;
+  auto& list = complete_[{name, level}];
+  if (keep <= 0 || list.size() <= static_cast<size_t>(keep)) return;
+  // Versions older than the keep-th newest version complete on every rank go.
+  int64_t threshold = list[list.size() - static_cast<size_t>(keep)];
+  list.erase(list.begin(), list.end() - keep);
+  const std::string run = cfg_.run;
+  const uint32_t me = static_cast<uint32_t>(rank());
+  if (level == CAIRN_LEVEL_LOCAL) {
+    const std::string root = cfg_.scratch;
+    engine_->submit_task([this, root, run, name, threshold, me]() -> status {
+      for (int64_t v : format::list_versions(env_, root, run, name)) {
+        if (v >= threshold) break;
+        CAIRN_RETURN_IF_ERROR(env_->remove_file(format::shard_path(root, run, name, v, me)));
+        (void)env_->remove_dir(format::version_dir(root, run, name, v));  // fails while other ranks' shards remain
+      }
+      return {};
+    });
+  } else if (rank() == 0) {
+    const std::string root = cfg_.persistent;
+    engine_->submit_task([this, root, run, name, threshold]() -> status {
+      for (int64_t v : format::list_versions(env_, root, run, name)) {
+        if (v >= threshold) break;
+        // Withdraw the commit first, so no reader ever sees a manifest without its shards.
+        std::string dir = format::version_dir(root, run, name, v);
+        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::kManifestName)));
+        CAIRN_RETURN_IF_ERROR(env_->remove_tree(dir));
+        std::lock_guard lk(catalog_mu_);
+        if (catalog_) (void)catalog_->remove_version(run, name, v);
+      }
+      return {};
+    });
+  }
+}
+
+result<unsigned> client_impl::test(const std::string& name, int64_t version) {
+  version_record* rec = find(name, version);
+  if (!rec) {
+    return status(errc::not_found, "checkpoint '" + name + "' version " + std::to_string(version) +
+                                       " was not taken by this handle");
+  }
+  unsigned done = 0, failed = 0;
+  bool fin = false;
+  status e;
+  engine_->levels(*rec->job, &done, &failed, &fin, &e);
+  unsigned levels = CAIRN_LEVEL_CAPTURED | (done & CAIRN_LEVEL_LOCAL) | (rec->global_done & CAIRN_LEVEL_PERSISTENT);
+  if (!e.is_ok()) return e;
+  for (auto& [lvl, err] : rec->level_error) return err;
+  return levels;
+}
+
+void client_impl::wait_local(version_record& rec, unsigned level) {
+  if (!rec.shards_durable || level != CAIRN_LEVEL_PERSISTENT) {
+    engine_->wait_levels(*rec.job, level);
+    return;
+  }
+  if (rank() != 0) return;
+  // Rank 0 waits for its manifest commit task.
+  while (rec.manifest_state->load() == 0) {
+    struct timespec ts {0, 200000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+status client_impl::wait_record(version_record& rec, unsigned level) {
+  for (;;) {
+    if (rec.global_done & level) return {};
+    if (rec.global_failed & level) return rec.level_error[level];
+    wait_local(rec, level);
+    CAIRN_RETURN_IF_ERROR(progress(false));
+  }
+}
+
+status client_impl::wait(const std::string& name, int64_t version, unsigned level) {
+  if (level != CAIRN_LEVEL_CAPTURED && level != CAIRN_LEVEL_LOCAL && level != CAIRN_LEVEL_PERSISTENT)
+    return {errc::invalid_argument, "cairn_wait: level must be one of CAIRN_LEVEL_CAPTURED, _LOCAL, _PERSISTENT"};
+  version_record* rec = find(name, version);
+  if (!rec) {
+    return {errc::not_found, "checkpoint '" + name + "' version " + std::to_string(version) +
+                                 " was not taken by this handle (or is too old to be tracked)"};
+  }
+  if (level == CAIRN_LEVEL_CAPTURED) return {};
+  if (!(rec->wanted & level)) {
+    return {errc::not_found, std::string("checkpoint '") + name + "' version " + std::to_string(version) +
+                                 " is not scheduled for the " + level_name(level) +
+                                 " level (see persistent_interval and local_enabled)"};
+  }
+  return wait_record(*rec, level);
+}
+
+status client_impl::finalize(bool wait_for_pending) {
+  if (finalized_) return {};
+  status first;
+  if (wait_for_pending) {
+    while (!pending_.empty()) {
+      version_record* rec = pending_.front();
+      for (unsigned level : kLevels) {
+        if (!(rec->wanted & level)) continue;
+        status st = wait_record(*rec, level);
+        if (!st && first.is_ok()) first = st;
+      }
+      std::erase(pending_, rec);
+    }
+    engine_->shutdown(true);
+    status st = progress(true);
+    if (!st && first.is_ok()) first = st;
+  } else {
+    engine_->shutdown(false);
+  }
+  finalized_ = true;
+  return first;
+}
+
+}  // namespace cairn

@@ -1,0 +1,153 @@
+// client_impl: the application side of cairn (region registry, capture,
+// progress protocol, restart, file mode). One per cairn handle; used by one
+// application thread at a time. See docs/design/core.md.
+#ifndef CAIRN_CLIENT_CLIENT_HPP
+#define CAIRN_CLIENT_CLIENT_HPP
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cairn.h"
+#include "cairn/status.hpp"
+#include "comm/comm.hpp"
+#include "engine/engine.hpp"
+#include "engine/staging.hpp"
+#include "format/shard.hpp"
+#include "history/catalog.hpp"
+#include "storage/storage_env.hpp"
+#include "util/config.hpp"
+
+namespace cairn {
+
+struct region {
+  std::string name;
+  void* ptr = nullptr;
+  uint64_t count = 0;
+  uint8_t type = 0;
+  std::vector<uint64_t> dims;
+  bool column_major = false;
+};
+
+// What this handle knows about one version it checkpointed. The global_* and
+// phase fields change only from the results of collective calls, so they are
+// the same on every rank.
+struct version_record {
+  std::string name;
+  int64_t version = 0;
+  std::shared_ptr<engine::version_job> job;
+  unsigned wanted = 0;
+  unsigned global_done = CAIRN_LEVEL_CAPTURED;
+  unsigned global_failed = 0;
+  bool shards_durable = false;  // every rank's shard is durable; manifest commit started
+  std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
+  double local_done_at = 0;
+  // Rank 0: result of the manifest commit task (0 running, 1 ok, -1 failed).
+  std::shared_ptr<std::atomic<int>> manifest_state;
+  std::shared_ptr<status> manifest_error;
+
+  bool resolved() const { return ((global_done | global_failed) & wanted) == wanted; }
+};
+
+// Checks a region or checkpoint name (1..255 bytes, no '/').
+status check_name(const std::string& what, const std::string& name);
+
+class client_impl {
+ public:
+  // Takes ownership of comm. Collective.
+  static result<std::unique_ptr<client_impl>> create(std::unique_ptr<comm::communicator> comm,
+                                                     const std::string& config_path);
+  ~client_impl();
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  const config& cfg() const { return cfg_; }
+
+  status protect(region r);
+  status unprotect(const std::string& name);
+  status checkpoint(const std::string& name, int64_t version);
+  result<unsigned> test(const std::string& name, int64_t version);
+  status wait(const std::string& name, int64_t version, unsigned level);
+  result<int64_t> restart_test(const std::string& name);
+  status restart(const std::string& name, int64_t version);
+  status finalize(bool wait_for_pending);
+
+  status checkpoint_begin(const std::string& name, int64_t version);
+  result<std::string> route_file(const std::string& file);
+  status checkpoint_end(bool success);
+  status restart_begin(const std::string& name, int64_t version);
+  status restart_end(bool success);
+
+ private:
+  client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
+  status start();
+
+  // Captures `regions` as (name, version) and submits the job. Collective.
+  status capture(const std::string& name, int64_t version, const std::vector<region>& regions);
+  // The progress protocol (docs/design/core.md): one allreduce over the latched
+  // error, the slot flag and every pending version's level states. Collective.
+  // Returns the latched error of some rank (consumed) when consume_error.
+  status progress(bool consume_error, bool* all_have_slot = nullptr);
+  // Exchanges the message of the lowest rank with `failing` set. Collective.
+  std::string exchange_message(bool failing, const std::string& mine);
+  void on_durable(version_record& rec);
+  void on_level_complete(version_record& rec, unsigned level);
+  void schedule_retention(const std::string& name, unsigned level);
+  // Blocks until this rank can contribute a final state for rec's level.
+  void wait_local(version_record& rec, unsigned level);
+  status wait_record(version_record& rec, unsigned level);
+  version_record* find(const std::string& name, int64_t version);
+
+  // Restart: loads and verifies this rank's shard of (name, version) into
+  // restart_image_ from the fastest intact level. Local.
+  status load_shard(const std::string& name, int64_t version);
+  // Collective: agree on the newest version all ranks can load intact.
+  result<int64_t> agree_restartable(const std::string& name);
+  std::vector<int64_t> local_candidates(const std::string& name);
+  // Collective: every rank's status combined; the lowest failing rank's message wins.
+  status agree(status mine);
+
+  std::unique_ptr<comm::communicator> comm_;
+  config cfg_;
+  storage::storage_env* env_;
+  std::unique_ptr<storage::storage_env> fault_env_;
+  std::string host_;
+  engine::staging_pool pool_;
+  std::unique_ptr<engine::engine> engine_;
+  std::mutex catalog_mu_;
+  std::unique_ptr<history::catalog> catalog_;  // rank 0 only, GUARDED_BY(catalog_mu_)
+
+  std::map<std::string, region> regions_;
+  std::map<std::string, int64_t> last_version_;     // per checkpoint name
+  std::map<std::string, int64_t> count_;            // checkpoints per name (persistent_interval)
+  std::map<std::pair<std::string, int64_t>, std::unique_ptr<version_record>> records_;
+  std::deque<version_record*> pending_;             // unresolved, in checkpoint order
+  std::map<std::pair<std::string, unsigned>, std::vector<int64_t>> complete_;  // per name, level
+
+  // Restart cache.
+  std::string restart_name_;
+  int64_t restart_version_ = -1;
+  format::shard_header restart_header_;
+  engine::aligned_buffer restart_image_;
+
+  // File mode.
+  struct file_mode {
+    bool restarting = false;
+    std::string name;
+    int64_t version = 0;
+    std::string dir;
+    std::vector<std::string> files;  // base names routed so far
+  };
+  std::optional<file_mode> files_;
+  bool finalized_ = false;
+};
+
+}  // namespace cairn
+
+#endif

@@ -1,0 +1,281 @@
+// Restart and file mode of client_impl.
+#include <algorithm>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "client/client.hpp"
+#include "format/layout.hpp"
+#include "format/manifest.hpp"
+
+namespace cairn {
+namespace {
+
+// Reads a whole shard into an aligned buffer and verifies it. `expect` (may be
+// null) is the manifest entry the shard must match.
+status read_verified(storage::storage_env* env, const std::string& path, uint32_t rank, uint32_t nranks,
+                     const std::string& name, int64_t version, const format::shard_entry* expect,
+                     format::shard_header* h, engine::aligned_buffer* image) {
+  CAIRN_ASSIGN_OR_RETURN(*h, format::read_header(env, path));
+  if (h->rank != rank || h->name != name || h->version != version)
+    return {errc::corruption, path + ": header names another shard (rank " + std::to_string(h->rank) + ", '" +
+                                  h->name + "' version " + std::to_string(h->version) + ")"};
+  if (h->nranks != nranks)
+    return {errc::invalid_argument, path + ": written by " + std::to_string(h->nranks) + " ranks; this job has " +
+                                        std::to_string(nranks) + " (restart with the same number of ranks)"};
+  if (expect && (expect->header_checksum != h->header_checksum || expect->size != h->file_size))
+    return {errc::corruption, path + ": does not match the version's MANIFEST (replaced after the commit)"};
+  auto buf = engine::aligned_buffer::allocate(h->file_size);
+  if (!buf) return buf.take_status();
+  CAIRN_ASSIGN_OR_RETURN(auto f, env->open_read(path));
+  CAIRN_RETURN_IF_ERROR(f->read_at(0, buf->data(), h->file_size));
+  CAIRN_RETURN_IF_ERROR(format::verify_image(*h, {buf->data(), h->file_size}, path));
+  *image = std::move(buf).value();
+  return {};
+}
+
+}  // namespace
+
+std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
+  const uint32_t me = static_cast<uint32_t>(rank());
+  std::set<int64_t> out;
+  if (cfg_.local_enabled) {
+    for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name))
+      if (env_->exists(format::shard_path(cfg_.scratch, cfg_.run, name, v, me))) out.insert(v);
+  }
+  for (int64_t v : format::list_versions(env_, cfg_.persistent, cfg_.run, name))
+    if (env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, v))) out.insert(v);
+  return {out.begin(), out.end()};
+}
+
+status client_impl::load_shard(const std::string& name, int64_t version) {
+  const uint32_t me = static_cast<uint32_t>(rank());
+  const uint32_t n = static_cast<uint32_t>(size());
+  restart_version_ = -1;
+  std::string why;
+  status worst;  // invalid_argument (rank count) is more useful to report than corruption
+  if (cfg_.local_enabled) {
+    std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
+    if (env_->exists(path)) {
+      status st = read_verified(env_, path, me, n, name, version, nullptr, &restart_header_, &restart_image_);
+      if (st) {
+        restart_name_ = name;
+        restart_version_ = version;
+        return {};
+      }
+      std::fprintf(stderr, "cairn: rank %d: local copy of '%s' version %lld unusable, trying the persistent level: %s\n",
+                   rank(), name.c_str(), static_cast<long long>(version), st.message().c_str());
+      why = "local: " + st.message();
+      worst = st;
+    }
+  }
+  std::string mpath = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
+  if (env_->exists(mpath)) {
+    auto m = format::read_manifest(env_, mpath);
+    status st;
+    if (!m) {
+      st = m.error();
+    } else if (m->nranks != n) {
+      st = status(errc::invalid_argument, mpath + ": version written by " + std::to_string(m->nranks) +
+                                              " ranks; this job has " + std::to_string(n) +
+                                              " (restart with the same number of ranks)");
+    } else {
+      std::string path = format::shard_path(cfg_.persistent, cfg_.run, name, version, me);
+      st = read_verified(env_, path, me, n, name, version, &m->shards[me], &restart_header_, &restart_image_);
+    }
+    if (st) {
+      restart_name_ = name;
+      restart_version_ = version;
+      return {};
+    }
+    std::fprintf(stderr, "cairn: rank %d: persistent copy of '%s' version %lld unusable: %s\n", rank(),
+                 name.c_str(), static_cast<long long>(version), st.message().c_str());
+    why += (why.empty() ? "" : "; ") + std::string("persistent: ") + st.message();
+    if (worst.is_ok() || st.code() == errc::invalid_argument) worst = st;
+  }
+  if (worst.is_ok()) worst = status(errc::not_found, "no copy at any level");
+  return {worst.code(), "'" + name + "' version " + std::to_string(version) + ": " + why};
+}
+
+result<int64_t> client_impl::agree_restartable(const std::string& name) {
+  std::vector<int64_t> cands = local_candidates(name);
+  std::set<int64_t> excluded;
+  int64_t cap = INT64_MAX;
+  status last_failure;
+  for (;;) {
+    // Newest version <= cap that this rank has and has not been excluded.
+    int64_t mine = -1;
+    for (auto it = cands.rbegin(); it != cands.rend(); ++it)
+      if (*it <= cap && !excluded.count(*it)) { mine = *it; break; }
+    int64_t g = comm_->min(mine);
+    if (g < 0) {
+      std::string msg = "no restartable version of checkpoint '" + name + "' in run '" + cfg_.run + "' (looked in " +
+                        (cfg_.local_enabled ? cfg_.scratch + " and " : std::string()) + cfg_.persistent + ")";
+      if (!last_failure.is_ok()) return status(last_failure.code() == errc::invalid_argument ? errc::invalid_argument
+                                                                                             : errc::not_found,
+                                                msg + "; newest rejected: " + last_failure.message());
+      return status(errc::not_found, msg);
+    }
+    cap = g;
+    if (comm_->min(mine == g ? 1 : 0) == 0) continue;  // some rank lacks g: look lower
+    status st = agree(load_shard(name, g));
+    if (st) return g;
+    last_failure = st;
+    excluded.insert(g);
+    restart_version_ = -1;
+    restart_image_ = engine::aligned_buffer();
+  }
+}
+
+result<int64_t> client_impl::restart_test(const std::string& name) {
+  CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
+  return agree_restartable(name);
+}
+
+status client_impl::restart(const std::string& name, int64_t version) {
+  CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
+  // Use the image restart_test verified, or load and verify now (collectively).
+  bool cached = restart_name_ == name && restart_version_ == version;
+  if (comm_->min(cached ? 1 : 0) == 0) CAIRN_RETURN_IF_ERROR(agree(load_shard(name, version)));
+
+  // Check every protected region against the checkpoint before touching any.
+  status st;
+  for (auto& [rname, r] : regions_) {
+    auto it = std::find_if(restart_header_.regions.begin(), restart_header_.regions.end(),
+                           [&](const format::region_desc& d) { return d.name == rname; });
+    if (it == restart_header_.regions.end()) {
+      st = status(errc::invalid_argument, "region '" + rname + "' is protected but not in '" + name + "' version " +
+                                              std::to_string(version));
+      break;
+    }
+    if (it->type != r.type || it->count != r.count) {
+      st = status(errc::invalid_argument,
+                  "region '" + rname + "': protected as " + std::to_string(r.count) + " x " +
+                      format::type_name(r.type) + " (" + std::to_string(r.count * format::type_size(r.type)) +
+                      " bytes) but checkpointed as " + std::to_string(it->count) + " x " +
+                      format::type_name(it->type) + " (" + std::to_string(it->length) +
+                      " bytes); buffers left untouched");
+      break;
+    }
+  }
+  if (st && regions_.empty() && !files_)
+    st = status(errc::invalid_argument, "cairn_restart: no region is protected (call cairn_protect first)");
+  CAIRN_RETURN_IF_ERROR(agree(st));
+  for (auto& [rname, r] : regions_) {
+    auto it = std::find_if(restart_header_.regions.begin(), restart_header_.regions.end(),
+                           [&](const format::region_desc& d) { return d.name == rname; });
+    if (it->length) std::memcpy(r.ptr, restart_image_.data() + it->offset, it->length);
+  }
+  // Versions continue after the restored one.
+  last_version_[name] = version;
+  if (!files_) {
+    restart_version_ = -1;
+    restart_image_ = engine::aligned_buffer();
+  }
+  return {};
+}
+
+// ---- file mode -------------------------------------------------------------
+
+status client_impl::checkpoint_begin(const std::string& name, int64_t version) {
+  if (files_) return {errc::invalid_argument, "a file-mode sequence is already open (call the matching _end)"};
+  CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
+  file_mode fm;
+  fm.name = name;
+  fm.version = version;
+  fm.dir = storage::join(cfg_.local_enabled ? cfg_.scratch : cfg_.persistent,
+                         "files/" + cfg_.run + "/" + name + ".v" + std::to_string(version) + ".rank" +
+                             std::to_string(rank()));
+  status st = env_->remove_tree(fm.dir);
+  if (st) st = env_->make_dirs(fm.dir);
+  CAIRN_RETURN_IF_ERROR(agree(st));
+  files_ = std::move(fm);
+  return {};
+}
+
+result<std::string> client_impl::route_file(const std::string& file) {
+  if (!files_) return status(errc::invalid_argument, "cairn_route_file outside a checkpoint/restart begin-end sequence");
+  std::string base = file.substr(file.find_last_of('/') == std::string::npos ? 0 : file.find_last_of('/') + 1);
+  if (base.empty() || base == "." || base == "..")
+    return status(errc::invalid_argument, "cairn_route_file: '" + file + "' has no file name");
+  if (files_->restarting) {
+    auto& regs = restart_header_.regions;
+    if (std::none_of(regs.begin(), regs.end(), [&](auto& d) { return d.name == "file:" + base; }))
+      return status(errc::not_found, "file '" + base + "' is not in '" + files_->name + "' version " +
+                                         std::to_string(files_->version));
+  } else if (std::find(files_->files.begin(), files_->files.end(), base) == files_->files.end()) {
+    files_->files.push_back(base);
+  }
+  return storage::join(files_->dir, base);
+}
+
+status client_impl::checkpoint_end(bool success) {
+  if (!files_ || files_->restarting) return {errc::invalid_argument, "cairn_checkpoint_end without cairn_checkpoint_begin"};
+  file_mode fm = std::move(*files_);
+  files_.reset();
+  // Read every routed file; a missing one is an error of this rank.
+  std::vector<std::string> contents;
+  std::vector<region> regs;
+  status st = success ? status() : status(errc::cancelled, "the application reported failure to cairn_checkpoint_end");
+  for (size_t i = 0; st && i < fm.files.size(); ++i) {
+    auto data = env_->read_all(storage::join(fm.dir, fm.files[i]));
+    if (!data) {
+      st = data.error().with_context("routed file '" + fm.files[i] + "' was not written");
+      break;
+    }
+    contents.push_back(std::move(data).value());
+  }
+  st = agree(st);
+  if (st) {
+    for (size_t i = 0; i < fm.files.size(); ++i) {
+      region r;
+      r.name = "file:" + fm.files[i];
+      r.ptr = contents[i].data();
+      r.count = contents[i].size();
+      r.type = CAIRN_BYTE;
+      regs.push_back(std::move(r));
+    }
+    if (regs.empty()) st = agree(status(errc::invalid_argument, "cairn_checkpoint_end: no file was routed"));
+  }
+  if (st) st = capture(fm.name, fm.version, regs);
+  (void)env_->remove_tree(fm.dir);  // the files now live in the shard
+  return st;
+}
+
+status client_impl::restart_begin(const std::string& name, int64_t version) {
+  if (files_) return {errc::invalid_argument, "a file-mode sequence is already open (call the matching _end)"};
+  CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
+  bool cached = restart_name_ == name && restart_version_ == version;
+  if (comm_->min(cached ? 1 : 0) == 0) CAIRN_RETURN_IF_ERROR(agree(load_shard(name, version)));
+  file_mode fm;
+  fm.restarting = true;
+  fm.name = name;
+  fm.version = version;
+  fm.dir = storage::join(cfg_.local_enabled ? cfg_.scratch : cfg_.persistent,
+                         "files/" + cfg_.run + "/" + name + ".v" + std::to_string(version) + ".rank" +
+                             std::to_string(rank()) + ".restore");
+  status st = env_->remove_tree(fm.dir);
+  if (st) st = env_->make_dirs(fm.dir);
+  for (auto& d : restart_header_.regions) {
+    if (!st) break;
+    if (d.name.rfind("file:", 0) != 0) continue;
+    std::string data(reinterpret_cast<const char*>(restart_image_.data() + d.offset), d.length);
+    st = env_->write_atomic(storage::join(fm.dir, d.name.substr(5)), data, false);
+  }
+  CAIRN_RETURN_IF_ERROR(agree(st));
+  last_version_[name] = version;
+  files_ = std::move(fm);
+  return {};
+}
+
+status client_impl::restart_end(bool) {
+  if (!files_ || !files_->restarting) return {errc::invalid_argument, "cairn_restart_end without cairn_restart_begin"};
+  (void)env_->remove_tree(files_->dir);
+  files_.reset();
+  restart_version_ = -1;
+  restart_image_ = engine::aligned_buffer();
+  return {};
+}
+
+}  // namespace cairn

@@ -1,0 +1,46 @@
+#include "comm/mpi_comm.hpp"
+
+namespace cairn::comm {
+namespace {
+
+class mpi_comm final : public communicator {
+ public:
+  explicit mpi_comm(MPI_Comm c) {
+    MPI_Comm_dup(c, &comm_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~mpi_comm() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  void allreduce_min(std::span<int64_t> v) override {
+    MPI_Allreduce(MPI_IN_PLACE, v.data(), static_cast<int>(v.size()), MPI_INT64_T, MPI_MIN, comm_);
+  }
+  void gather(std::span<const std::byte> mine, std::vector<std::byte>* all) override {
+    if (rank_ == 0) all->resize(mine.size() * static_cast<size_t>(size_));
+    MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, rank_ == 0 ? all->data() : nullptr,
+               static_cast<int>(mine.size()), MPI_BYTE, 0, comm_);
+  }
+  void broadcast(std::string* s, int root) override {
+    int64_t n = static_cast<int64_t>(s->size());
+    MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_);
+    s->resize(static_cast<size_t>(n));
+    MPI_Bcast(s->data(), static_cast<int>(n), MPI_CHAR, root, comm_);
+  }
+  void barrier() override { MPI_Barrier(comm_); }
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<communicator> make_mpi(MPI_Comm comm) { return std::make_unique<mpi_comm>(comm); }
+
+}  // namespace cairn::comm

@@ -1,0 +1,121 @@
+// The engine: runs every captured version through an ordered list of stages
+// (checksum -> local -> persistent, and whatever later issues insert), on
+// worker threads ("thread" mode) or inline ("sync" mode), plus small tasks
+// (manifest commit, retention) handed to it by the client.
+//
+// Ordering: a stage processes versions in submission order (version n+1 enters
+// a stage only after version n left it), so with several workers the stages
+// form a pipeline. Errors: a failing stage marks its level failed for the
+// version, keeps the first error in the job, and latches it in the engine
+// (take_error); an `essential` stage's failure skips the rest of the version.
+// No engine thread calls MPI.
+#ifndef CAIRN_ENGINE_ENGINE_HPP
+#define CAIRN_ENGINE_ENGINE_HPP
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cairn/status.hpp"
+#include "engine/staging.hpp"
+#include "format/shard.hpp"
+#include "util/config.hpp"
+
+namespace cairn::engine {
+
+// One rank's part of one version as it moves through the stages.
+struct version_job {
+  format::shard_header header;     // layout; checksums filled by the checksum stage
+  aligned_buffer* image = nullptr; // staging slot holding the shard image
+  staging_pool* pool = nullptr;    // where the slot goes back when the job ends
+  unsigned wanted = 0;             // CAIRN_LEVEL_* bits scheduled for this version
+  uint64_t seq = 0;                // submission order (set by the engine)
+
+  // Timings (seconds; *_at are wall-clock timestamps).
+  double captured_at = 0, capture_s = 0, checksum_s = 0, local_s = 0, persistent_s = 0, persistent_at = 0;
+
+  // Written by stages, read through engine::levels().
+  unsigned done = 0;    // GUARDED_BY(engine::mu_)
+  unsigned failed = 0;  // GUARDED_BY(engine::mu_)
+  bool finished = false;  // GUARDED_BY(engine::mu_): all stages ran or were skipped
+  status error;         // GUARDED_BY(engine::mu_): first failure
+};
+
+class stage {
+ public:
+  virtual ~stage() = default;
+  virtual const char* name() const = 0;
+  // The CAIRN_LEVEL_* bit this stage completes, or 0.
+  virtual unsigned level() const { return 0; }
+  // A failure of an essential stage abandons the version.
+  virtual bool essential() const { return false; }
+  // Whether the job needs this stage (e.g. only every k-th version persistent).
+  virtual bool applies(const version_job& job) const { return level() == 0 || (job.wanted & level()); }
+  virtual status run(version_job& job) = 0;
+};
+
+class engine {
+ public:
+  // cpus: where worker threads may run (empty = inherit).
+  engine(engine_mode mode, int threads, std::vector<int> cpus, std::vector<std::unique_ptr<stage>> stages);
+  ~engine();  // shutdown(false)
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
+
+  // Queues a captured job (thread mode) or runs it to the end (sync mode).
+  // The job's image slot returns to job->pool when the job finishes.
+  void submit(std::shared_ptr<version_job> job);
+  // Queues a task (thread mode, run before jobs queued later) or runs it now
+  // (sync mode). A failing task's status is latched.
+  void submit_task(std::function<status()> task);
+
+  // Levels done / failed so far for a job, and whether all its stages ended.
+  void levels(const version_job& job, unsigned* done, unsigned* failed, bool* finished, status* error = nullptr);
+  // Blocks until the job has resolved (done or failed) every bit of `mask` that
+  // it wants, or finished.
+  void wait_levels(const version_job& job, unsigned mask);
+  // Blocks until no job or task is queued or running.
+  void wait_idle();
+
+  // The latched background error (and clears it), ok if none.
+  status take_error();
+  bool has_error();
+
+  // Stops the workers. drain = finish everything queued; otherwise queued jobs
+  // are dropped (marked failed with cancelled) and running ones finish.
+  void shutdown(bool drain);
+
+ private:
+  struct item {
+    std::shared_ptr<version_job> job;
+    std::function<status()> task;
+  };
+  void worker_main(const std::vector<int>& cpus);
+  void run_job(version_job& job);
+  void run_task(const std::function<status()>& task);
+  void latch(const status& st);
+
+  const engine_mode mode_;
+  std::vector<std::unique_ptr<stage>> stages_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;          // queue and state changes
+  std::deque<item> queue_;              // GUARDED_BY(mu_)
+  std::vector<uint64_t> stage_next_;    // GUARDED_BY(mu_): next seq allowed into stage i
+  uint64_t next_seq_ = 0;               // GUARDED_BY(mu_)
+  int running_ = 0;                     // GUARDED_BY(mu_)
+  bool stopping_ = false;               // GUARDED_BY(mu_)
+  status error_;                        // GUARDED_BY(mu_)
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace cairn::engine
+
+#endif

@@ -1,0 +1,97 @@
+#include "engine/stages.hpp"
+
+#include "cairn.h"
+#include "format/layout.hpp"
+#include "util/clock.hpp"
+#include "util/hash.hpp"
+
+namespace cairn::engine {
+
+status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
+                        bool direct, bool durable) {
+  CAIRN_RETURN_IF_ERROR(env->make_dirs(storage::dirname_of(path)));
+  const std::string tmp = path + ".tmp";
+  auto fail = [&](status st) {
+    (void)env->remove_file(tmp);  // never leave a partial file behind
+    return st;
+  };
+  auto f = env->create(tmp, direct);
+  if (!f) return f.take_status();
+  if (status st = (*f)->write_at(0, image, size); !st) return fail(st);
+  if (durable) {
+    if (status st = (*f)->sync(); !st) return fail(st);
+  }
+  if (status st = (*f)->close(); !st) return fail(st);
+  if (status st = env->rename(tmp, path); !st) return fail(st);
+  if (durable) return env->sync_dir(storage::dirname_of(path));
+  return {};
+}
+
+namespace {
+
+class checksum_stage final : public stage {
+ public:
+  const char* name() const override { return "checksum"; }
+  bool essential() const override { return true; }
+  status run(version_job& job) override {
+    double t0 = util::now_s();
+    std::byte* img = job.image->data();
+    for (auto& r : job.header.regions) r.checksum = util::xxh3(img + r.offset, r.length);
+    format::encode_header(job.header, job.image->span());
+    job.checksum_s = util::now_s() - t0;
+    return {};
+  }
+};
+
+class local_stage final : public stage {
+ public:
+  local_stage(storage::storage_env* env, level_paths paths) : env_(env), paths_(std::move(paths)) {}
+  const char* name() const override { return "local"; }
+  unsigned level() const override { return CAIRN_LEVEL_LOCAL; }
+  status run(version_job& job) override {
+    double t0 = util::now_s();
+    auto& h = job.header;
+    std::string path = format::shard_path(paths_.scratch, h.run, h.name, h.version, h.rank);
+    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, false, false));
+    job.local_s = util::now_s() - t0;
+    return {};
+  }
+
+ private:
+  storage::storage_env* env_;
+  level_paths paths_;
+};
+
+class persistent_stage final : public stage {
+ public:
+  persistent_stage(storage::storage_env* env, level_paths paths, bool direct)
+      : env_(env), paths_(std::move(paths)), direct_(direct) {}
+  const char* name() const override { return "persistent"; }
+  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+  status run(version_job& job) override {
+    double t0 = util::now_s();
+    auto& h = job.header;
+    std::string path = format::shard_path(paths_.persistent, h.run, h.name, h.version, h.rank);
+    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, direct_, true));
+    job.persistent_s = util::now_s() - t0;
+    job.persistent_at = util::wall_s();
+    return {};
+  }
+
+ private:
+  storage::storage_env* env_;
+  level_paths paths_;
+  bool direct_;
+};
+
+}  // namespace
+
+std::unique_ptr<stage> make_checksum_stage() { return std::make_unique<checksum_stage>(); }
+std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths) {
+  return std::make_unique<local_stage>(env, std::move(paths));
+}
+std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io) {
+  return std::make_unique<persistent_stage>(env, std::move(paths), direct_io);
+}
+
+}  // namespace cairn::engine

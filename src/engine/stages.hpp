@@ -1,0 +1,35 @@
+// The stages of the foundation: checksum, local level, persistent level.
+#ifndef CAIRN_ENGINE_STAGES_HPP
+#define CAIRN_ENGINE_STAGES_HPP
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.hpp"
+#include "storage/storage_env.hpp"
+
+namespace cairn::engine {
+
+// Where a rank writes: the level roots and its identity.
+struct level_paths {
+  std::string run;
+  std::string scratch;     // local level root
+  std::string persistent;  // persistent level root (the store)
+};
+
+// xxh3 of every region, then the header (with its own checksum) into the image.
+std::unique_ptr<stage> make_checksum_stage();
+// Writes the image to <scratch>/.../shard.<rank> (temp name, rename). Survives
+// a process crash, not a node loss: no fsync.
+std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths);
+// Writes the image to the store with O_DIRECT where possible, fdatasync,
+// rename, fsync of the directory: durable before the level is reported.
+std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io);
+
+// Writes `image` to `path` through a temporary name; `durable` adds the syncs.
+status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
+                        bool direct, bool durable);
+
+}  // namespace cairn::engine
+
+#endif

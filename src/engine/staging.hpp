@@ -1,0 +1,67 @@
+// Staging memory (level L0): page-aligned, pre-faulted buffers reused across
+// versions. A slot holds one shard image laid out exactly as the shard file, so
+// capture is one memcpy per region and every level writes the slot as is.
+// Thread-safety: all methods may be called from any thread.
+#ifndef CAIRN_ENGINE_STAGING_HPP
+#define CAIRN_ENGINE_STAGING_HPP
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "cairn/status.hpp"
+
+namespace cairn::engine {
+
+// A page-aligned anonymous mapping (move-only).
+class aligned_buffer {
+ public:
+  aligned_buffer() = default;
+  // Maps `size` bytes (rounded to pages) and touches every page so later
+  // copies do not fault.
+  static result<aligned_buffer> allocate(size_t size);
+  ~aligned_buffer();
+  aligned_buffer(aligned_buffer&& o) noexcept { *this = std::move(o); }
+  aligned_buffer& operator=(aligned_buffer&& o) noexcept;
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<std::byte> span() const { return {data_, size_}; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+class staging_pool {
+ public:
+  // Slots of at least slot_bytes each; `slots` of them.
+  staging_pool() = default;
+
+  // (Re)sizes the pool: frees slots smaller than slot_bytes (only when free)
+  // and allocates up to `slots` slots. Fails with no_space when memory cannot
+  // be mapped. Must not be called while slots are in use by a smaller layout
+  // (the client waits for the engine to go idle first).
+  status reserve(size_t slot_bytes, int slots);
+
+  // Returns a free slot; blocks when `wait` is true, else returns nullptr.
+  aligned_buffer* acquire(bool wait);
+  void release(aligned_buffer* slot);
+  bool has_free();
+  size_t slot_bytes() const { return slot_bytes_; }
+  int slots() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<aligned_buffer>> all_;  // GUARDED_BY(mu_)
+  std::vector<aligned_buffer*> free_;                 // GUARDED_BY(mu_)
+  size_t slot_bytes_ = 0;                             // GUARDED_BY(mu_)
+};
+
+}  // namespace cairn::engine
+
+#endif

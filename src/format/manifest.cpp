@@ -1,0 +1,94 @@
+#include "format/manifest.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "format/layout.hpp"
+#include "util/hash.hpp"
+
+namespace cairn::format {
+
+using nlohmann::json;
+
+// The body is JSON; the file ends with a line "xxh3 <16 hex>" checksumming the body.
+std::string encode_manifest(const manifest& m) {
+  json j;
+  j["format"] = "cairn-manifest";
+  j["format_version"] = kManifestFormatVersion;
+  j["run"] = m.run;
+  j["name"] = m.name;
+  j["version"] = m.version;
+  j["nranks"] = m.nranks;
+  j["committed_at"] = m.committed_at;
+  j["executable"] = m.executable;
+  j["mode"] = m.mode;
+  json shards = json::array();
+  for (auto& s : m.shards) {
+    shards.push_back({{"rank", s.rank},
+                      {"file", shard_file_name(s.rank)},
+                      {"size", s.size},
+                      {"header_checksum", util::hex64(s.header_checksum)},
+                      {"captured_at", s.captured_at},
+                      {"capture_s", s.capture_s},
+                      {"checksum_s", s.checksum_s},
+                      {"local_s", s.local_s},
+                      {"persistent_s", s.persistent_s},
+                      {"persistent_at", s.persistent_at},
+                      {"host", s.host}});
+  }
+  j["shards"] = shards;
+  std::string body = j.dump(1) + "\n";
+  return body + "xxh3 " + util::hex64(util::xxh3(body.data(), body.size())) + "\n";
+}
+
+result<manifest> decode_manifest(const std::string& text, const std::string& where) {
+  auto corrupt = [&](const std::string& what) { return status(errc::corruption, where + ": " + what); };
+  auto pos = text.rfind("xxh3 ");
+  if (pos == std::string::npos || text.size() != pos + 5 + 16 + 1 || text.back() != '\n')
+    return corrupt("missing checksum trailer (truncated manifest)");
+  uint64_t want = 0;
+  if (!util::parse_hex64(text.substr(pos + 5, 16), &want)) return corrupt("bad checksum trailer");
+  if (util::xxh3(text.data(), pos) != want) return corrupt("manifest checksum mismatch");
+  manifest m;
+  try {
+    json j = json::parse(text.substr(0, pos));
+    if (j.at("format") != "cairn-manifest") return corrupt("not a cairn manifest");
+    int fv = j.at("format_version");
+    if (fv != kManifestFormatVersion)
+      return status(errc::not_supported, where + ": manifest format version " + std::to_string(fv) + " not readable");
+    m.run = j.at("run");
+    m.name = j.at("name");
+    m.version = j.at("version");
+    m.nranks = j.at("nranks");
+    m.committed_at = j.at("committed_at");
+    m.executable = j.value("executable", "");
+    m.mode = j.value("mode", "");
+    for (auto& s : j.at("shards")) {
+      shard_entry e;
+      e.rank = s.at("rank");
+      e.size = s.at("size");
+      if (!util::parse_hex64(s.at("header_checksum"), &e.header_checksum)) return corrupt("bad shard checksum");
+      e.captured_at = s.value("captured_at", 0.0);
+      e.capture_s = s.value("capture_s", 0.0);
+      e.checksum_s = s.value("checksum_s", 0.0);
+      e.local_s = s.value("local_s", 0.0);
+      e.persistent_s = s.value("persistent_s", 0.0);
+      e.persistent_at = s.value("persistent_at", 0.0);
+      e.host = s.value("host", "");
+      m.shards.push_back(std::move(e));
+    }
+  } catch (const json::exception& e) {
+    return corrupt(std::string("malformed manifest: ") + e.what());
+  }
+  if (m.shards.size() != m.nranks) return corrupt("manifest lists " + std::to_string(m.shards.size()) +
+                                                  " shards for " + std::to_string(m.nranks) + " ranks");
+  for (uint32_t i = 0; i < m.nranks; ++i)
+    if (m.shards[i].rank != i) return corrupt("manifest shards out of rank order");
+  return m;
+}
+
+result<manifest> read_manifest(storage::storage_env* env, const std::string& path) {
+  CAIRN_ASSIGN_OR_RETURN(std::string text, env->read_all(path));
+  return decode_manifest(text, path);
+}
+
+}  // namespace cairn::format

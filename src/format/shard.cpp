@@ -1,0 +1,226 @@
+#include "format/shard.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <set>
+
+#include "util/hash.hpp"
+
+namespace cairn::format {
+namespace {
+
+template <typename T>
+void put(std::byte*& p, T v) {
+  std::memcpy(p, &v, sizeof v);  // little-endian hosts only (checked in plan_layout)
+  p += sizeof v;
+}
+
+class reader {
+ public:
+  reader(std::span<const std::byte> b) : b_(b) {}
+  template <typename T>
+  bool get(T* v) {
+    if (pos_ + sizeof(T) > b_.size()) return false;
+    std::memcpy(v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+  bool get_str(size_t n, std::string* s) {
+    if (pos_ + n > b_.size()) return false;
+    s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return true;
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  std::span<const std::byte> b_;
+  size_t pos_ = 0;
+};
+
+constexpr size_t kRegionFixedBytes = 8 + 4 * 8;
+
+size_t header_bytes(const shard_header& h) {
+  size_t n = kFixedHeaderBytes + 8 + h.run.size() + h.name.size();
+  for (auto& r : h.regions) n += kRegionFixedBytes + 8 * r.dims.size() + r.name.size();
+  return n;
+}
+
+constexpr size_t kChecksumOffset = 56;
+
+}  // namespace
+
+size_t type_size(uint8_t type) {
+  static const size_t sizes[] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 4, 8};
+  return type < sizeof sizes / sizeof sizes[0] ? sizes[type] : 0;
+}
+
+const char* type_name(uint8_t type) {
+  static const char* names[] = {"byte", "int8", "int16", "int32", "int64", "uint8",
+                                "uint16", "uint32", "uint64", "float32", "float64"};
+  return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
+}
+
+bool type_is_float(uint8_t type) { return type == 9 || type == 10; }
+
+status plan_layout(shard_header& h) {
+  static_assert(std::endian::native == std::endian::little, "cairn's formats are little-endian");
+  if (h.run.size() > kMaxNameBytes || h.name.size() > kMaxNameBytes)
+    return {errc::invalid_argument, "run or checkpoint name longer than 255 bytes"};
+  std::set<std::string> seen;
+  for (auto& r : h.regions) {
+    if (type_size(r.type) == 0) return {errc::invalid_argument, "region '" + r.name + "': unknown type " + std::to_string(r.type)};
+    if (r.name.empty() || r.name.size() > kMaxNameBytes)
+      return {errc::invalid_argument, "region name '" + r.name + "' must be 1 to 255 bytes"};
+    if (r.dims.size() > static_cast<size_t>(kMaxDims))
+      return {errc::invalid_argument, "region '" + r.name + "': more than 8 dimensions"};
+    if (!seen.insert(r.name).second) return {errc::invalid_argument, "region '" + r.name + "' appears twice"};
+  }
+  uint64_t off = align_up(header_bytes(h));
+  h.data_offset = off;
+  for (auto& r : h.regions) {
+    r.length = r.count * type_size(r.type);
+    r.offset = off;
+    off = align_up(off + r.length);
+  }
+  h.file_size = off;
+  return {};
+}
+
+void encode_header(shard_header& h, std::span<std::byte> out) {
+  size_t hb = header_bytes(h);
+  std::memset(out.data(), 0, h.data_offset);
+  std::byte* p = out.data();
+  std::memcpy(p, kShardMagic, 8);
+  p += 8;
+  put<uint32_t>(p, kShardFormatVersion);
+  put<uint32_t>(p, h.flags);
+  put<uint32_t>(p, static_cast<uint32_t>(hb));
+  put<uint32_t>(p, static_cast<uint32_t>(h.regions.size()));
+  put<uint64_t>(p, h.data_offset);
+  put<uint64_t>(p, h.file_size);
+  put<int64_t>(p, h.version);
+  put<uint32_t>(p, h.rank);
+  put<uint32_t>(p, h.nranks);
+  put<uint64_t>(p, 0);  // header checksum, below
+  put<uint16_t>(p, static_cast<uint16_t>(h.run.size()));
+  put<uint16_t>(p, static_cast<uint16_t>(h.name.size()));
+  put<uint32_t>(p, 0);
+  std::memcpy(p, h.run.data(), h.run.size());
+  p += h.run.size();
+  std::memcpy(p, h.name.data(), h.name.size());
+  p += h.name.size();
+  for (auto& r : h.regions) {
+    put<uint16_t>(p, static_cast<uint16_t>(r.name.size()));
+    put<uint8_t>(p, r.type);
+    put<uint8_t>(p, r.flags);
+    put<uint8_t>(p, r.compression);
+    put<uint8_t>(p, static_cast<uint8_t>(r.dims.size()));
+    put<uint16_t>(p, 0);
+    put<uint64_t>(p, r.count);
+    put<uint64_t>(p, r.offset);
+    put<uint64_t>(p, r.length);
+    put<uint64_t>(p, r.checksum);
+    for (uint64_t d : r.dims) put<uint64_t>(p, d);
+    std::memcpy(p, r.name.data(), r.name.size());
+    p += r.name.size();
+  }
+  h.header_checksum = util::xxh3(out.data(), hb);
+  std::memcpy(out.data() + kChecksumOffset, &h.header_checksum, 8);
+}
+
+result<shard_header> decode_header(std::span<const std::byte> buf, const std::string& where, size_t* need) {
+  auto corrupt = [&](const std::string& what) {
+    return status(errc::corruption, where + ": " + what + " (the shard is damaged; restart uses another level or an older version)");
+  };
+  if (buf.size() < kFixedHeaderBytes) {
+    if (need) *need = kFixedHeaderBytes;
+    return status(errc::again, where + ": header needs more bytes");
+  }
+  if (std::memcmp(buf.data(), kShardMagic, 8) != 0) return corrupt("not a cairn shard (bad magic)");
+  reader rd(buf.subspan(8));
+  shard_header h;
+  uint32_t fmt = 0, hb = 0, nreg = 0;
+  rd.get(&fmt);
+  if (fmt != kShardFormatVersion) {
+    return status(errc::not_supported, where + ": shard format version " + std::to_string(fmt) +
+                                           " is not readable by this cairn (reads version " +
+                                           std::to_string(kShardFormatVersion) + ")");
+  }
+  rd.get(&h.flags);
+  rd.get(&hb);
+  rd.get(&nreg);
+  rd.get(&h.data_offset);
+  rd.get(&h.file_size);
+  rd.get(&h.version);
+  rd.get(&h.rank);
+  rd.get(&h.nranks);
+  rd.get(&h.header_checksum);
+  if (hb < kFixedHeaderBytes || hb > h.data_offset || h.data_offset > h.file_size || hb > (64u << 20))
+    return corrupt("inconsistent header sizes");
+  if (buf.size() < hb) {
+    if (need) *need = hb;
+    return status(errc::again, where + ": header needs more bytes");
+  }
+  std::string copy(reinterpret_cast<const char*>(buf.data()), hb);
+  std::memset(copy.data() + kChecksumOffset, 0, 8);
+  if (util::xxh3(copy.data(), copy.size()) != h.header_checksum) return corrupt("header checksum mismatch");
+  reader rest(buf.subspan(kFixedHeaderBytes, hb - kFixedHeaderBytes));
+  uint16_t run_len = 0, name_len = 0;
+  uint32_t reserved = 0;
+  if (!rest.get(&run_len) || !rest.get(&name_len) || !rest.get(&reserved) || !rest.get_str(run_len, &h.run) ||
+      !rest.get_str(name_len, &h.name))
+    return corrupt("truncated header");
+  for (uint32_t i = 0; i < nreg; ++i) {
+    region_desc r;
+    uint16_t nl = 0, res16 = 0;
+    uint8_t ndims = 0;
+    if (!rest.get(&nl) || !rest.get(&r.type) || !rest.get(&r.flags) || !rest.get(&r.compression) ||
+        !rest.get(&ndims) || !rest.get(&res16) || !rest.get(&r.count) || !rest.get(&r.offset) ||
+        !rest.get(&r.length) || !rest.get(&r.checksum) || ndims > kMaxDims)
+      return corrupt("truncated region table");
+    r.dims.resize(ndims);
+    for (auto& d : r.dims)
+      if (!rest.get(&d)) return corrupt("truncated region table");
+    if (!rest.get_str(nl, &r.name)) return corrupt("truncated region table");
+    if (type_size(r.type) == 0 || r.length != r.count * type_size(r.type) || r.offset < h.data_offset ||
+        r.offset + r.length > h.file_size || r.compression != 0)
+      return corrupt("region '" + r.name + "' has an invalid table entry");
+    h.regions.push_back(std::move(r));
+  }
+  return h;
+}
+
+result<shard_header> read_header(storage::storage_env* env, const std::string& path) {
+  CAIRN_ASSIGN_OR_RETURN(auto f, env->open_read(path));
+  std::vector<std::byte> buf(std::min<uint64_t>(f->size(), 64 * 1024));
+  CAIRN_RETURN_IF_ERROR(f->read_at(0, buf.data(), buf.size()));
+  size_t need = 0;
+  auto h = decode_header(buf, path, &need);
+  if (!h && h.error().code() == errc::again) {
+    if (need > f->size()) return status(errc::corruption, path + ": truncated header");
+    buf.resize(need);
+    CAIRN_RETURN_IF_ERROR(f->read_at(0, buf.data(), buf.size()));
+    h = decode_header(buf, path);
+  }
+  if (!h) return h;
+  if (h->file_size != f->size()) {
+    return status(errc::corruption, path + ": file is " + std::to_string(f->size()) + " bytes, header says " +
+                                        std::to_string(h->file_size) + " (truncated or overwritten)");
+  }
+  return h;
+}
+
+status verify_image(const shard_header& h, std::span<const std::byte> image, const std::string& where) {
+  if (image.size() < h.file_size) return {errc::corruption, where + ": image shorter than the file size"};
+  for (auto& r : h.regions) {
+    if (util::xxh3(image.data() + r.offset, r.length) != r.checksum) {
+      return {errc::corruption, where + ": checksum mismatch in region '" + r.name +
+                                    "' (the shard is damaged; restart uses another level or an older version)"};
+    }
+  }
+  return {};
+}
+
+}  // namespace cairn::format

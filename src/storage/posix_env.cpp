@@ -1,0 +1,199 @@
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "storage/storage_env.hpp"
+
+namespace cairn::storage {
+namespace {
+
+class posix_writable final : public writable_file {
+ public:
+  posix_writable(int fd, std::string path, bool direct) : fd_(fd), path_(std::move(path)), direct_(direct) {}
+  ~posix_writable() override { (void)close(); }
+
+  status write_at(uint64_t offset, const void* data, size_t len) override {
+    const char* p = static_cast<const char*>(data);
+    while (len > 0) {
+      // Bounded chunks: large pwrite calls can return short on some systems.
+      size_t chunk = len < (size_t{1} << 30) ? len : (size_t{1} << 30);
+      ssize_t n = ::pwrite(fd_, p, chunk, static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EINVAL && direct_) {
+          // The file system accepted O_DIRECT at open but not this transfer:
+          // continue buffered (the final sync still makes it durable).
+          int fl = fcntl(fd_, F_GETFL);
+          if (fl >= 0 && fcntl(fd_, F_SETFL, fl & ~O_DIRECT) == 0) { direct_ = false; continue; }
+        }
+        return status::from_errno(errno, "write of " + std::to_string(chunk) + " bytes at offset " +
+                                             std::to_string(offset) + " to " + path_);
+      }
+      if (n == 0) return status::from_errno(EIO, "write returned 0 for " + path_);
+      p += n;
+      len -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+    return {};
+  }
+
+  status sync() override {
+    while (::fdatasync(fd_) != 0) {
+      if (errno == EINTR) continue;
+      return status::from_errno(errno, "fdatasync of " + path_);
+    }
+    return {};
+  }
+
+  status close() override {
+    if (fd_ < 0) return {};
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0 && errno != EINTR) return status::from_errno(errno, "close of " + path_);
+    return {};
+  }
+
+  bool direct() const override { return direct_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  bool direct_;
+};
+
+class posix_readable final : public readable_file {
+ public:
+  posix_readable(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
+  ~posix_readable() override { ::close(fd_); }
+
+  status read_at(uint64_t offset, void* data, size_t len) const override {
+    char* p = static_cast<char*>(data);
+    while (len > 0) {
+      ssize_t n = ::pread(fd_, p, len, static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return status::from_errno(errno, "read at offset " + std::to_string(offset) + " of " + path_);
+      }
+      if (n == 0) {
+        return {errc::corruption, path_ + " is shorter than expected (truncated at " + std::to_string(offset) + ")"};
+      }
+      p += n;
+      len -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+    return {};
+  }
+  uint64_t size() const override { return size_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  uint64_t size_;
+};
+
+class posix_env final : public storage_env {
+ public:
+  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct) override {
+    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    int fd = -1;
+    bool direct = false;
+    if (want_direct) {
+      fd = ::open(path.c_str(), flags | O_DIRECT, 0644);
+      direct = fd >= 0;
+      if (fd < 0 && errno != EINVAL) return status::from_errno(errno, "create " + path);
+    }
+    if (fd < 0) fd = ::open(path.c_str(), flags, 0644);
+    if (fd < 0) return status::from_errno(errno, "create " + path);
+    return std::unique_ptr<writable_file>(new posix_writable(fd, path, direct));
+  }
+
+  result<std::unique_ptr<readable_file>> open_read(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (errno == ENOENT) return status(errc::not_found, path + " does not exist");
+      return status::from_errno(errno, "open " + path);
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      int e = errno;
+      ::close(fd);
+      return status::from_errno(e, "stat " + path);
+    }
+    return std::unique_ptr<readable_file>(new posix_readable(fd, path, static_cast<uint64_t>(st.st_size)));
+  }
+
+  status rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0) return status::from_errno(errno, "rename " + from + " to " + to);
+    return {};
+  }
+
+  status sync_dir(const std::string& dir) override {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return status::from_errno(errno, "open directory " + dir);
+    int rc = ::fsync(fd);
+    int e = errno;
+    ::close(fd);
+    // Some file systems (tmpfs) refuse fsync on directories: nothing to make durable.
+    if (rc != 0 && e != EINVAL && e != EROFS) return status::from_errno(e, "fsync directory " + dir);
+    return {};
+  }
+
+  status make_dirs(const std::string& dir) override {
+    if (dir.empty()) return {};
+    std::string cur;
+    size_t pos = 0;
+    while (pos != std::string::npos) {
+      pos = dir.find('/', pos + 1);
+      cur = dir.substr(0, pos);
+      if (cur.empty()) continue;
+      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return status::from_errno(errno, "mkdir " + cur);
+    }
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) return status::from_errno(errno, "stat " + dir);
+    if (!S_ISDIR(st.st_mode)) return {errc::io_error, dir + " exists and is not a directory"};
+    return {};
+  }
+
+  status remove_file(const std::string& path) override {
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) return status::from_errno(errno, "unlink " + path);
+    return {};
+  }
+
+  status remove_dir(const std::string& dir) override {
+    if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return status::from_errno(errno, "rmdir " + dir);
+    return {};
+  }
+
+  result<std::vector<std::string>> list(const std::string& dir) override {
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) {
+      if (errno == ENOENT) return status(errc::not_found, dir + " does not exist");
+      return status::from_errno(errno, "opendir " + dir);
+    }
+    std::vector<std::string> names;
+    while (struct dirent* e = ::readdir(d)) {
+      if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+      names.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+    return names;
+  }
+
+  bool exists(const std::string& path) override {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0;
+  }
+};
+
+}  // namespace
+
+storage_env* storage_env::posix() {
+  static posix_env* env = new posix_env();
+  return env;
+}
+
+}  // namespace cairn::storage

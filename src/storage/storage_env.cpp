@@ -1,0 +1,129 @@
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "storage/storage_env.hpp"
+
+namespace cairn::storage {
+
+std::string dirname_of(const std::string& path) {
+  auto pos = path.find_last_of('/');
+  if (pos == std::string::npos) return ".";
+  if (pos == 0) return "/";
+  return path.substr(0, pos);
+}
+
+std::string join(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (a.back() == '/') return a + b;
+  return a + "/" + b;
+}
+
+result<std::string> storage_env::read_all(const std::string& path) {
+  CAIRN_ASSIGN_OR_RETURN(auto f, open_read(path));
+  std::string data(f->size(), '\0');
+  CAIRN_RETURN_IF_ERROR(f->read_at(0, data.data(), data.size()));
+  return data;
+}
+
+status storage_env::write_atomic(const std::string& path, const std::string& data, bool durable) {
+  const std::string tmp = path + ".tmp";
+  auto fail = [&](status st) {
+    (void)remove_file(tmp);
+    return st;
+  };
+  auto f = create(tmp, false);
+  if (!f) return f.take_status();
+  if (status st = (*f)->write_at(0, data.data(), data.size()); !st) return fail(st);
+  if (durable) {
+    if (status st = (*f)->sync(); !st) return fail(st);
+  }
+  if (status st = (*f)->close(); !st) return fail(st);
+  if (status st = rename(tmp, path); !st) return fail(st);
+  if (durable) return sync_dir(dirname_of(path));
+  return {};
+}
+
+status storage_env::remove_tree(const std::string& dir) {
+  auto names = list(dir);
+  if (!names) return names.error().code() == errc::not_found ? status() : names.take_status();
+  for (auto& n : *names) {
+    std::string p = join(dir, n);
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      CAIRN_RETURN_IF_ERROR(remove_tree(p));
+    } else {
+      CAIRN_RETURN_IF_ERROR(remove_file(p));
+    }
+  }
+  return remove_dir(dir);
+}
+
+namespace {
+
+// Injects errors for tests: see make_fault_env.
+class fault_env final : public storage_env {
+ public:
+  fault_env(storage_env* base, fault_spec spec) : base_(base), spec_(std::move(spec)) {}
+
+  bool should_fail(const std::string& path, const char* kind) {
+    if (path.rfind(spec_.prefix, 0) != 0) return false;
+    if (spec_.kind != "any" && spec_.kind != kind) return false;
+    return seen_.fetch_add(1) >= spec_.after;
+  }
+  status injected(const std::string& path, const char* op) {
+    return status::from_errno(spec_.err, std::string("(injected fault) ") + op + " " + path);
+  }
+
+  class file final : public writable_file {
+   public:
+    file(fault_env* env, std::string path, std::unique_ptr<writable_file> f)
+        : env_(env), path_(std::move(path)), f_(std::move(f)) {}
+    status write_at(uint64_t off, const void* d, size_t n) override {
+      if (env_->should_fail(path_, "write")) return env_->injected(path_, "write");
+      return f_->write_at(off, d, n);
+    }
+    status sync() override {
+      if (env_->should_fail(path_, "sync")) return env_->injected(path_, "sync");
+      return f_->sync();
+    }
+    status close() override { return f_->close(); }
+    bool direct() const override { return f_->direct(); }
+
+   private:
+    fault_env* env_;
+    std::string path_;
+    std::unique_ptr<writable_file> f_;
+  };
+
+  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct) override {
+    if (should_fail(path, "create")) return injected(path, "create");
+    CAIRN_ASSIGN_OR_RETURN(auto f, base_->create(path, want_direct));
+    return std::unique_ptr<writable_file>(new file(this, path, std::move(f)));
+  }
+  result<std::unique_ptr<readable_file>> open_read(const std::string& path) override { return base_->open_read(path); }
+  status rename(const std::string& from, const std::string& to) override {
+    if (should_fail(to, "rename")) return injected(to, "rename");
+    return base_->rename(from, to);
+  }
+  status sync_dir(const std::string& dir) override { return base_->sync_dir(dir); }
+  status make_dirs(const std::string& dir) override { return base_->make_dirs(dir); }
+  status remove_file(const std::string& path) override { return base_->remove_file(path); }
+  status remove_dir(const std::string& dir) override { return base_->remove_dir(dir); }
+  result<std::vector<std::string>> list(const std::string& dir) override { return base_->list(dir); }
+  bool exists(const std::string& path) override { return base_->exists(path); }
+
+ private:
+  storage_env* base_;
+  fault_spec spec_;
+  std::atomic<int> seen_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<storage_env> make_fault_env(storage_env* base, fault_spec spec) {
+  return std::make_unique<fault_env>(base, std::move(spec));
+}
+
+}  // namespace cairn::storage

@@ -1,0 +1,86 @@
+// Every file operation of cairn goes through storage_env, so tests can run with
+// injected faults (fault_env) and later levels can use other back ends.
+// Thread-safety: an env may be used from several threads at once; a file object
+// from one thread at a time except write_at/read_at, which may run in parallel
+// on disjoint ranges.
+#ifndef CAIRN_STORAGE_ENV_HPP
+#define CAIRN_STORAGE_ENV_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cairn/status.hpp"
+
+namespace cairn::storage {
+
+// Alignment of buffers, offsets and lengths for direct I/O.
+inline constexpr size_t kDirectAlign = 4096;
+
+class writable_file {
+ public:
+  virtual ~writable_file() = default;
+  // Writes all of [data, data+len) at offset. With direct I/O, data, len and
+  // offset must be multiples of kDirectAlign.
+  virtual status write_at(uint64_t offset, const void* data, size_t len) = 0;
+  virtual status sync() = 0;   // fdatasync
+  virtual status close() = 0;  // idempotent; the destructor closes too
+  virtual bool direct() const = 0;
+};
+
+class readable_file {
+ public:
+  virtual ~readable_file() = default;
+  // Reads exactly len bytes at offset; a short file is a corruption error.
+  virtual status read_at(uint64_t offset, void* data, size_t len) const = 0;
+  virtual uint64_t size() const = 0;
+};
+
+class storage_env {
+ public:
+  virtual ~storage_env() = default;
+  // Creates (truncating) a file for writing. want_direct asks for O_DIRECT; the
+  // file falls back to buffered I/O where the file system refuses it.
+  virtual result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct) = 0;
+  virtual result<std::unique_ptr<readable_file>> open_read(const std::string& path) = 0;
+  virtual status rename(const std::string& from, const std::string& to) = 0;
+  virtual status sync_dir(const std::string& dir) = 0;
+  virtual status make_dirs(const std::string& dir) = 0;  // mkdir -p
+  virtual status remove_file(const std::string& path) = 0;  // ok if absent
+  virtual status remove_dir(const std::string& dir) = 0;    // empty dir; ok if absent
+  // Names in dir (no "." or ".."); not_found if dir does not exist.
+  virtual result<std::vector<std::string>> list(const std::string& dir) = 0;
+  virtual bool exists(const std::string& path) = 0;
+
+  // Reads a whole (small) file.
+  result<std::string> read_all(const std::string& path);
+  // Writes to path.tmp, syncs it if `durable`, renames to path, syncs the
+  // directory if `durable`. On failure removes the temporary and leaves any
+  // previous file at `path` untouched.
+  status write_atomic(const std::string& path, const std::string& data, bool durable);
+  // Removes a directory tree (files and subdirectories).
+  status remove_tree(const std::string& dir);
+
+  // The process-wide POSIX env (never deleted).
+  static storage_env* posix();
+};
+
+// An env that forwards to `base` but fails operations on paths under `prefix`
+// with `err` (an errno) once `after` matching write/sync/create calls passed.
+// kind: "write", "sync", "create", "rename" or "any".
+struct fault_spec {
+  std::string prefix;
+  std::string kind = "any";
+  int err = 5;  // EIO
+  int after = 0;
+};
+std::unique_ptr<storage_env> make_fault_env(storage_env* base, fault_spec spec);
+
+std::string dirname_of(const std::string& path);
+std::string join(const std::string& a, const std::string& b);
+
+}  // namespace cairn::storage
+
+#endif

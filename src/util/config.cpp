@@ -1,0 +1,235 @@
+#include "util/config.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <toml++/toml.h>
+
+extern char** environ;
+
+namespace cairn {
+namespace {
+
+struct key_def {
+  const char* name;
+  const char* help;
+  std::function<status(config&, const std::string&)> set;
+  std::function<std::string(const config&)> get;
+};
+
+status bad_value(const std::string& key, const std::string& value, const char* expected) {
+  return {errc::invalid_argument,
+          "configuration key '" + key + "': bad value '" + value + "' (expected " + expected + ")"};
+}
+
+result<int64_t> parse_int(const std::string& key, const std::string& v, int64_t lo, int64_t hi) {
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno != 0 || x < lo || x > hi) {
+    return bad_value(key, v, ("an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]").c_str());
+  }
+  return static_cast<int64_t>(x);
+}
+
+result<bool> parse_bool(const std::string& key, const std::string& v) {
+  if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
+  if (v == "false" || v == "0" || v == "no" || v == "off") return false;
+  return bad_value(key, v, "true or false");
+}
+
+template <typename E>
+status parse_enum(const std::string& key, const std::string& v,
+                  std::initializer_list<std::pair<const char*, E>> choices, E* out) {
+  std::string expected;
+  for (auto& [n, e] : choices) {
+    if (v == n) { *out = e; return {}; }
+    if (!expected.empty()) expected += ", ";
+    expected += n;
+  }
+  return bad_value(key, v, ("one of " + expected).c_str());
+}
+
+status set_int(const std::string& k, const std::string& v, int lo, int hi, int* out) {
+  auto r = parse_int(k, v, lo, hi);
+  if (!r) return r.take_status();
+  *out = static_cast<int>(*r);
+  return {};
+}
+
+const std::vector<key_def>& keys() {
+  static const std::vector<key_def> defs = {
+      {"run", "run id", [](config& c, const std::string& v) -> status {
+         if (v.empty() || v.find('/') != std::string::npos || v == "." || v == "..")
+           return bad_value("run", v, "a non-empty name without '/'");
+         c.run = v; return {}; }, [](const config& c) { return c.run; }},
+      {"scratch", "node-local level directory", [](config& c, const std::string& v) -> status {
+         if (v.empty()) return bad_value("scratch", v, "a directory path");
+         c.scratch = v; return {}; }, [](const config& c) { return c.scratch; }},
+      {"persistent", "persistent level directory", [](config& c, const std::string& v) -> status {
+         if (v.empty()) return bad_value("persistent", v, "a directory path");
+         c.persistent = v; return {}; }, [](const config& c) { return c.persistent; }},
+      {"mode", "thread or sync", [](config& c, const std::string& v) {
+         return parse_enum<engine_mode>("mode", v, {{"thread", engine_mode::thread}, {"sync", engine_mode::sync}}, &c.mode); },
+       [](const config& c) { return std::string(c.mode == engine_mode::sync ? "sync" : "thread"); }},
+      {"io_threads", "engine worker threads", [](config& c, const std::string& v) {
+         return set_int("io_threads", v, 1, 256, &c.io_threads); },
+       [](const config& c) { return std::to_string(c.io_threads); }},
+      {"placement", "CPU placement of engine threads", [](config& c, const std::string& v) {
+         return parse_enum<placement>("placement", v, {{"none", placement::none}, {"core", placement::core},
+                                      {"socket", placement::socket}, {"node", placement::node}}, &c.placement); },
+       [](const config& c) {
+         switch (c.placement) { case placement::core: return std::string("core");
+           case placement::socket: return std::string("socket"); case placement::node: return std::string("node");
+           default: return std::string("none"); } }},
+      {"keep_local", "versions kept locally (0 = all)", [](config& c, const std::string& v) {
+         return set_int("keep_local", v, 0, 1 << 30, &c.keep_local); },
+       [](const config& c) { return std::to_string(c.keep_local); }},
+      {"keep_persistent", "versions kept persistently (0 = all)", [](config& c, const std::string& v) {
+         return set_int("keep_persistent", v, 0, 1 << 30, &c.keep_persistent); },
+       [](const config& c) { return std::to_string(c.keep_persistent); }},
+      {"persistent_interval", "flush every k-th version", [](config& c, const std::string& v) {
+         return set_int("persistent_interval", v, 1, 1 << 30, &c.persistent_interval); },
+       [](const config& c) { return std::to_string(c.persistent_interval); }},
+      {"staging_limit", "staging memory bytes", [](config& c, const std::string& v) -> status {
+         auto r = parse_size(v);
+         if (!r) return bad_value("staging_limit", v, "a size such as 512M or 2G, or 0");
+         c.staging_limit = *r; return {}; }, [](const config& c) { return std::to_string(c.staging_limit); }},
+      {"staging_policy", "block or eagain", [](config& c, const std::string& v) {
+         return parse_enum<staging_policy>("staging_policy", v, {{"block", staging_policy::block},
+                                           {"eagain", staging_policy::eagain}}, &c.staging_policy); },
+       [](const config& c) { return std::string(c.staging_policy == staging_policy::block ? "block" : "eagain"); }},
+      {"direct_io", "O_DIRECT for the persistent level", [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("direct_io", v); if (!r) return r.take_status(); c.direct_io = *r; return {}; },
+       [](const config& c) { return std::string(c.direct_io ? "true" : "false"); }},
+      {"local_enabled", "write the local level", [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("local_enabled", v); if (!r) return r.take_status(); c.local_enabled = *r; return {}; },
+       [](const config& c) { return std::string(c.local_enabled ? "true" : "false"); }},
+      {"fault_inject", "test hook", [](config& c, const std::string& v) -> status { c.fault_inject = v; return {}; },
+       [](const config& c) { return c.fault_inject; }},
+  };
+  return defs;
+}
+
+const key_def* find_key(const std::string& name) {
+  for (auto& k : keys()) if (name == k.name) return &k;
+  return nullptr;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (auto& k : keys()) {
+    if (std::string(k.name) == "fault_inject") continue;
+    if (!s.empty()) s += ", ";
+    s += k.name;
+  }
+  return s;
+}
+
+std::string toml_value_text(const toml::node& n) {
+  if (auto s = n.as_string()) return s->get();
+  if (auto i = n.as_integer()) return std::to_string(i->get());
+  if (auto b = n.as_boolean()) return b->get() ? "true" : "false";
+  if (auto f = n.as_floating_point()) return std::to_string(f->get());
+  return "<unsupported type>";
+}
+
+std::string default_run_name() {
+  std::string exe = program_invocation_short_name ? program_invocation_short_name : "";
+  if (exe.empty() || exe.find('/') != std::string::npos) return "default";
+  return exe;
+}
+
+std::string default_scratch() {
+  std::string base = "/dev/shm";
+  if (access(base.c_str(), W_OK) != 0) {
+    const char* t = std::getenv("TMPDIR");
+    base = (t && *t) ? t : "/tmp";
+  }
+  return base + "/cairn-" + std::to_string(getuid());
+}
+
+}  // namespace
+
+result<uint64_t> parse_size(const std::string& text) {
+  if (text.empty()) return status(errc::invalid_argument, "empty size");
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long x = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str() || errno != 0 || text[0] == '-') return status(errc::invalid_argument, "bad size '" + text + "'");
+  std::string suffix(end);
+  uint64_t mult = 1;
+  if (suffix.empty() || suffix == "B") mult = 1;
+  else if (suffix == "K" || suffix == "KiB" || suffix == "k") mult = 1ull << 10;
+  else if (suffix == "M" || suffix == "MiB") mult = 1ull << 20;
+  else if (suffix == "G" || suffix == "GiB") mult = 1ull << 30;
+  else if (suffix == "T" || suffix == "TiB") mult = 1ull << 40;
+  else return status(errc::invalid_argument, "bad size suffix in '" + text + "' (use K, M, G or T)");
+  return static_cast<uint64_t>(x * mult);
+}
+
+result<config> config::load(const std::string& path) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    if (kv.rfind("CAIRN_", 0) != 0) continue;
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return load(path, env);
+}
+
+result<config> config::load(const std::string& path, const std::map<std::string, std::string>& env) {
+  config c;
+  c.run = default_run_name();
+  c.scratch = default_scratch();
+  if (!path.empty()) {
+    toml::table tbl;
+    try {
+      tbl = toml::parse_file(path);
+    } catch (const toml::parse_error& e) {
+      std::ostringstream os;
+      os << "configuration file '" << path << "': " << e.description() << " at line "
+         << e.source().begin.line << ", column " << e.source().begin.column;
+      return status(errc::invalid_argument, os.str());
+    }
+    for (auto&& [k, node] : tbl) {
+      std::string key(k.str());
+      const key_def* def = find_key(key);
+      if (def == nullptr) {
+        return status(errc::invalid_argument, "configuration file '" + path + "': unknown key '" + key +
+                                                  "' (known keys: " + known_keys() + ")");
+      }
+      status st = def->set(c, toml_value_text(node));
+      if (!st) return st.with_context("configuration file '" + path + "'");
+    }
+  }
+  for (auto& [name, value] : env) {
+    if (name == "CAIRN_CONFIG") continue;  // read by callers to find the file
+    std::string key = name.substr(6);
+    for (auto& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const key_def* def = find_key(key);
+    if (def == nullptr) {
+      return status(errc::invalid_argument, "environment variable " + name + ": unknown configuration key '" + key +
+                                                "' (known keys: " + known_keys() + ")");
+    }
+    status st = def->set(c, value);
+    if (!st) return st.with_context("environment variable " + name);
+  }
+  return c;
+}
+
+std::string config::describe() const {
+  std::string s;
+  for (auto& k : keys()) {
+    if (std::string(k.name) == "fault_inject" && fault_inject.empty()) continue;
+    s += std::string(k.name) + " = " + k.get(*this) + "\n";
+  }
+  return s;
+}
+
+}  // namespace cairn

@@ -1,0 +1,50 @@
+// Runtime configuration: TOML file plus CAIRN_<KEY> environment overrides.
+// The keys are listed in docs/design/core.md; unknown keys are errors.
+#ifndef CAIRN_UTIL_CONFIG_HPP
+#define CAIRN_UTIL_CONFIG_HPP
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cairn/status.hpp"
+
+namespace cairn {
+
+enum class engine_mode { thread, sync };
+enum class placement { none, core, socket, node };
+enum class staging_policy { block, eagain };
+
+struct config {
+  std::string run;          // run id; default: executable name
+  std::string scratch;      // node-local level directory
+  std::string persistent = "./cairn-store";
+  engine_mode mode = engine_mode::thread;
+  int io_threads = 1;
+  cairn::placement placement = placement::none;
+  int keep_local = 2;       // 0 = keep all
+  int keep_persistent = 0;  // 0 = keep all
+  int persistent_interval = 1;
+  uint64_t staging_limit = 0;  // bytes; 0 = two slots
+  cairn::staging_policy staging_policy = staging_policy::block;
+  bool direct_io = true;
+  bool local_enabled = true;
+  // Test hook (not documented for users): "level:kind[:after=N]", see fault_env.
+  std::string fault_inject;
+
+  // Loads defaults, then the TOML file (if path is non-empty), then environment.
+  static result<config> load(const std::string& path);
+  // Same, with an explicit environment (for tests).
+  static result<config> load(const std::string& path, const std::map<std::string, std::string>& env);
+
+  // key = value lines, for logs and the catalog.
+  std::string describe() const;
+};
+
+// Parses "64M", "1G", "4096" (K/M/G/T are powers of 1024).
+result<uint64_t> parse_size(const std::string& text);
+
+}  // namespace cairn
+
+#endif

@@ -1,0 +1,24 @@
+// CPU placement of engine threads (paper 001: a checkpoint thread per core,
+// per socket or per node).
+#ifndef CAIRN_UTIL_CPU_HPP
+#define CAIRN_UTIL_CPU_HPP
+
+#include <vector>
+
+#include "cairn/status.hpp"
+#include "util/config.hpp"
+
+namespace cairn::util {
+
+// The CPUs an engine thread may use under `p`, relative to `home_cpu` (the CPU
+// the application thread ran on at init). Empty for placement::none (inherit).
+// core: the SMT siblings of home_cpu other than itself, or home_cpu alone when
+// it has none; socket: the CPUs of home_cpu's package; node: every online CPU.
+std::vector<int> placement_cpus(placement p, int home_cpu);
+
+// Binds the calling thread to `cpus` (no-op when empty).
+status bind_this_thread(const std::vector<int>& cpus);
+
+}  // namespace cairn::util
+
+#endif

@@ -1,0 +1,39 @@
+#include "util/hash.hpp"
+
+#include <xxhash.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+namespace cairn::util {
+
+uint64_t xxh3(const void* data, size_t len) { return XXH3_64bits(data, len); }
+
+xxh3_stream::xxh3_stream() : state_(XXH3_createState()) {
+  if (state_ == nullptr) throw std::bad_alloc();
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+xxh3_stream::~xxh3_stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+void xxh3_stream::update(const void* data, size_t len) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, len);
+}
+uint64_t xxh3_stream::digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, v);
+  return buf;
+}
+
+bool parse_hex64(const std::string& s, uint64_t* out) {
+  if (s.size() != 16) return false;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 16);
+  if (end != s.c_str() + s.size()) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace cairn::util
