@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <cinttypes>
 #include <climits>
@@ -87,20 +89,7 @@ result<std::unique_ptr<client_impl>> client_impl::create(std::unique_ptr<comm::c
 
 status client_impl::start() {
   host_ = comm_->host();
-  if (!cfg_.fault_inject.empty()) {
-    // Test hook "level:kind:errno[:after]" with level local|persistent.
-    storage::fault_spec spec;
-    char lvl[32] = {0}, kind[32] = {0};
-    int err = 5, after = 0;
-    if (std::sscanf(cfg_.fault_inject.c_str(), "%31[^:]:%31[^:]:%d:%d", lvl, kind, &err, &after) < 3)
-      return {errc::invalid_argument, "configuration key 'fault_inject': expected level:kind:errno[:after]"};
-    spec.prefix = std::string(lvl) == "local" ? cfg_.scratch : cfg_.persistent;
-    spec.kind = kind;
-    spec.err = err;
-    spec.after = after;
-    fault_env_ = storage::make_fault_env(storage::storage_env::posix(), spec);
-    env_ = fault_env_.get();
-  }
+  if (!cfg_.fault_inject.empty()) CAIRN_RETURN_IF_ERROR(install_fault());
   CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.persistent).with_context("persistent level (CAIRN_PERSISTENT)"));
   if (cfg_.local_enabled)
     CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.scratch).with_context("local level (CAIRN_SCRATCH)"));
@@ -122,6 +111,59 @@ status client_impl::start() {
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads,
                                              util::placement_cpus(cfg_.placement, home < 0 ? 0 : home),
                                              std::move(stages));
+  return {};
+}
+
+// Test hook, "key=value" pairs separated by commas:
+//   level=local|persistent|capture, action=error|kill, kind=write|sync|create|rename|any,
+//   errno=N, after=N, version=V, rank=R
+// e.g. "level=persistent,action=kill,version=20,rank=1".
+status client_impl::install_fault() {
+  storage::fault_spec spec;
+  std::string level = "persistent";
+  int only_rank = -1;
+  auto bad = [&](const std::string& why) {
+    return status(errc::invalid_argument, "configuration key 'fault_inject': " + why);
+  };
+  std::string text = cfg_.fault_inject;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string kv = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) return bad("expected key=value, got '" + kv + "'");
+    std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    try {
+      if (k == "level") level = v;
+      else if (k == "action") spec.action = v;
+      else if (k == "kind") spec.kind = v;
+      else if (k == "errno") spec.err = std::stoi(v);
+      else if (k == "after") spec.after = std::stoi(v);
+      else if (k == "rank") only_rank = std::stoi(v);
+      else if (k == "version") {
+        kill_capture_version_ = std::stoll(v);
+        spec.path_part = "/" + format::version_dir_name(kill_capture_version_) + "/";
+      }
+      else return bad("unknown field '" + k + "'");
+    } catch (const std::exception&) {
+      return bad("bad number in '" + kv + "'");
+    }
+  }
+  if (level != "local" && level != "persistent" && level != "capture") return bad("level must be local, persistent or capture");
+  if (spec.action != "error" && spec.action != "kill") return bad("action must be error or kill");
+  if (only_rank >= 0 && only_rank != rank()) {
+    kill_capture_version_ = -1;
+    return {};
+  }
+  if (level == "capture") {
+    if (spec.action != "kill" || kill_capture_version_ < 0) return bad("level=capture needs action=kill and a version");
+    return {};
+  }
+  kill_capture_version_ = -1;
+  spec.prefix = level == "local" ? cfg_.scratch : cfg_.persistent;
+  fault_env_ = storage::make_fault_env(storage::storage_env::posix(), spec);
+  env_ = fault_env_.get();
   return {};
 }
 
@@ -249,6 +291,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   for (size_t i = 0; i < regs.size(); ++i) {
     const auto& d = h.regions[i];
     if (d.length) std::memcpy(img + d.offset, regs[i].ptr, d.length);
+    if (version == kill_capture_version_) ::raise(SIGKILL);  // test hook: crash mid-capture
     // Zero the alignment padding so no stale bytes of earlier layouts leak to disk.
     uint64_t end = format::align_up(d.offset + d.length);
     if (end > d.offset + d.length) std::memset(img + d.offset + d.length, 0, end - d.offset - d.length);

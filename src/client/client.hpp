@@ -87,6 +87,7 @@ class client_impl {
  private:
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
   status start();
+  status install_fault();
 
   // Captures `regions` as (name, version) and submits the job. Collective.
   status capture(const std::string& name, int64_t version, const std::vector<region>& regions);
@@ -146,6 +147,7 @@ class client_impl {
   };
   std::optional<file_mode> files_;
   bool finalized_ = false;
+  int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)
 };
 
 }  // namespace cairn

@@ -17,10 +17,14 @@ std::string checkpoint_dir(const std::string& root, const std::string& run, cons
   return join(join(runs_dir(root), run), name);
 }
 
-std::string version_dir(const std::string& root, const std::string& run, const std::string& name, int64_t version) {
+std::string version_dir_name(int64_t version) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "v%012" PRId64, version);
-  return join(checkpoint_dir(root, run, name), buf);
+  return buf;
+}
+
+std::string version_dir(const std::string& root, const std::string& run, const std::string& name, int64_t version) {
+  return join(checkpoint_dir(root, run, name), version_dir_name(version));
 }
 
 std::string shard_file_name(uint32_t rank) {

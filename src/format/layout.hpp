@@ -20,6 +20,7 @@ std::string runs_dir(const std::string& root);
 std::string checkpoint_dir(const std::string& root, const std::string& run, const std::string& name);
 // <root>/runs/<run>/<name>/v<version:012>
 std::string version_dir(const std::string& root, const std::string& run, const std::string& name, int64_t version);
+std::string version_dir_name(int64_t version);  // v<version:012>
 std::string shard_file_name(uint32_t rank);  // shard.<rank:06>
 std::string shard_path(const std::string& root, const std::string& run, const std::string& name, int64_t version,
                        uint32_t rank);

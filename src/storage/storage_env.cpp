@@ -1,5 +1,6 @@
 #include <sys/stat.h>
 
+#include <csignal>
 #include <atomic>
 #include <cerrno>
 
@@ -69,6 +70,7 @@ class fault_env final : public storage_env {
 
   bool should_fail(const std::string& path, const char* kind) {
     if (path.rfind(spec_.prefix, 0) != 0) return false;
+    if (!spec_.path_part.empty() && path.find(spec_.path_part) == std::string::npos) return false;
     if (spec_.kind != "any" && spec_.kind != kind) return false;
     return seen_.fetch_add(1) >= spec_.after;
   }
@@ -81,7 +83,14 @@ class fault_env final : public storage_env {
     file(fault_env* env, std::string path, std::unique_ptr<writable_file> f)
         : env_(env), path_(std::move(path)), f_(std::move(f)) {}
     status write_at(uint64_t off, const void* d, size_t n) override {
-      if (env_->should_fail(path_, "write")) return env_->injected(path_, "write");
+      if (env_->should_fail(path_, "write")) {
+        if (env_->spec_.action == "kill") {
+          size_t half = n / 2 / kDirectAlign * kDirectAlign;
+          if (half) (void)f_->write_at(off, d, half);
+          ::raise(SIGKILL);
+        }
+        return env_->injected(path_, "write");
+      }
       return f_->write_at(off, d, n);
     }
     status sync() override {

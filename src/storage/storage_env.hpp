@@ -67,12 +67,18 @@ class storage_env {
   static storage_env* posix();
 };
 
-// An env that forwards to `base` but fails operations on paths under `prefix`
-// with `err` (an errno) once `after` matching write/sync/create calls passed.
-// kind: "write", "sync", "create", "rename" or "any".
+// Fault injection for tests (config key fault_inject, not a user feature).
+// An env that forwards to `base` but, for paths under `prefix` (and containing
+// `path_part` when set), after `after` matching calls:
+//   action "error": fails the operation with errno `err`;
+//   action "kill":  writes the first half of the data, then SIGKILLs the process
+//                   (a crash in the middle of a write).
+// kind selects the operation: "write", "sync", "create", "rename" or "any".
 struct fault_spec {
   std::string prefix;
+  std::string path_part;
   std::string kind = "any";
+  std::string action = "error";
   int err = 5;  // EIO
   int after = 0;
 };
