@@ -1,0 +1,31 @@
+# Entry points for a fresh Debian 12 machine:
+#   make demo   install dependencies, build, run the checkpoint/kill/restart demonstration
+#   make test   install dependencies, build, run every test
+BUILD ?= build
+# Open MPI refuses to run as root unless told; harmless otherwise.
+export OMPI_ALLOW_RUN_AS_ROOT = 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps build demo test bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DPython3_EXECUTABLE=$(CURDIR)/.venv/bin/python >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@scripts/demo.sh $(BUILD)
+
+test: build
+	@ctest --test-dir $(BUILD) --output-on-failure -j 1
+
+bench: build
+	@bench/run_core.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
