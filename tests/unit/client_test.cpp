@@ -1,0 +1,267 @@
+// Single-process client behaviour through the public C++ and C APIs.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <numeric>
+#include <vector>
+
+#include "cairn.h"
+#include "cairn/cairn.hpp"
+#include "format/layout.hpp"
+#include "storage/storage_env.hpp"
+
+namespace cairn {
+namespace {
+
+class client_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cairn-client-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    setenv("CAIRN_PERSISTENT", (dir_ + "/store").c_str(), 1);
+    setenv("CAIRN_SCRATCH", (dir_ + "/scratch").c_str(), 1);
+    setenv("CAIRN_RUN", "unit", 1);
+  }
+  void TearDown() override {
+    for (const char* k : {"CAIRN_PERSISTENT", "CAIRN_SCRATCH", "CAIRN_RUN", "CAIRN_MODE", "CAIRN_KEEP_LOCAL",
+                          "CAIRN_KEEP_PERSISTENT", "CAIRN_PERSISTENT_INTERVAL", "CAIRN_FAULT_INJECT",
+                          "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_BOGUS"})
+      unsetenv(k);
+    ASSERT_TRUE(storage::storage_env::posix()->remove_tree(dir_));
+  }
+  std::string store() const { return dir_ + "/store"; }
+  std::string scratch() const { return dir_ + "/scratch"; }
+  std::string dir_;
+};
+
+client make_client() {
+  auto c = client::create();
+  EXPECT_TRUE(c) << c.error().to_string();
+  return std::move(c).value();
+}
+
+TEST_F(client_test, checkpoint_wait_restart_round_trip_in_both_modes) {
+  for (const char* mode : {"thread", "sync"}) {
+    setenv("CAIRN_MODE", mode, 1);
+    setenv("CAIRN_RUN", mode, 1);
+    std::vector<double> a(5000);
+    std::vector<int32_t> b(777);
+    std::iota(a.begin(), a.end(), 0.25);
+    std::iota(b.begin(), b.end(), -5);
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("a", std::span<double>(a)));
+    ASSERT_TRUE(c.protect("b", std::span<int32_t>(b)));
+    ASSERT_TRUE(c.checkpoint("ck", 1));
+    auto saved_a = a;
+    auto saved_b = b;
+    a[3] = -1;  // later changes must not leak into version 1
+    ASSERT_TRUE(c.checkpoint("ck", 2));
+    ASSERT_TRUE(c.wait("ck", 1, CAIRN_LEVEL_PERSISTENT));
+    ASSERT_TRUE(c.wait("ck", 2, CAIRN_LEVEL_PERSISTENT));
+    auto levels = c.test("ck", 1);
+    ASSERT_TRUE(levels);
+    EXPECT_EQ(*levels, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL | CAIRN_LEVEL_PERSISTENT);
+    ASSERT_TRUE(c.finalize(true));
+
+    auto r = make_client();
+    std::fill(a.begin(), a.end(), 0);
+    std::fill(b.begin(), b.end(), 0);
+    ASSERT_TRUE(r.protect("a", std::span<double>(a)));
+    ASSERT_TRUE(r.protect("b", std::span<int32_t>(b)));
+    auto v = r.restart_test("ck");
+    ASSERT_TRUE(v) << v.error().to_string();
+    EXPECT_EQ(*v, 2);
+    ASSERT_TRUE(r.restart("ck", 1));
+    EXPECT_EQ(a, saved_a) << mode;
+    EXPECT_EQ(b, saved_b) << mode;
+    EXPECT_TRUE(storage::storage_env::posix()->exists(format::manifest_path(store(), mode, "ck", 1)));
+  }
+}
+
+TEST_F(client_test, restart_with_mismatched_region_leaves_buffers_untouched) {
+  std::vector<double> a(100, 1.5);
+  std::vector<double> b(10, 2.5);
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("a", std::span<double>(a)));
+    ASSERT_TRUE(c.protect("b", std::span<double>(b)));
+    ASSERT_TRUE(c.checkpoint("ck", 0));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  std::vector<double> a2(100, 7.0);
+  std::vector<double> b2(11, 7.0);  // one element more than checkpointed
+  auto r = make_client();
+  ASSERT_TRUE(r.protect("a", std::span<double>(a2)));
+  ASSERT_TRUE(r.protect("b", std::span<double>(b2)));
+  status st = r.restart("ck", 0);
+  EXPECT_EQ(st.code(), errc::invalid_argument);
+  EXPECT_NE(st.message().find("region 'b'"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("88 bytes"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("80 bytes"), std::string::npos) << st.message();
+  EXPECT_EQ(a2, std::vector<double>(100, 7.0));  // nothing restored, not even the matching region
+  EXPECT_EQ(b2, std::vector<double>(11, 7.0));
+}
+
+TEST_F(client_test, versions_must_increase_and_names_are_checked) {
+  int x = 3;
+  auto c = make_client();
+  EXPECT_EQ(c.checkpoint("ck", 1).code(), errc::invalid_argument);  // nothing protected
+  ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT32));
+  ASSERT_TRUE(c.checkpoint("ck", 5));
+  EXPECT_EQ(c.checkpoint("ck", 5).code(), errc::invalid_argument);
+  EXPECT_EQ(c.checkpoint("ck", 4).code(), errc::invalid_argument);
+  EXPECT_EQ(c.checkpoint("a/b", 6).code(), errc::invalid_argument);
+  EXPECT_EQ(c.checkpoint("ck", -1).code(), errc::invalid_argument);
+  EXPECT_EQ(c.protect("file:x", &x, 1, CAIRN_INT32).code(), errc::invalid_argument);
+  EXPECT_EQ(c.wait("ck", 99, CAIRN_LEVEL_LOCAL).code(), errc::not_found);
+  EXPECT_EQ(c.unprotect("nope").code(), errc::not_found);
+  ASSERT_TRUE(c.checkpoint("other", 0));  // versions are per name
+}
+
+TEST_F(client_test, restart_test_without_checkpoints_is_not_found) {
+  auto c = make_client();
+  auto v = c.restart_test("never");
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code(), errc::not_found);
+}
+
+TEST_F(client_test, retention_keeps_the_newest_versions_per_level) {
+  setenv("CAIRN_KEEP_LOCAL", "2", 1);
+  setenv("CAIRN_KEEP_PERSISTENT", "3", 1);
+  int64_t x = 0;
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+  for (int v = 0; v < 8; ++v) {
+    x = v;
+    ASSERT_TRUE(c.checkpoint("ck", v));
+    ASSERT_TRUE(c.wait("ck", v, CAIRN_LEVEL_PERSISTENT));
+  }
+  ASSERT_TRUE(c.finalize(true));
+  auto env = storage::storage_env::posix();
+  EXPECT_EQ(format::list_versions(env, scratch(), "unit", "ck"), (std::vector<int64_t>{6, 7}));
+  EXPECT_EQ(format::list_versions(env, store(), "unit", "ck"), (std::vector<int64_t>{5, 6, 7}));
+}
+
+TEST_F(client_test, persistent_interval_flushes_every_kth_version) {
+  setenv("CAIRN_PERSISTENT_INTERVAL", "3", 1);
+  setenv("CAIRN_KEEP_LOCAL", "0", 1);
+  int64_t x = 0;
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+  for (int v = 1; v <= 6; ++v) ASSERT_TRUE(c.checkpoint("ck", v));
+  EXPECT_EQ(c.wait("ck", 1, CAIRN_LEVEL_PERSISTENT).code(), errc::not_found);
+  ASSERT_TRUE(c.wait("ck", 3, CAIRN_LEVEL_PERSISTENT));
+  ASSERT_TRUE(c.finalize(true));
+  auto env = storage::storage_env::posix();
+  EXPECT_EQ(format::list_versions(env, store(), "unit", "ck"), (std::vector<int64_t>{3, 6}));
+  EXPECT_EQ(format::list_versions(env, scratch(), "unit", "ck"), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+}
+
+TEST_F(client_test, persistent_failure_reaches_wait_and_next_checkpoint_and_keeps_old_versions) {
+  setenv("CAIRN_FAULT_INJECT", "level=persistent,action=error,kind=write,errno=28,version=2", 1);
+  std::vector<int32_t> x(1000, 1);
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", std::span<int32_t>(x)));
+  ASSERT_TRUE(c.checkpoint("ck", 1));
+  ASSERT_TRUE(c.wait("ck", 1, CAIRN_LEVEL_PERSISTENT));
+  x[0] = 2;
+  ASSERT_TRUE(c.checkpoint("ck", 2));  // capture succeeds; the flush will fail
+  status w = c.wait("ck", 2, CAIRN_LEVEL_PERSISTENT);
+  EXPECT_EQ(w.code(), errc::no_space);
+  EXPECT_NE(w.message().find("No space"), std::string::npos) << w.message();
+  EXPECT_TRUE(c.wait("ck", 2, CAIRN_LEVEL_LOCAL));  // the local level still holds it
+  status next = c.checkpoint("ck", 3);
+  EXPECT_EQ(next.code(), errc::no_space);  // the latched error, once
+  ASSERT_TRUE(c.checkpoint("ck", 3));
+  ASSERT_TRUE(c.finalize(true));
+  auto env = storage::storage_env::posix();
+  EXPECT_TRUE(env->exists(format::manifest_path(store(), "unit", "ck", 1)));
+  EXPECT_FALSE(env->exists(format::manifest_path(store(), "unit", "ck", 2)));
+  EXPECT_FALSE(env->exists(format::shard_path(store(), "unit", "ck", 2, 0) + ".tmp"));
+  EXPECT_TRUE(env->exists(format::manifest_path(store(), "unit", "ck", 3)));
+}
+
+TEST_F(client_test, staging_policy_eagain_reports_full_staging) {
+  setenv("CAIRN_STAGING_POLICY", "eagain", 1);
+  setenv("CAIRN_STAGING_LIMIT", "8M", 1);  // one slot of ~8 MiB
+  std::vector<char> big(6 << 20, 'x');
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_BYTE));
+  // Keep the only slot busy: several checkpoints back to back; at least one must
+  // find it busy (the engine needs time to write 6 MiB twice), and none may fail otherwise.
+  int again = 0, ok = 0;
+  for (int v = 0; v < 50 && again == 0; ++v) {
+    status st = c.checkpoint("ck", v);
+    if (st.code() == errc::again) ++again;
+    else if (st) ++ok;
+    else FAIL() << st.to_string();
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(again, 1);
+  ASSERT_TRUE(c.finalize(true));
+}
+
+TEST_F(client_test, staging_limit_smaller_than_a_checkpoint_is_explained) {
+  setenv("CAIRN_STAGING_LIMIT", "4K", 1);
+  std::vector<char> big(1 << 20);
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_BYTE));
+  status st = c.checkpoint("ck", 0);
+  EXPECT_EQ(st.code(), errc::invalid_argument);
+  EXPECT_NE(st.message().find("staging_limit"), std::string::npos) << st.message();
+}
+
+TEST_F(client_test, file_mode_round_trip) {
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.checkpoint_begin("files", 4));
+    auto p = c.route_file("/some/where/state.dat");
+    ASSERT_TRUE(p);
+    ASSERT_TRUE(storage::storage_env::posix()->write_atomic(*p, "hello state", false));
+    auto q = c.route_file("params.txt");
+    ASSERT_TRUE(storage::storage_env::posix()->write_atomic(*q, "n=3", false));
+    ASSERT_TRUE(c.checkpoint_end(true));
+    ASSERT_TRUE(c.wait("files", 4, CAIRN_LEVEL_PERSISTENT));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  auto r = make_client();
+  auto v = r.restart_test("files");
+  ASSERT_TRUE(v);
+  EXPECT_EQ(*v, 4);
+  ASSERT_TRUE(r.restart_begin("files", 4));
+  auto p = r.route_file("state.dat");
+  ASSERT_TRUE(p);
+  EXPECT_EQ(*storage::storage_env::posix()->read_all(*p), "hello state");
+  EXPECT_EQ(r.route_file("missing.dat").error().code(), errc::not_found);
+  ASSERT_TRUE(r.restart_end(true));
+}
+
+TEST_F(client_test, c_api_reports_codes_and_messages) {
+  setenv("CAIRN_BOGUS", "1", 1);
+  cairn_t* c = nullptr;
+  EXPECT_EQ(cairn_init(nullptr, &c), CAIRN_EINVAL);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_NE(std::string(cairn_last_error()).find("CAIRN_BOGUS"), std::string::npos) << cairn_last_error();
+  unsetenv("CAIRN_BOGUS");
+  ASSERT_EQ(cairn_init(nullptr, &c), CAIRN_OK);
+  double d[4] = {1, 2, 3, 4};
+  EXPECT_EQ(cairn_protect(c, nullptr, d, 4, CAIRN_FLOAT64), CAIRN_EINVAL);
+  EXPECT_EQ(cairn_protect(c, "d", d, 4, CAIRN_FLOAT64), CAIRN_OK);
+  EXPECT_EQ(cairn_checkpoint(c, "ck", 0), CAIRN_OK);
+  unsigned levels = 0;
+  EXPECT_EQ(cairn_wait(c, "ck", 0, CAIRN_LEVEL_PERSISTENT), CAIRN_OK);
+  EXPECT_EQ(cairn_test(c, "ck", 0, &levels), CAIRN_OK);
+  EXPECT_TRUE(levels & CAIRN_LEVEL_PERSISTENT);
+  EXPECT_EQ(cairn_wait(c, "ck", 0, 0x30), CAIRN_EINVAL);
+  int64_t v = -1;
+  EXPECT_EQ(cairn_restart_test(c, "nothing", &v), CAIRN_ENOTFOUND);
+  EXPECT_STREQ(cairn_strerror(CAIRN_ECORRUPT), "corrupt data");
+  EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_OK);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_EINVAL);
+}
+
+}  // namespace
+}  // namespace cairn

@@ -1,0 +1,205 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "cairn.h"
+#include "engine/engine.hpp"
+#include "engine/staging.hpp"
+
+namespace cairn::engine {
+namespace {
+
+// Records the order in which (stage, version) pairs ran.
+struct trace {
+  std::mutex mu;
+  std::vector<std::pair<std::string, int64_t>> events;
+  void add(const std::string& s, int64_t v) {
+    std::lock_guard lk(mu);
+    events.emplace_back(s, v);
+  }
+};
+
+class fake_stage final : public stage {
+ public:
+  fake_stage(std::string name, unsigned level, trace* t, bool essential = false, int64_t fail_version = -1,
+             int sleep_ms = 0)
+      : name_(std::move(name)), level_(level), t_(t), essential_(essential), fail_(fail_version), sleep_ms_(sleep_ms) {}
+  const char* name() const override { return name_.c_str(); }
+  unsigned level() const override { return level_; }
+  bool essential() const override { return essential_; }
+  status run(version_job& job) override {
+    if (sleep_ms_) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    t_->add(name_, job.header.version);
+    if (job.header.version == fail_) return {errc::io_error, "injected"};
+    return {};
+  }
+
+ private:
+  std::string name_;
+  unsigned level_;
+  trace* t_;
+  bool essential_;
+  int64_t fail_;
+  int sleep_ms_;
+};
+
+std::shared_ptr<version_job> make_job(int64_t v, unsigned wanted = CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL |
+                                                                  CAIRN_LEVEL_PERSISTENT) {
+  auto j = std::make_shared<version_job>();
+  j->header.name = "t";
+  j->header.version = v;
+  j->wanted = wanted;
+  j->done = CAIRN_LEVEL_CAPTURED;
+  return j;
+}
+
+TEST(engine, stages_run_in_order_per_version_with_two_workers) {
+  trace t;
+  std::vector<std::unique_ptr<stage>> st;
+  st.push_back(std::make_unique<fake_stage>("a", 0, &t, true, -1, 1));
+  st.push_back(std::make_unique<fake_stage>("local", CAIRN_LEVEL_LOCAL, &t, false, -1, 2));
+  st.push_back(std::make_unique<fake_stage>("persistent", CAIRN_LEVEL_PERSISTENT, &t, false, -1, 3));
+  engine e(engine_mode::thread, 2, {}, std::move(st));
+  std::vector<std::shared_ptr<version_job>> jobs;
+  for (int v = 0; v < 6; ++v) {
+    jobs.push_back(make_job(v));
+    e.submit(jobs.back());
+  }
+  e.wait_idle();
+  // Within each stage, versions appear in submission order.
+  for (const char* s : {"a", "local", "persistent"}) {
+    int64_t last = -1;
+    for (auto& [name, v] : t.events)
+      if (name == s) { EXPECT_EQ(v, last + 1) << s; last = v; }
+    EXPECT_EQ(last, 5) << s;
+  }
+  for (auto& j : jobs) {
+    unsigned done, failed;
+    bool fin;
+    e.levels(*j, &done, &failed, &fin);
+    EXPECT_TRUE(fin);
+    EXPECT_EQ(done, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL | CAIRN_LEVEL_PERSISTENT);
+    EXPECT_EQ(failed, 0u);
+  }
+  EXPECT_TRUE(e.take_error());
+}
+
+TEST(engine, failing_stage_marks_its_level_and_latches_once) {
+  trace t;
+  std::vector<std::unique_ptr<stage>> st;
+  st.push_back(std::make_unique<fake_stage>("local", CAIRN_LEVEL_LOCAL, &t));
+  st.push_back(std::make_unique<fake_stage>("persistent", CAIRN_LEVEL_PERSISTENT, &t, false, 1));
+  engine e(engine_mode::thread, 1, {}, std::move(st));
+  auto j0 = make_job(0), j1 = make_job(1), j2 = make_job(2);
+  e.submit(j0);
+  e.submit(j1);
+  e.submit(j2);
+  e.wait_idle();
+  unsigned done, failed;
+  bool fin;
+  status err;
+  e.levels(*j1, &done, &failed, &fin, &err);
+  EXPECT_EQ(done & CAIRN_LEVEL_LOCAL, CAIRN_LEVEL_LOCAL);  // a non-essential failure keeps other levels
+  EXPECT_EQ(failed, CAIRN_LEVEL_PERSISTENT);
+  EXPECT_EQ(err.code(), errc::io_error);
+  EXPECT_NE(err.message().find("version 1, stage persistent"), std::string::npos) << err.message();
+  e.levels(*j2, &done, &failed, &fin);
+  EXPECT_EQ(failed, 0u);  // later versions still run
+  status latched = e.take_error();
+  EXPECT_EQ(latched.code(), errc::io_error);
+  EXPECT_TRUE(e.take_error());  // taken once
+}
+
+TEST(engine, essential_failure_abandons_the_version) {
+  trace t;
+  std::vector<std::unique_ptr<stage>> st;
+  st.push_back(std::make_unique<fake_stage>("checksum", 0, &t, true, 0));
+  st.push_back(std::make_unique<fake_stage>("local", CAIRN_LEVEL_LOCAL, &t));
+  engine e(engine_mode::sync, 1, {}, std::move(st));
+  auto j = make_job(0);
+  e.submit(j);  // sync: runs inline
+  unsigned done, failed;
+  bool fin;
+  e.levels(*j, &done, &failed, &fin);
+  EXPECT_TRUE(fin);
+  EXPECT_EQ(failed & CAIRN_LEVEL_LOCAL, CAIRN_LEVEL_LOCAL);
+  ASSERT_EQ(t.events.size(), 1u);  // local never ran
+}
+
+TEST(engine, skipped_level_is_neither_done_nor_failed) {
+  trace t;
+  std::vector<std::unique_ptr<stage>> st;
+  st.push_back(std::make_unique<fake_stage>("persistent", CAIRN_LEVEL_PERSISTENT, &t));
+  engine e(engine_mode::thread, 1, {}, std::move(st));
+  auto j = make_job(0, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL);
+  e.submit(j);
+  e.wait_levels(*j, CAIRN_LEVEL_PERSISTENT);
+  e.wait_idle();
+  unsigned done, failed;
+  bool fin;
+  e.levels(*j, &done, &failed, &fin);
+  EXPECT_EQ(done, static_cast<unsigned>(CAIRN_LEVEL_CAPTURED));
+  EXPECT_EQ(failed, 0u);
+  EXPECT_TRUE(t.events.empty());
+}
+
+TEST(engine, shutdown_without_drain_cancels_queued_jobs_and_returns_slots) {
+  trace t;
+  std::vector<std::unique_ptr<stage>> st;
+  st.push_back(std::make_unique<fake_stage>("local", CAIRN_LEVEL_LOCAL, &t, false, -1, 50));
+  staging_pool pool;
+  ASSERT_TRUE(pool.reserve(4096, 4));
+  auto e = std::make_unique<engine>(engine_mode::thread, 1, std::vector<int>{}, std::move(st));
+  std::vector<std::shared_ptr<version_job>> jobs;
+  for (int v = 0; v < 4; ++v) {
+    auto j = make_job(v, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL);
+    j->image = pool.acquire(false);
+    ASSERT_NE(j->image, nullptr);
+    j->pool = &pool;
+    jobs.push_back(j);
+    e->submit(j);
+  }
+  EXPECT_FALSE(pool.has_free());
+  e->shutdown(false);
+  int cancelled = 0;
+  for (auto& j : jobs) {
+    unsigned done, failed;
+    bool fin;
+    status err;
+    e->levels(*j, &done, &failed, &fin, &err);
+    EXPECT_TRUE(fin);
+    if (err.code() == errc::cancelled) {
+      ++cancelled;
+      EXPECT_EQ(failed, static_cast<unsigned>(CAIRN_LEVEL_LOCAL));
+    }
+  }
+  EXPECT_GE(cancelled, 2);
+  for (int i = 0; i < 4; ++i) EXPECT_NE(pool.acquire(false), nullptr);  // every slot came back
+}
+
+TEST(staging, acquire_blocks_until_release_and_buffers_are_aligned) {
+  staging_pool pool;
+  ASSERT_TRUE(pool.reserve(10000, 1));
+  EXPECT_GE(pool.slot_bytes(), 10000u);
+  aligned_buffer* a = pool.acquire(false);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a->data()) % 4096, 0u);
+  EXPECT_EQ(pool.acquire(false), nullptr);
+  std::atomic<bool> got{false};
+  std::thread th([&] {
+    aligned_buffer* b = pool.acquire(true);
+    got = true;
+    pool.release(b);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(got.load());
+  pool.release(a);
+  th.join();
+  EXPECT_TRUE(got.load());
+}
+
+}  // namespace
+}  // namespace cairn::engine

@@ -1,0 +1,100 @@
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "storage/storage_env.hpp"
+
+namespace cairn::storage {
+namespace {
+
+class storage_test : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cairn-storage-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { ASSERT_TRUE(env()->remove_tree(dir_)); }
+  storage_env* env() { return storage_env::posix(); }
+  std::string dir_;
+};
+
+TEST_F(storage_test, write_atomic_replaces_and_reads_back) {
+  std::string p = join(dir_, "a/b/file");
+  ASSERT_TRUE(env()->make_dirs(dirname_of(p)));
+  ASSERT_TRUE(env()->write_atomic(p, "first", true));
+  ASSERT_TRUE(env()->write_atomic(p, "second", true));
+  auto got = env()->read_all(p);
+  ASSERT_TRUE(got);
+  EXPECT_EQ(*got, "second");
+  EXPECT_FALSE(env()->exists(p + ".tmp"));
+}
+
+TEST_F(storage_test, direct_write_of_aligned_data_is_readable) {
+  std::string p = join(dir_, "direct");
+  void* buf = nullptr;
+  ASSERT_EQ(posix_memalign(&buf, kDirectAlign, 3 * kDirectAlign), 0);
+  for (size_t i = 0; i < 3 * kDirectAlign; ++i) static_cast<char*>(buf)[i] = static_cast<char>(i);
+  auto f = env()->create(p, true);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE((*f)->write_at(0, buf, 3 * kDirectAlign));
+  ASSERT_TRUE((*f)->sync());
+  ASSERT_TRUE((*f)->close());
+  auto r = env()->open_read(p);
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)->size(), 3 * kDirectAlign);
+  std::string back(3 * kDirectAlign, '\0');
+  ASSERT_TRUE((*r)->read_at(0, back.data(), back.size()));
+  EXPECT_EQ(0, memcmp(back.data(), buf, back.size()));
+  free(buf);
+}
+
+TEST_F(storage_test, short_read_is_corruption_and_missing_is_not_found) {
+  ASSERT_TRUE(env()->write_atomic(join(dir_, "small"), "abc", false));
+  auto r = env()->open_read(join(dir_, "small"));
+  ASSERT_TRUE(r);
+  char buf[10];
+  EXPECT_EQ((*r)->read_at(0, buf, 10).code(), errc::corruption);
+  EXPECT_EQ(env()->open_read(join(dir_, "nope")).error().code(), errc::not_found);
+  EXPECT_EQ(env()->list(join(dir_, "nope")).error().code(), errc::not_found);
+}
+
+TEST_F(storage_test, make_dirs_over_a_file_fails_clearly) {
+  ASSERT_TRUE(env()->write_atomic(join(dir_, "f"), "x", false));
+  status st = env()->make_dirs(join(dir_, "f"));
+  EXPECT_FALSE(st);
+}
+
+TEST_F(storage_test, fault_env_fails_after_n_matching_writes_and_keeps_old_file) {
+  fault_spec spec;
+  spec.prefix = join(dir_, "faulty");
+  spec.kind = "write";
+  spec.err = ENOSPC;
+  spec.after = 1;
+  auto fe = make_fault_env(env(), spec);
+  ASSERT_TRUE(fe->make_dirs(spec.prefix));
+  std::string p = join(spec.prefix, "m");
+  ASSERT_TRUE(fe->write_atomic(p, "committed", true));  // first write passes
+  status st = fe->write_atomic(p, "new", true);           // second is injected
+  EXPECT_EQ(st.code(), errc::no_space);
+  EXPECT_EQ(*fe->read_all(p), "committed");
+  EXPECT_FALSE(fe->exists(p + ".tmp"));
+  // Other paths are untouched.
+  EXPECT_TRUE(fe->write_atomic(join(dir_, "other"), "ok", true));
+}
+
+TEST_F(storage_test, fault_env_path_part_selects_files) {
+  fault_spec spec;
+  spec.prefix = dir_;
+  spec.path_part = "/v2/";
+  spec.kind = "create";
+  auto fe = make_fault_env(env(), spec);
+  ASSERT_TRUE(fe->make_dirs(join(dir_, "v1")));
+  ASSERT_TRUE(fe->make_dirs(join(dir_, "v2")));
+  EXPECT_TRUE(fe->write_atomic(join(dir_, "v1/x"), "a", false));
+  EXPECT_EQ(fe->write_atomic(join(dir_, "v2/x"), "a", false).code(), errc::io_error);
+}
+
+}  // namespace
+}  // namespace cairn::storage

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+
+#include "util/config.hpp"
+#include "util/hash.hpp"
+
+namespace cairn {
+namespace {
+
+std::string write_temp(const std::string& text) {
+  char path[] = "/tmp/cairn-config-XXXXXX";
+  int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(config, defaults_without_file_or_environment) {
+  auto c = config::load("", {});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->mode, engine_mode::thread);
+  EXPECT_EQ(c->persistent, "./cairn-store");
+  EXPECT_EQ(c->keep_local, 2);
+  EXPECT_EQ(c->persistent_interval, 1);
+  EXPECT_FALSE(c->run.empty());
+  EXPECT_FALSE(c->scratch.empty());
+}
+
+TEST(config, file_then_environment_wins) {
+  std::string path = write_temp("mode = \"sync\"\nio_threads = 3\nstaging_limit = \"1G\"\nkeep_persistent = 4\n");
+  auto c = config::load(path, {{"CAIRN_IO_THREADS", "2"}, {"CAIRN_PLACEMENT", "socket"}});
+  std::remove(path.c_str());
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->mode, engine_mode::sync);
+  EXPECT_EQ(c->io_threads, 2);
+  EXPECT_EQ(c->placement, placement::socket);
+  EXPECT_EQ(c->staging_limit, 1ull << 30);
+  EXPECT_EQ(c->keep_persistent, 4);
+}
+
+TEST(config, unknown_file_key_is_named) {
+  std::string path = write_temp("persistant = \"/x\"\n");
+  auto c = config::load(path, {});
+  std::remove(path.c_str());
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code(), errc::invalid_argument);
+  EXPECT_NE(c.error().message().find("unknown key 'persistant'"), std::string::npos) << c.error().message();
+}
+
+TEST(config, unknown_environment_key_is_named) {
+  auto c = config::load("", {{"CAIRN_PERISTENT", "/x"}});
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message().find("CAIRN_PERISTENT"), std::string::npos) << c.error().message();
+}
+
+TEST(config, bad_values_name_the_key) {
+  struct bad { const char* key; const char* value; };
+  for (auto b : {bad{"CAIRN_MODE", "async"}, bad{"CAIRN_IO_THREADS", "0"}, bad{"CAIRN_IO_THREADS", "two"},
+                 bad{"CAIRN_STAGING_LIMIT", "12Q"}, bad{"CAIRN_DIRECT_IO", "maybe"},
+                 bad{"CAIRN_RUN", "a/b"}, bad{"CAIRN_PERSISTENT_INTERVAL", "-1"}}) {
+    auto c = config::load("", {{b.key, b.value}});
+    ASSERT_FALSE(c) << b.key << "=" << b.value;
+    EXPECT_EQ(c.error().code(), errc::invalid_argument);
+    std::string key = std::string(b.key).substr(6);
+    for (auto& ch : key) ch = static_cast<char>(tolower(ch));
+    EXPECT_NE(c.error().message().find("'" + key + "'"), std::string::npos) << c.error().message();
+  }
+}
+
+TEST(config, syntax_error_gives_line) {
+  std::string path = write_temp("mode = \n");
+  auto c = config::load(path, {});
+  std::remove(path.c_str());
+  ASSERT_FALSE(c);
+  EXPECT_NE(c.error().message().find("line 1"), std::string::npos) << c.error().message();
+}
+
+TEST(config, parse_size) {
+  EXPECT_EQ(*parse_size("4096"), 4096u);
+  EXPECT_EQ(*parse_size("64M"), 64ull << 20);
+  EXPECT_EQ(*parse_size("2GiB"), 2ull << 30);
+  EXPECT_FALSE(parse_size("-1"));
+  EXPECT_FALSE(parse_size("M"));
+  EXPECT_FALSE(parse_size("3X"));
+}
+
+TEST(status, from_errno_maps_no_space) {
+  EXPECT_EQ(status::from_errno(ENOSPC, "write x").code(), errc::no_space);
+  EXPECT_EQ(status::from_errno(EIO, "write x").code(), errc::io_error);
+  EXPECT_NE(status::from_errno(EIO, "write x").message().find("write x"), std::string::npos);
+}
+
+TEST(hash, stream_equals_one_shot_and_hex_round_trips) {
+  std::string data(100000, 'x');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 7);
+  util::xxh3_stream s;
+  s.update(data.data(), 333);
+  s.update(data.data() + 333, data.size() - 333);
+  EXPECT_EQ(s.digest(), util::xxh3(data.data(), data.size()));
+  uint64_t back = 0;
+  ASSERT_TRUE(util::parse_hex64(util::hex64(0x0123456789abcdefull), &back));
+  EXPECT_EQ(back, 0x0123456789abcdefull);
+  EXPECT_FALSE(util::parse_hex64("xyz", &back));
+}
+
+}  // namespace
+}  // namespace cairn
