@@ -540,6 +540,8 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
 }
 
 result<unsigned> client_impl::test(const std::string& name, int64_t version) {
+  // Alone, progress is local and cheap: let a polling application see commits.
+  if (size() == 1 && !finalized_) CAIRN_RETURN_IF_ERROR(progress(false));
   version_record* rec = find(name, version);
   if (!rec) {
     return status(errc::not_found, "checkpoint '" + name + "' version " + std::to_string(version) +
