@@ -266,9 +266,16 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
   // A stale commit of the same version (from an earlier execution of this run)
   // must be withdrawn before any rank starts replacing its shards.
+  // Only versions at or below the newest one on disk at the first checkpoint of
+  // the name can be stale, so the common case costs no metadata operation.
   if (st && rank() == 0) {
+    auto [it, fresh] = disk_max_version_.try_emplace(name, -1);
+    if (fresh) {
+      auto vs = format::list_versions(env_, cfg_.persistent, cfg_.run, name);
+      if (!vs.empty()) it->second = vs.back();
+    }
     std::string mp = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
-    if (env_->exists(mp)) {
+    if (version <= it->second && env_->exists(mp)) {
       st = env_->remove_file(mp);
       if (st) st = env_->sync_dir(storage::dirname_of(mp));
     }

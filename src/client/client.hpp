@@ -127,6 +127,7 @@ class client_impl {
   std::map<std::string, region> regions_;
   std::map<std::string, int64_t> last_version_;     // per checkpoint name
   std::map<std::string, int64_t> count_;            // checkpoints per name (persistent_interval)
+  std::map<std::string, int64_t> disk_max_version_; // rank 0: newest version on disk before this handle wrote
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<version_record>> records_;
   std::deque<version_record*> pending_;             // unresolved, in checkpoint order
   std::map<std::pair<std::string, unsigned>, std::vector<int64_t>> complete_;  // per name, level

@@ -120,6 +120,24 @@ TEST_F(client_test, versions_must_increase_and_names_are_checked) {
   ASSERT_TRUE(c.checkpoint("other", 0));  // versions are per name
 }
 
+TEST_F(client_test, rewriting_a_version_of_an_earlier_execution_replaces_its_commit) {
+  setenv("CAIRN_SCRATCH", (dir_ + "/scratch1").c_str(), 1);
+  int64_t x = 1;
+  for (int64_t value : {111, 222}) {
+    x = value;
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+    ASSERT_TRUE(c.checkpoint("ck", 3));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  setenv("CAIRN_SCRATCH", (dir_ + "/scratch2").c_str(), 1);  // force the persistent copy
+  auto r = make_client();
+  ASSERT_TRUE(r.protect("x", &x, 1, CAIRN_INT64));
+  x = 0;
+  ASSERT_TRUE(r.restart("ck", 3));
+  EXPECT_EQ(x, 222);
+}
+
 TEST_F(client_test, restart_test_without_checkpoints_is_not_found) {
   auto c = make_client();
   auto v = c.restart_test("never");
