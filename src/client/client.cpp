@@ -491,8 +491,8 @@ void client_impl::on_durable(version_record& rec) {
     std::lock_guard lk(catalog_mu_);
     if (catalog_) {
       status cs = catalog_->index_version(env_, m.run, m.name, m.version);
+      // The persistent event comes from the manifest; the local one only exists here.
       if (cs && local_at > 0) cs = catalog_->record_level(m.run, m.name, m.version, CAIRN_LEVEL_LOCAL, local_at, 0);
-      if (cs) cs = catalog_->record_level(m.run, m.name, m.version, CAIRN_LEVEL_PERSISTENT, m.committed_at, 0);
       if (!cs)
         std::fprintf(stderr, "cairn: warning: catalog not updated (%s); run 'cairn reindex %s'\n",
                      cs.to_string().c_str(), cfg_.persistent.c_str());

@@ -3,9 +3,11 @@
 // which stay the source of truth (rebuild() recreates it from them).
 // Schema: docs/format/catalog.md.
 //
-// Thread-safety: one catalog object per thread; several processes may open the
-// same file (SQLite locking with a busy timeout of 10 s; a write that still
-// finds the file locked after that returns errc::again).
+// Thread-safety: a catalog object is used by one thread at a time (it has no
+// lock of its own: callers sharing one serialise their calls); threads and
+// processes may each open their own object on the same file (SQLite locking
+// with a busy timeout of 10 s; a call that still finds the file locked after
+// that returns errc::again).
 #ifndef CAIRN_HISTORY_CATALOG_HPP
 #define CAIRN_HISTORY_CATALOG_HPP
 

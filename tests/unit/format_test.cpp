@@ -1,0 +1,471 @@
+// Unit tests of src/format: shard header encode/decode and every validation
+// path, manifest round trip and checksum trailer, store layout names.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cairn.h"
+#include "format/layout.hpp"
+#include "format/manifest.hpp"
+#include "format/shard.hpp"
+#include "storage/storage_env.hpp"
+#include "test_store.hpp"
+#include "util/hash.hpp"
+
+namespace cairn {
+namespace {
+
+using format::shard_header;
+using test::region_spec;
+
+const std::vector<region_spec> kRegions = {{"temperature", CAIRN_FLOAT64, 32, {4, 8}, false},
+                                           {"step", CAIRN_INT64, 1, {}, false},
+                                           {"pos", CAIRN_FLOAT32, 300, {100, 3}, true}};
+
+// Offsets in the fixed header (docs/format/shard.md).
+constexpr size_t kFormatVersionAt = 8;
+constexpr size_t kHeaderBytesAt = 16;
+constexpr size_t kRegionCountAt = 20;
+constexpr size_t kFileSizeAt = 32;
+constexpr size_t kChecksumAt = 56;
+
+test::shard_image image() {
+  auto img = test::make_shard_image("run1", "ckpt", 7, 1, 4, kRegions);
+  EXPECT_TRUE(img.is_ok()) << img.error().to_string();
+  return std::move(img).value();
+}
+
+uint32_t header_bytes(const std::vector<std::byte>& b) {
+  uint32_t hb = 0;
+  std::memcpy(&hb, b.data() + kHeaderBytesAt, 4);
+  return hb;
+}
+
+// Recomputes the header checksum after a deliberate edit, so that decode gets
+// past the checksum to the check under test.
+void reseal(std::vector<std::byte>& b) {
+  uint32_t hb = header_bytes(b);
+  std::memset(b.data() + kChecksumAt, 0, 8);
+  uint64_t sum = util::xxh3(b.data(), hb);
+  std::memcpy(b.data() + kChecksumAt, &sum, 8);
+}
+
+template <typename T>
+void poke(std::vector<std::byte>& b, size_t at, T v) {
+  std::memcpy(b.data() + at, &v, sizeof v);
+}
+
+// Offset of the first region's table entry.
+size_t first_region_at(const shard_header& h) { return format::kFixedHeaderBytes + h.run.size() + h.name.size(); }
+
+std::string message_of(const result<shard_header>& r) { return r ? std::string("ok") : r.error().message(); }
+
+TEST(FormatTypes, SizesAndNames) {
+  EXPECT_EQ(format::type_size(CAIRN_BYTE), 1u);
+  EXPECT_EQ(format::type_size(CAIRN_INT16), 2u);
+  EXPECT_EQ(format::type_size(CAIRN_FLOAT32), 4u);
+  EXPECT_EQ(format::type_size(CAIRN_FLOAT64), 8u);
+  EXPECT_EQ(format::type_size(CAIRN_UINT64), 8u);
+  EXPECT_EQ(format::type_size(11), 0u);
+  EXPECT_STREQ(format::type_name(CAIRN_FLOAT64), "float64");
+  EXPECT_STREQ(format::type_name(CAIRN_UINT8), "uint8");
+  EXPECT_STREQ(format::type_name(200), "unknown");
+  EXPECT_TRUE(format::type_is_float(CAIRN_FLOAT32));
+  EXPECT_FALSE(format::type_is_float(CAIRN_INT64));
+}
+
+TEST(FormatLayout, PlanAlignsEveryRegion) {
+  test::shard_image img = image();
+  const shard_header& h = img.header;
+  EXPECT_EQ(h.data_offset, format::kAlign);
+  ASSERT_EQ(h.regions.size(), 3u);
+  EXPECT_EQ(h.regions[0].offset, 4096u);
+  EXPECT_EQ(h.regions[0].length, 32u * 8);
+  EXPECT_EQ(h.regions[1].offset, 8192u);
+  EXPECT_EQ(h.regions[1].length, 8u);
+  EXPECT_EQ(h.regions[2].offset, 12288u);
+  EXPECT_EQ(h.regions[2].length, 1200u);
+  EXPECT_EQ(h.file_size, 16384u);
+  EXPECT_EQ(img.bytes.size(), h.file_size);
+}
+
+TEST(FormatLayout, PlanRejectsBadRegions) {
+  auto plan = [](std::vector<format::region_desc> regions, std::string run = "r") {
+    shard_header h;
+    h.run = std::move(run);
+    h.name = "n";
+    h.regions = std::move(regions);
+    return format::plan_layout(h);
+  };
+  format::region_desc ok;
+  ok.name = "a";
+  ok.type = CAIRN_INT32;
+  ok.count = 3;
+  EXPECT_TRUE(plan({ok}).is_ok());
+
+  format::region_desc bad_type = ok;
+  bad_type.type = 42;
+  status st = plan({bad_type});
+  EXPECT_EQ(st.code(), errc::invalid_argument);
+  EXPECT_NE(st.message().find("unknown type 42"), std::string::npos) << st.message();
+
+  st = plan({ok, ok});
+  EXPECT_EQ(st.code(), errc::invalid_argument);
+  EXPECT_NE(st.message().find("appears twice"), std::string::npos) << st.message();
+
+  format::region_desc unnamed = ok;
+  unnamed.name = "";
+  EXPECT_EQ(plan({unnamed}).code(), errc::invalid_argument);
+
+  format::region_desc long_name = ok;
+  long_name.name = std::string(256, 'x');
+  EXPECT_EQ(plan({long_name}).code(), errc::invalid_argument);
+
+  format::region_desc many_dims = ok;
+  many_dims.dims.assign(9, 1);
+  EXPECT_EQ(plan({many_dims}).code(), errc::invalid_argument);
+
+  EXPECT_EQ(plan({ok}, std::string(256, 'r')).code(), errc::invalid_argument);
+}
+
+TEST(FormatShard, HeaderRoundTrip) {
+  test::shard_image img = image();
+  auto h = format::decode_header(img.bytes, "mem");
+  ASSERT_TRUE(h.is_ok()) << h.error().to_string();
+  const shard_header& want = img.header;
+  EXPECT_EQ(h->run, "run1");
+  EXPECT_EQ(h->name, "ckpt");
+  EXPECT_EQ(h->version, 7);
+  EXPECT_EQ(h->rank, 1u);
+  EXPECT_EQ(h->nranks, 4u);
+  EXPECT_EQ(h->flags, want.flags);
+  EXPECT_EQ(h->data_offset, want.data_offset);
+  EXPECT_EQ(h->file_size, want.file_size);
+  EXPECT_EQ(h->header_checksum, want.header_checksum);
+  EXPECT_NE(h->header_checksum, 0u);
+  ASSERT_EQ(h->regions.size(), want.regions.size());
+  for (size_t i = 0; i < want.regions.size(); ++i) {
+    const auto& a = h->regions[i];
+    const auto& b = want.regions[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.type, b.type);
+    EXPECT_EQ(a.flags, b.flags);
+    EXPECT_EQ(a.compression, 0);
+    EXPECT_EQ(a.dims, b.dims);
+    EXPECT_EQ(a.count, b.count);
+    EXPECT_EQ(a.offset, b.offset);
+    EXPECT_EQ(a.length, b.length);
+    EXPECT_EQ(a.checksum, b.checksum);
+  }
+  EXPECT_EQ(h->regions[2].flags, format::kColumnMajor);
+  EXPECT_TRUE(format::verify_image(*h, img.bytes, "mem").is_ok());
+}
+
+TEST(FormatShard, ShortBufferAsksForMore) {
+  test::shard_image img = image();
+  size_t need = 0;
+  auto r = format::decode_header(std::span(img.bytes).first(10), "mem", &need);
+  EXPECT_EQ(r.error().code(), errc::again);
+  EXPECT_EQ(need, format::kFixedHeaderBytes);
+
+  const uint32_t hb = header_bytes(img.bytes);
+  ASSERT_GT(hb, format::kFixedHeaderBytes);
+  r = format::decode_header(std::span(img.bytes).first(format::kFixedHeaderBytes), "mem", &need);
+  EXPECT_EQ(r.error().code(), errc::again);
+  EXPECT_EQ(need, hb);
+
+  r = format::decode_header(std::span(img.bytes).first(hb), "mem", &need);
+  EXPECT_TRUE(r.is_ok()) << message_of(r);
+}
+
+TEST(FormatShard, BadMagic) {
+  test::shard_image img = image();
+  img.bytes[0] = std::byte{'X'};
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("f.shard: not a cairn shard (bad magic)"), std::string::npos) << message_of(r);
+}
+
+TEST(FormatShard, NewerFormatVersionIsNotSupported) {
+  test::shard_image img = image();
+  poke<uint32_t>(img.bytes, kFormatVersionAt, format::kShardFormatVersion + 1);
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::not_supported);
+  EXPECT_NE(message_of(r).find("shard format version 2"), std::string::npos) << message_of(r);
+}
+
+TEST(FormatShard, EveryFlippedHeaderByteIsDetected) {
+  const test::shard_image img = image();
+  const uint32_t hb = header_bytes(img.bytes);
+  for (size_t i = 0; i < hb; ++i) {
+    std::vector<std::byte> b = img.bytes;
+    b[i] ^= std::byte{0x01};
+    auto r = format::decode_header(b, "f.shard");
+    EXPECT_FALSE(r.is_ok()) << "flipping header byte " << i << " went unnoticed";
+  }
+}
+
+TEST(FormatShard, FlippedChecksumFieldIsAMismatch) {
+  test::shard_image img = image();
+  img.bytes[kChecksumAt + 3] ^= std::byte{0x80};
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("header checksum mismatch"), std::string::npos) << message_of(r);
+}
+
+TEST(FormatShard, InconsistentSizes) {
+  test::shard_image img = image();
+  poke<uint32_t>(img.bytes, kHeaderBytesAt, 10);  // smaller than the fixed header
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("inconsistent header sizes"), std::string::npos) << message_of(r);
+}
+
+TEST(FormatShard, TruncatedRegionTable) {
+  test::shard_image img = image();
+  // One region more than the table holds: the parser runs off the end.
+  poke<uint32_t>(img.bytes, kRegionCountAt, static_cast<uint32_t>(kRegions.size() + 1));
+  reseal(img.bytes);
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("truncated region table"), std::string::npos) << message_of(r);
+}
+
+TEST(FormatShard, RegionOutsideTheFile) {
+  test::shard_image img = image();
+  // Region 0's offset field: after name length(2), type, flags, compression,
+  // ndims (1 each), reserved(2) and count(8).
+  const size_t offset_at = first_region_at(img.header) + 8 + 8;
+  poke<uint64_t>(img.bytes, offset_at, img.header.file_size);
+  reseal(img.bytes);
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("region 'temperature' has an invalid table entry"), std::string::npos)
+      << message_of(r);
+}
+
+TEST(FormatShard, FileSizeSmallerThanTheRegions) {
+  test::shard_image img = image();
+  poke<uint64_t>(img.bytes, kFileSizeAt, img.header.file_size - format::kAlign);
+  reseal(img.bytes);
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("region 'pos' has an invalid table entry"), std::string::npos) << message_of(r);
+}
+
+TEST(FormatShard, LengthNotMatchingTheCount) {
+  test::shard_image img = image();
+  const size_t length_at = first_region_at(img.header) + 8 + 8 + 8;
+  poke<uint64_t>(img.bytes, length_at, img.header.regions[0].length - 8);
+  reseal(img.bytes);
+  auto r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("invalid table entry"), std::string::npos) << message_of(r);
+}
+
+TEST(FormatShard, VerifyImageFindsDamagedData) {
+  test::shard_image img = image();
+  img.bytes[img.header.regions[1].offset] ^= std::byte{0x10};
+  status st = format::verify_image(img.header, img.bytes, "f.shard");
+  EXPECT_EQ(st.code(), errc::corruption);
+  EXPECT_NE(st.message().find("checksum mismatch in region 'step'"), std::string::npos) << st.message();
+
+  st = format::verify_image(img.header, std::span(img.bytes).first(100), "f.shard");
+  EXPECT_EQ(st.code(), errc::corruption);
+}
+
+class FormatFiles : public ::testing::Test {
+ protected:
+  test::temp_dir dir_;
+  storage::storage_env* env_ = storage::storage_env::posix();
+  std::string path(const std::string& name) const { return storage::join(dir_.path(), name); }
+};
+
+TEST_F(FormatFiles, ReadHeaderOfAFile) {
+  test::shard_image img = image();
+  ASSERT_TRUE(test::write_file(path("s"), img.bytes.data(), img.bytes.size()).is_ok());
+  auto h = format::read_header(env_, path("s"));
+  ASSERT_TRUE(h.is_ok()) << h.error().to_string();
+  EXPECT_EQ(h->header_checksum, img.header.header_checksum);
+  EXPECT_EQ(h->regions.size(), 3u);
+}
+
+TEST_F(FormatFiles, ReadHeaderOfATruncatedFile) {
+  test::shard_image img = image();
+  ASSERT_TRUE(test::write_file(path("s"), img.bytes.data(), img.bytes.size() - 4096).is_ok());
+  auto h = format::read_header(env_, path("s"));
+  EXPECT_EQ(h.error().code(), errc::corruption);
+  EXPECT_NE(message_of(h).find("file is 12288 bytes, header says 16384"), std::string::npos) << message_of(h);
+
+  // Cut inside the header itself.
+  ASSERT_TRUE(test::write_file(path("t"), img.bytes.data(), 70).is_ok());
+  h = format::read_header(env_, path("t"));
+  EXPECT_EQ(h.error().code(), errc::corruption) << message_of(h);
+  EXPECT_NE(message_of(h).find(path("t")), std::string::npos) << message_of(h);
+}
+
+TEST_F(FormatFiles, ReadHeaderOfAMissingFile) {
+  auto h = format::read_header(env_, path("nothing"));
+  EXPECT_EQ(h.error().code(), errc::not_found);
+}
+
+format::manifest sample_manifest() {
+  format::manifest m;
+  m.run = "run1";
+  m.name = "ckpt";
+  m.version = 42;
+  m.nranks = 2;
+  m.committed_at = 1700000123.456789;
+  m.executable = "/usr/bin/app";
+  m.mode = "thread";
+  for (uint32_t r = 0; r < 2; ++r) {
+    format::shard_entry e;
+    e.rank = r;
+    e.size = 16384 + r;
+    e.header_checksum = 0xfedcba9876543210ULL + r;
+    e.captured_at = 1700000120.125;
+    e.capture_s = 0.001 * (r + 1);
+    e.checksum_s = 0.0005;
+    e.local_s = 0.25;
+    e.persistent_s = 1.5;
+    e.persistent_at = 1700000122.75;
+    e.host = "node" + std::to_string(r);
+    m.shards.push_back(e);
+  }
+  return m;
+}
+
+// A manifest text with the given body and a correct trailer.
+std::string sealed(const std::string& body) {
+  return body + "xxh3 " + util::hex64(util::xxh3(body.data(), body.size())) + "\n";
+}
+
+std::string body_of(const std::string& text) { return text.substr(0, text.rfind("xxh3 ")); }
+
+TEST(FormatManifest, RoundTrip) {
+  const format::manifest m = sample_manifest();
+  const std::string text = format::encode_manifest(m);
+  auto d = format::decode_manifest(text, "MANIFEST");
+  ASSERT_TRUE(d.is_ok()) << d.error().to_string();
+  EXPECT_EQ(d->run, m.run);
+  EXPECT_EQ(d->name, m.name);
+  EXPECT_EQ(d->version, m.version);
+  EXPECT_EQ(d->nranks, m.nranks);
+  EXPECT_EQ(d->committed_at, m.committed_at);
+  EXPECT_EQ(d->executable, m.executable);
+  EXPECT_EQ(d->mode, m.mode);
+  ASSERT_EQ(d->shards.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const auto& a = d->shards[i];
+    const auto& b = m.shards[i];
+    EXPECT_EQ(a.rank, b.rank);
+    EXPECT_EQ(a.size, b.size);
+    EXPECT_EQ(a.header_checksum, b.header_checksum);
+    EXPECT_EQ(a.captured_at, b.captured_at);
+    EXPECT_EQ(a.capture_s, b.capture_s);
+    EXPECT_EQ(a.checksum_s, b.checksum_s);
+    EXPECT_EQ(a.local_s, b.local_s);
+    EXPECT_EQ(a.persistent_s, b.persistent_s);
+    EXPECT_EQ(a.persistent_at, b.persistent_at);
+    EXPECT_EQ(a.host, b.host);
+  }
+  // Encoding is deterministic.
+  EXPECT_EQ(format::encode_manifest(*d), text);
+}
+
+TEST(FormatManifest, FlippedBodyByteIsAChecksumMismatch) {
+  std::string text = format::encode_manifest(sample_manifest());
+  size_t at = text.find("node1");
+  ASSERT_NE(at, std::string::npos);
+  text[at] = 'N';
+  auto d = format::decode_manifest(text, "MANIFEST");
+  EXPECT_EQ(d.error().code(), errc::corruption);
+  EXPECT_EQ(d.error().message(), "MANIFEST: manifest checksum mismatch");
+}
+
+TEST(FormatManifest, DamagedTrailer) {
+  const std::string text = format::encode_manifest(sample_manifest());
+
+  std::string wrong = text;
+  char& digit = wrong[wrong.size() - 2];
+  digit = digit == '0' ? '1' : '0';
+  EXPECT_EQ(format::decode_manifest(wrong, "M").error().message(), "M: manifest checksum mismatch");
+
+  std::string not_hex = text;
+  not_hex[not_hex.size() - 2] = 'z';
+  EXPECT_EQ(format::decode_manifest(not_hex, "M").error().message(), "M: bad checksum trailer");
+
+  // Truncated: the trailer line is gone or cut.
+  EXPECT_EQ(format::decode_manifest(body_of(text), "M").error().code(), errc::corruption);
+  auto cut = format::decode_manifest(text.substr(0, text.size() - 5), "M");
+  EXPECT_EQ(cut.error().code(), errc::corruption);
+  EXPECT_NE(cut.error().message().find("missing checksum trailer"), std::string::npos) << cut.error().message();
+  EXPECT_EQ(format::decode_manifest("", "M").error().code(), errc::corruption);
+}
+
+TEST(FormatManifest, ValidChecksumButBadContent) {
+  const std::string body = body_of(format::encode_manifest(sample_manifest()));
+
+  std::string more_ranks = body;
+  more_ranks.replace(more_ranks.find("\"nranks\": 2"), 11, "\"nranks\": 3");
+  auto d = format::decode_manifest(sealed(more_ranks), "M");
+  EXPECT_EQ(d.error().code(), errc::corruption);
+  EXPECT_EQ(d.error().message(), "M: manifest lists 2 shards for 3 ranks");
+
+  std::string newer = body;
+  newer.replace(newer.find("\"format_version\": 1"), 19, "\"format_version\": 9");
+  EXPECT_EQ(format::decode_manifest(sealed(newer), "M").error().code(), errc::not_supported);
+
+  EXPECT_EQ(format::decode_manifest(sealed("{not json\n"), "M").error().code(), errc::corruption);
+  EXPECT_EQ(format::decode_manifest(sealed("{\"format\": \"other\"}\n"), "M").error().code(), errc::corruption);
+}
+
+TEST_F(FormatFiles, ReadManifest) {
+  const std::string text = format::encode_manifest(sample_manifest());
+  ASSERT_TRUE(test::write_file(path("MANIFEST"), text.data(), text.size()).is_ok());
+  auto m = format::read_manifest(env_, path("MANIFEST"));
+  ASSERT_TRUE(m.is_ok()) << m.error().to_string();
+  EXPECT_EQ(m->version, 42);
+  EXPECT_EQ(format::read_manifest(env_, path("none")).error().code(), errc::not_found);
+}
+
+TEST(FormatStoreLayout, Paths) {
+  EXPECT_EQ(format::runs_dir("/s"), "/s/runs");
+  EXPECT_EQ(format::checkpoint_dir("/s", "r", "n"), "/s/runs/r/n");
+  EXPECT_EQ(format::version_dir("/s", "r", "n", 42), "/s/runs/r/n/v000000000042");
+  EXPECT_EQ(format::shard_file_name(3), "shard.000003");
+  EXPECT_EQ(format::shard_path("/s/", "r", "n", 1, 12), "/s/runs/r/n/v000000000001/shard.000012");
+  EXPECT_EQ(format::manifest_path("/s", "r", "n", 1), "/s/runs/r/n/v000000000001/MANIFEST");
+
+  int64_t v = -1;
+  EXPECT_TRUE(format::parse_version_dir("v000000000042", &v));
+  EXPECT_EQ(v, 42);
+  EXPECT_FALSE(format::parse_version_dir("v", &v));
+  EXPECT_FALSE(format::parse_version_dir("x000000000042", &v));
+  EXPECT_FALSE(format::parse_version_dir("v00000000004a", &v));
+  uint32_t rank = 99;
+  EXPECT_TRUE(format::parse_shard_name("shard.000007", &rank));
+  EXPECT_EQ(rank, 7u);
+  EXPECT_FALSE(format::parse_shard_name("shard.000007.tmp", &rank));
+  EXPECT_FALSE(format::parse_shard_name("MANIFEST", &rank));
+}
+
+TEST_F(FormatFiles, ListVersions) {
+  test::version_spec spec;
+  spec.run = "r";
+  spec.name = "n";
+  spec.regions = {{"a", CAIRN_INT32, 4, {}, false}};
+  for (int64_t v : {12, 3, 7}) {
+    spec.version = v;
+    ASSERT_TRUE(test::write_version(dir_.path(), spec).is_ok());
+  }
+  ASSERT_TRUE(env_->make_dirs(format::checkpoint_dir(dir_.path(), "r", "n") + "/junk").is_ok());
+  EXPECT_EQ(format::list_versions(env_, dir_.path(), "r", "n"), (std::vector<int64_t>{3, 7, 12}));
+  EXPECT_TRUE(format::list_versions(env_, dir_.path(), "r", "missing").empty());
+  EXPECT_EQ(format::list_subdirs(env_, format::runs_dir(dir_.path())), std::vector<std::string>{"r"});
+}
+
+}  // namespace
+}  // namespace cairn

@@ -1,0 +1,190 @@
+// cairn show: the regions and timings of one version, from its MANIFEST and
+// shard headers.
+#include <cstdio>
+
+#include "commands.hpp"
+#include "format/layout.hpp"
+#include "format/shard.hpp"
+#include "output.hpp"
+#include "store_scan.hpp"
+#include "util/hash.hpp"
+
+namespace cairn::cli {
+namespace {
+
+std::string join_list(const std::vector<std::string>& items) {
+  std::string s;
+  for (auto& i : items) s += (s.empty() ? "" : ", ") + i;
+  return s;
+}
+
+// The run holding checkpoint `name`: `run` if given (and it has it), else the
+// only run that has it.
+result<std::string> resolve_run(const std::string& store, const std::string& name, const std::string& run) {
+  CAIRN_ASSIGN_OR_RETURN(std::vector<std::string> runs, select_runs(store, "", run));
+  std::vector<std::string> holders;
+  for (auto& r : runs) {
+    if (storage::storage_env::posix()->exists(format::checkpoint_dir(store, r, name))) holders.push_back(r);
+  }
+  if (!run.empty() && holders.empty()) {
+    std::vector<std::string> names = checkpoint_names(store, "", run);
+    return status(errc::not_found, "run '" + run + "' has no checkpoint '" + name + "'" +
+                                       (names.empty() ? "" : " (checkpoints: " + join_list(names) + ")"));
+  }
+  if (holders.empty()) return status(errc::not_found, "no checkpoint named '" + name + "' in " + store);
+  if (holders.size() > 1) {
+    return status(errc::invalid_argument, "checkpoint '" + name + "' exists in several runs (" + join_list(holders) +
+                                              "): choose one with --run");
+  }
+  return holders.front();
+}
+
+std::string shape_text(const format::region_desc& r) {
+  std::string s;
+  if (r.dims.empty()) {
+    s = std::to_string(r.count);
+  } else {
+    for (size_t i = 0; i < r.dims.size(); ++i) s += (i ? "x" : "") + std::to_string(r.dims[i]);
+  }
+  if (r.flags & format::kColumnMajor) s += " (col-major)";
+  return s;
+}
+
+}  // namespace
+
+int cmd_show(const show_options& o) {
+  if (status st = check_store(o.store); !st) {
+    print_error(st);
+    return exit_code_for(st);
+  }
+  auto run_or = resolve_run(o.store, o.name, o.run);
+  if (!run_or) {
+    print_error(run_or.error());
+    return exit_code_for(run_or.error());
+  }
+  const std::string run = *run_or;
+  storage::storage_env* env = storage::storage_env::posix();
+  version_scan s = scan_version(env, o.store, run, o.name, o.version);
+  if (s.state == version_state::absent) {
+    std::vector<std::string> known;
+    for (int64_t v : version_numbers(o.store, "", run, o.name)) known.push_back(std::to_string(v));
+    status st(errc::not_found, "version " + std::to_string(o.version) + " of " + run + "/" + o.name +
+                                   " not found in " + o.store +
+                                   (known.empty() ? "" : " (versions: " + join_list(known) + ")"));
+    print_error(st);
+    return exit_code_for(st);
+  }
+
+  // Ranks to show: all the manifest lists, or the shard files present.
+  std::vector<uint32_t> ranks;
+  if (s.manifest) {
+    for (auto& e : s.manifest->shards) ranks.push_back(e.rank);
+  } else {
+    ranks = s.shard_ranks;
+  }
+
+  int rc = kExitOk;
+  nlohmann::json jshards = nlohmann::json::array();
+  table regions({"RANK", "REGION", "TYPE", "COUNT", "SHAPE", "OFFSET", "LENGTH", "CHECKSUM"},
+                {true, false, false, true, false, true, true, false});
+  table shards({"RANK", "FILE", "SIZE", "HEADER_CHECKSUM", "HOST"}, {true, false, true, false, false});
+  table timings({"RANK", "CAPTURED_AT", "CAPTURE_S", "CHECKSUM_S", "LOCAL_S", "PERSISTENT_S", "PERSISTENT_AT"},
+                {true, false, true, true, true, true, false});
+  std::vector<std::string> errors;
+  for (uint32_t rank : ranks) {
+    const std::string path = format::shard_path(o.store, run, o.name, o.version, rank);
+    nlohmann::json js = {{"rank", rank}, {"file", format::shard_file_name(rank)}};
+    const format::shard_entry* e = s.manifest ? &s.manifest->shards[rank] : nullptr;
+    if (e != nullptr) {
+      js["size"] = e->size;
+      js["header_checksum"] = util::hex64(e->header_checksum);
+      js["host"] = e->host;
+      js["timings"] = {{"captured_at", e->captured_at}, {"capture_s", e->capture_s},
+                       {"checksum_s", e->checksum_s},   {"local_s", e->local_s},
+                       {"persistent_s", e->persistent_s}, {"persistent_at", e->persistent_at}};
+      timings.add({std::to_string(rank), format_time(e->captured_at, true), format_seconds(e->capture_s),
+                   format_seconds(e->checksum_s), format_seconds(e->local_s), format_seconds(e->persistent_s),
+                   format_time(e->persistent_at, true)});
+    }
+    auto h = format::read_header(env, path);
+    if (!h) {
+      js["error"] = h.error().message();
+      errors.push_back(h.error().message());
+      rc = kExitFailure;
+      shards.add({std::to_string(rank), format::shard_file_name(rank), e ? std::to_string(e->size) : "-",
+                  e ? util::hex64(e->header_checksum) : "-", e ? e->host : "-"});
+      jshards.push_back(std::move(js));
+      continue;
+    }
+    if (e == nullptr) {
+      js["size"] = h->file_size;
+      js["header_checksum"] = util::hex64(h->header_checksum);
+    }
+    shards.add({std::to_string(rank), format::shard_file_name(rank), std::to_string(h->file_size),
+                util::hex64(h->header_checksum), e ? e->host : "-"});
+    nlohmann::json jregions = nlohmann::json::array();
+    for (const auto& r : h->regions) {
+      std::vector<uint64_t> shape = r.dims.empty() ? std::vector<uint64_t>{r.count} : r.dims;
+      jregions.push_back({{"name", r.name},
+                          {"type", format::type_name(r.type)},
+                          {"count", r.count},
+                          {"shape", shape},
+                          {"column_major", (r.flags & format::kColumnMajor) != 0},
+                          {"offset", r.offset},
+                          {"length", r.length},
+                          {"checksum", util::hex64(r.checksum)}});
+      regions.add({std::to_string(rank), r.name, format::type_name(r.type), std::to_string(r.count), shape_text(r),
+                   std::to_string(r.offset), std::to_string(r.length), util::hex64(r.checksum)});
+    }
+    js["regions"] = std::move(jregions);
+    jshards.push_back(std::move(js));
+  }
+
+  uint64_t bytes = s.bytes;
+  std::string state_text = state_name(s.state);
+  if (s.state == version_state::incomplete) {
+    state_text += " (" + std::to_string(s.shard_ranks.size()) + " of " +
+                  (s.nranks ? std::to_string(*s.nranks) : std::string("?")) + " shards, no MANIFEST)";
+  } else if (s.state == version_state::invalid) {
+    state_text += " (" + s.manifest_error.message() + ")";
+    rc = kExitFailure;
+  }
+
+  if (o.json) {
+    nlohmann::json j = {{"store", o.store},   {"run", run},        {"name", o.name},
+                        {"version", o.version}, {"state", state_name(s.state)},
+                        {"nranks", s.nranks ? nlohmann::json(*s.nranks) : nlohmann::json(nullptr)},
+                        {"bytes", bytes},       {"shards", jshards}};
+    if (s.manifest) {
+      j["committed_at"] = s.manifest->committed_at;
+      j["executable"] = s.manifest->executable;
+      j["mode"] = s.manifest->mode;
+    }
+    if (s.state == version_state::invalid) j["problem"] = s.manifest_error.message();
+    print_json(j);
+  } else {
+    std::printf("run:         %s\n", run.c_str());
+    std::printf("checkpoint:  %s\n", o.name.c_str());
+    std::printf("version:     %lld\n", static_cast<long long>(o.version));
+    std::printf("state:       %s\n", state_text.c_str());
+    std::printf("ranks:       %s\n", s.nranks ? std::to_string(*s.nranks).c_str() : "?");
+    std::printf("bytes:       %llu (%s)\n", static_cast<unsigned long long>(bytes), format_bytes(bytes).c_str());
+    if (s.manifest) {
+      std::printf("committed:   %s\n", format_time(s.manifest->committed_at, true).c_str());
+      std::printf("executable:  %s\n", s.manifest->executable.c_str());
+      std::printf("mode:        %s\n", s.manifest->mode.c_str());
+    }
+    std::printf("\nregions:\n");
+    regions.print(stdout);
+    std::printf("\nshards:\n");
+    shards.print(stdout);
+    if (!timings.empty()) {
+      std::printf("\ntimings (seconds; times UTC):\n");
+      timings.print(stdout);
+    }
+  }
+  for (auto& e : errors) print_error(status(errc::corruption, e));
+  return rc;
+}
+
+}  // namespace cairn::cli
