@@ -13,6 +13,7 @@
 #include "engine/stages.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
+#include "format/tree.hpp"
 #include "util/clock.hpp"
 #include "util/cpu.hpp"
 
@@ -36,7 +37,8 @@ const char* level_name(unsigned level) {
 struct shard_digest {
   uint64_t size;
   uint64_t header_checksum;
-  double captured_at, capture_s, checksum_s, local_s, persistent_s, persistent_at;
+  double captured_at, capture_s, checksum_s, hash_s, local_s, persistent_s, persistent_at;
+  uint64_t tree;
   char host[64];
 };
 
@@ -105,6 +107,7 @@ status client_impl::start() {
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
   std::vector<std::unique_ptr<engine::stage>> stages;
   stages.push_back(engine::make_checksum_stage());
+  if (cfg_.hash_trees) stages.push_back(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
   if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
   stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
   int home = sched_getcpu();
@@ -441,6 +444,8 @@ void client_impl::on_durable(version_record& rec) {
   d.captured_at = job.captured_at;
   d.capture_s = job.capture_s;
   d.checksum_s = job.checksum_s;
+  d.hash_s = job.hash_s;
+  d.tree = job.tree_image.empty() ? 0 : 1;
   d.local_s = job.local_s;
   d.persistent_s = job.persistent_s;
   d.persistent_at = job.persistent_at;
@@ -469,6 +474,8 @@ void client_impl::on_durable(version_record& rec) {
     e.captured_at = sd.captured_at;
     e.capture_s = sd.capture_s;
     e.checksum_s = sd.checksum_s;
+    e.hash_s = sd.hash_s;
+    e.tree = sd.tree != 0;
     e.local_s = sd.local_s;
     e.persistent_s = sd.persistent_s;
     e.persistent_at = sd.persistent_at;
@@ -524,8 +531,10 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
     engine_->submit_task([this, root, run, name, threshold, me]() -> status {
       for (int64_t v : format::list_versions(env_, root, run, name)) {
         if (v >= threshold) break;
-        CAIRN_RETURN_IF_ERROR(env_->remove_file(format::shard_path(root, run, name, v, me)));
-        (void)env_->remove_dir(format::version_dir(root, run, name, v));  // fails while other ranks' shards remain
+        std::string dir = format::version_dir(root, run, name, v);
+        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::shard_file_name(me))));
+        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::tree_file_name(me))));
+        (void)env_->remove_dir(dir);  // fails while other ranks' shards remain
       }
       return {};
     });

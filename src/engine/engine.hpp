@@ -38,8 +38,11 @@ struct version_job {
   unsigned wanted = 0;             // CAIRN_LEVEL_* bits scheduled for this version
   uint64_t seq = 0;                // submission order (set by the engine)
 
+  std::string tree_image;          // encoded hash trees (hash stage), written beside the shard
+
   // Timings (seconds; *_at are wall-clock timestamps).
-  double captured_at = 0, capture_s = 0, checksum_s = 0, local_s = 0, persistent_s = 0, persistent_at = 0;
+  double captured_at = 0, capture_s = 0, checksum_s = 0, hash_s = 0, local_s = 0, persistent_s = 0,
+         persistent_at = 0;
 
   // Written by stages, read through engine::levels().
   unsigned done = 0;    // GUARDED_BY(engine::mu_)

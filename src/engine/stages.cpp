@@ -2,28 +2,46 @@
 
 #include "cairn.h"
 #include "format/layout.hpp"
+#include "format/tree.hpp"
 #include "util/clock.hpp"
 #include "util/hash.hpp"
 
 namespace cairn::engine {
 
 status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
-                        bool direct, bool durable) {
-  CAIRN_RETURN_IF_ERROR(env->make_dirs(storage::dirname_of(path)));
+                        bool direct, bool durable, const std::string& tree) {
+  const std::string dir = storage::dirname_of(path);
+  CAIRN_RETURN_IF_ERROR(env->make_dirs(dir));
   const std::string tmp = path + ".tmp";
+  uint32_t rank = 0;
+  format::parse_shard_name(path.substr(dir.size() + 1), &rank);
+  const std::string tree_path = storage::join(dir, format::tree_file_name(rank));
   auto fail = [&](status st) {
     (void)env->remove_file(tmp);  // never leave a partial file behind
+    (void)env->remove_file(tree_path + ".tmp");
     return st;
   };
+  if (!tree.empty()) {
+    auto t = env->create(tree_path + ".tmp", false);
+    if (!t) return fail(t.take_status());
+    if (status st = (*t)->write_at(0, tree.data(), tree.size()); !st) return fail(st);
+    if (durable) {
+      if (status st = (*t)->sync(); !st) return fail(st);
+    }
+    if (status st = (*t)->close(); !st) return fail(st);
+  }
   auto f = env->create(tmp, direct);
-  if (!f) return f.take_status();
+  if (!f) return fail(f.take_status());
   if (status st = (*f)->write_at(0, image, size); !st) return fail(st);
   if (durable) {
     if (status st = (*f)->sync(); !st) return fail(st);
   }
   if (status st = (*f)->close(); !st) return fail(st);
+  if (!tree.empty()) {
+    if (status st = env->rename(tree_path + ".tmp", tree_path); !st) return fail(st);
+  }
   if (status st = env->rename(tmp, path); !st) return fail(st);
-  if (durable) return env->sync_dir(storage::dirname_of(path));
+  if (durable) return env->sync_dir(dir);
   return {};
 }
 
@@ -43,6 +61,23 @@ class checksum_stage final : public stage {
   }
 };
 
+class hash_stage final : public stage {
+ public:
+  hash_stage(uint64_t chunk_bytes, double quantum) : chunk_bytes_(chunk_bytes), quantum_(quantum) {}
+  const char* name() const override { return "hash"; }
+  status run(version_job& job) override {
+    double t0 = util::now_s();
+    job.tree_image = format::encode_tree(
+        format::build_tree(job.header, {job.image->data(), job.header.file_size}, chunk_bytes_, quantum_));
+    job.hash_s = util::now_s() - t0;
+    return {};
+  }
+
+ private:
+  uint64_t chunk_bytes_;
+  double quantum_;
+};
+
 class local_stage final : public stage {
  public:
   local_stage(storage::storage_env* env, level_paths paths) : env_(env), paths_(std::move(paths)) {}
@@ -52,7 +87,7 @@ class local_stage final : public stage {
     double t0 = util::now_s();
     auto& h = job.header;
     std::string path = format::shard_path(paths_.scratch, h.run, h.name, h.version, h.rank);
-    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, false, false));
+    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, false, false, job.tree_image));
     job.local_s = util::now_s() - t0;
     return {};
   }
@@ -72,7 +107,7 @@ class persistent_stage final : public stage {
     double t0 = util::now_s();
     auto& h = job.header;
     std::string path = format::shard_path(paths_.persistent, h.run, h.name, h.version, h.rank);
-    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, direct_, true));
+    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, direct_, true, job.tree_image));
     job.persistent_s = util::now_s() - t0;
     job.persistent_at = util::wall_s();
     return {};
@@ -87,6 +122,9 @@ class persistent_stage final : public stage {
 }  // namespace
 
 std::unique_ptr<stage> make_checksum_stage() { return std::make_unique<checksum_stage>(); }
+std::unique_ptr<stage> make_hash_stage(uint64_t chunk_bytes, double quantum) {
+  return std::make_unique<hash_stage>(chunk_bytes, quantum);
+}
 std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths) {
   return std::make_unique<local_stage>(env, std::move(paths));
 }

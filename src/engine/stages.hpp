@@ -26,9 +26,14 @@ std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths p
 // rename, fsync of the directory: durable before the level is reported.
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io);
 
-// Writes `image` to `path` through a temporary name; `durable` adds the syncs.
+// Hash trees of every region (tree.md) into job.tree_image; after checksum.
+std::unique_ptr<stage> make_hash_stage(uint64_t chunk_bytes, double quantum);
+
+// Writes `image` to `path` and, when `tree` is not empty, the tree file beside it
+// (tree first), each through a temporary name; `durable` adds the syncs. The
+// shard's rename comes last: a committed shard always has its tree.
 status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
-                        bool direct, bool durable);
+                        bool direct, bool durable, const std::string& tree = {});
 
 }  // namespace cairn::engine
 

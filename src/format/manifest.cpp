@@ -30,6 +30,8 @@ std::string encode_manifest(const manifest& m) {
                       {"captured_at", s.captured_at},
                       {"capture_s", s.capture_s},
                       {"checksum_s", s.checksum_s},
+                      {"hash_s", s.hash_s},
+                      {"tree", s.tree},
                       {"local_s", s.local_s},
                       {"persistent_s", s.persistent_s},
                       {"persistent_at", s.persistent_at},
@@ -70,6 +72,8 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
       e.captured_at = s.value("captured_at", 0.0);
       e.capture_s = s.value("capture_s", 0.0);
       e.checksum_s = s.value("checksum_s", 0.0);
+      e.hash_s = s.value("hash_s", 0.0);
+      e.tree = s.value("tree", false);
       e.local_s = s.value("local_s", 0.0);
       e.persistent_s = s.value("persistent_s", 0.0);
       e.persistent_at = s.value("persistent_at", 0.0);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <sstream>
@@ -108,6 +109,20 @@ const std::vector<key_def>& keys() {
       {"local_enabled", "write the local level", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("local_enabled", v); if (!r) return r.take_status(); c.local_enabled = *r; return {}; },
        [](const config& c) { return std::string(c.local_enabled ? "true" : "false"); }},
+      {"hash_trees", "hash trees of every version", [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("hash_trees", v); if (!r) return r.take_status(); c.hash_trees = *r; return {}; },
+       [](const config& c) { return std::string(c.hash_trees ? "true" : "false"); }},
+      {"hash_chunk", "bytes per tree leaf", [](config& c, const std::string& v) -> status {
+         auto r = parse_size(v);
+         if (!r || *r < 64 || *r > (1ull << 30) || *r % 8 != 0)
+           return bad_value("hash_chunk", v, "a size between 64 and 1G, a multiple of 8");
+         c.hash_chunk = *r; return {}; }, [](const config& c) { return std::to_string(c.hash_chunk); }},
+      {"hash_abs", "quantum of tolerant tree leaves", [](config& c, const std::string& v) -> status {
+         char* end = nullptr;
+         double d = std::strtod(v.c_str(), &end);
+         if (v.empty() || *end != '\0' || !(d >= 0) || std::isinf(d))
+           return bad_value("hash_abs", v, "a non-negative number such as 1e-9 (0 = exact leaves only)");
+         c.hash_abs = d; return {}; }, [](const config& c) { std::ostringstream os; os << c.hash_abs; return os.str(); }},
       {"fault_inject", "test hook", [](config& c, const std::string& v) -> status { c.fault_inject = v; return {}; },
        [](const config& c) { return c.fault_inject; }},
   };

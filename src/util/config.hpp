@@ -30,6 +30,9 @@ struct config {
   cairn::staging_policy staging_policy = staging_policy::block;
   bool direct_io = true;
   bool local_enabled = true;
+  bool hash_trees = true;         // hash stage (history comparisons)
+  uint64_t hash_chunk = 64 << 10; // bytes per tree leaf
+  double hash_abs = 0;            // quantum of tolerant leaves; 0 = exact leaves only
   // Test hook (not documented for users): "level:kind[:after=N]", see fault_env.
   std::string fault_inject;
 
