@@ -89,6 +89,18 @@ int cairn_protect(cairn_t *c, const char *region, void *ptr, size_t count, cairn
 int cairn_protect_shaped(cairn_t *c, const char *region, void *ptr, cairn_type_t type,
                          int ndims, const uint64_t *dims, int column_major);
 
+/* As cairn_protect_shaped, for a block of a global array (as ADIOS2 declares
+ * variables): this rank holds `count` elements starting at `start` of a global
+ * array of shape `global_shape`. The buffer itself has shape `mem_shape` and the
+ * block starts at `mem_start` in it (e.g. a grid with halo cells); pass NULL for
+ * both when the buffer is exactly the block. Only the block is checkpointed and
+ * restored. The layout lets `cairn diff` compare runs with different rank
+ * counts element by element. All arrays have ndims entries, in the storage order
+ * of the data (fastest-varying last, or first when column_major != 0). */
+int cairn_protect_block(cairn_t *c, const char *region, void *ptr, cairn_type_t type, int ndims,
+                        const uint64_t *global_shape, const uint64_t *start, const uint64_t *count,
+                        const uint64_t *mem_shape, const uint64_t *mem_start, int column_major);
+
 int cairn_unprotect(cairn_t *c, const char *region);
 
 /* Collective. Captures every protected region as version `version` (>= 0, larger

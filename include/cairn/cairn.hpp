@@ -38,6 +38,11 @@ class client {
                  bool column_major = false);
   template <typename T>
   status protect(std::string_view region, std::span<T> data);
+  // See cairn_protect_block; mem_shape and mem_start may be empty.
+  status protect_block(std::string_view region, void* ptr, cairn_type_t type, std::span<const uint64_t> global_shape,
+                       std::span<const uint64_t> start, std::span<const uint64_t> count,
+                       std::span<const uint64_t> mem_shape = {}, std::span<const uint64_t> mem_start = {},
+                       bool column_major = false);
   status unprotect(std::string_view region);
 
   status checkpoint(std::string_view name, int64_t version);

@@ -55,6 +55,31 @@ status client::protect(std::string_view name, void* ptr, cairn_type_t type, std:
   return impl_->protect(std::move(r));
 }
 
+status client::protect_block(std::string_view name, void* ptr, cairn_type_t type, std::span<const uint64_t> global_shape,
+                             std::span<const uint64_t> start, std::span<const uint64_t> count,
+                             std::span<const uint64_t> mem_shape, std::span<const uint64_t> mem_start,
+                             bool column_major) {
+  CAIRN_IMPL_OR_FAIL();
+  if (count.empty() || count.size() > CAIRN_MAX_DIMS || global_shape.size() != count.size() ||
+      start.size() != count.size() || mem_shape.size() != mem_start.size() ||
+      (!mem_shape.empty() && mem_shape.size() != count.size()))
+    return {errc::invalid_argument, "region '" + std::string(name) +
+                                        "': global shape, start, count (and memory shape, start) need 1 to 8 equal dimensions"};
+  region r;
+  r.name = std::string(name);
+  r.ptr = ptr;
+  r.type = static_cast<uint8_t>(type);
+  r.dims.assign(count.begin(), count.end());
+  r.count = 1;
+  for (auto d : count) r.count *= d;
+  r.column_major = column_major;
+  r.global.assign(global_shape.begin(), global_shape.end());
+  r.start.assign(start.begin(), start.end());
+  r.mem_shape.assign(mem_shape.begin(), mem_shape.end());
+  r.mem_start.assign(mem_start.begin(), mem_start.end());
+  return impl_->protect(std::move(r));
+}
+
 status client::unprotect(std::string_view n) { CAIRN_IMPL_OR_FAIL(); return impl_->unprotect(std::string(n)); }
 status client::checkpoint(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->checkpoint(std::string(n), v); }
 result<unsigned> client::test(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->test(std::string(n), v); }
@@ -129,6 +154,23 @@ int cairn_protect_shaped(cairn_t* c, const char* region, void* ptr, cairn_type_t
       return {errc::invalid_argument, "cairn_protect_shaped: need a region name and 1 to 8 dimensions"};
     return c->client.protect(region, ptr, type, std::span<const uint64_t>(dims, static_cast<size_t>(ndims)),
                              column_major != 0);
+  });
+}
+
+int cairn_protect_block(cairn_t* c, const char* region, void* ptr, cairn_type_t type, int ndims,
+                        const uint64_t* global_shape, const uint64_t* start, const uint64_t* count,
+                        const uint64_t* mem_shape, const uint64_t* mem_start, int column_major) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (region == nullptr || ndims < 1 || ndims > CAIRN_MAX_DIMS || !global_shape || !start || !count ||
+        (mem_shape == nullptr) != (mem_start == nullptr))
+      return {errc::invalid_argument,
+              "cairn_protect_block: need a region name, 1 to 8 dimensions, global_shape, start and count "
+              "(mem_shape and mem_start both or neither)"};
+    auto n = static_cast<size_t>(ndims);
+    auto sp = [n](const uint64_t* p) { return p ? std::span<const uint64_t>(p, n) : std::span<const uint64_t>(); };
+    return c->client.protect_block(region, ptr, type, sp(global_shape), sp(start), sp(count), sp(mem_shape),
+                                   sp(mem_start), column_major != 0);
   });
 }
 

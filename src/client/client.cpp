@@ -54,6 +54,12 @@ int64_t level_state(engine::engine& eng, const engine::version_job& job, unsigne
 
 }  // namespace
 
+std::vector<uint64_t> row_major_dims(const region& r) {
+  std::vector<uint64_t> d = r.dims;
+  if (r.column_major) std::reverse(d.begin(), d.end());
+  return d;
+}
+
 status check_name(const std::string& what, const std::string& name) {
   if (name.empty() || name.size() > format::kMaxNameBytes || name.find('/') != std::string::npos ||
       name == "." || name == "..")
@@ -188,6 +194,28 @@ std::string client_impl::exchange_message(bool failing, const std::string& mine)
   return "rank " + std::to_string(root) + ": " + msg;
 }
 
+void copy_block(std::byte* contiguous, std::byte* memory, size_t elem, const std::vector<uint64_t>& dims,
+                const std::vector<uint64_t>& mem_shape, const std::vector<uint64_t>& mem_start, bool to_contiguous) {
+  const size_t nd = dims.size();
+  // Row length in bytes (innermost dimension) and strides of the memory buffer.
+  const size_t row = dims[nd - 1] * elem;
+  std::vector<uint64_t> stride(nd, elem);
+  for (size_t d = nd - 1; d > 0; --d) stride[d - 1] = stride[d] * mem_shape[d];
+  uint64_t rows = 1;
+  for (size_t d = 0; d + 1 < nd; ++d) rows *= dims[d];
+  std::vector<uint64_t> idx(nd, 0);
+  for (uint64_t r = 0; r < rows; ++r) {
+    uint64_t off = 0;
+    for (size_t d = 0; d < nd; ++d) off += (mem_start[d] + idx[d]) * stride[d];
+    if (to_contiguous) std::memcpy(contiguous + r * row, memory + off, row);
+    else std::memcpy(memory + off, contiguous + r * row, row);
+    for (size_t d = nd - 1; d-- > 0;) {  // odometer over the outer dimensions
+      if (++idx[d] < dims[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
 status client_impl::protect(region r) {
   CAIRN_RETURN_IF_ERROR(check_name("region", r.name));
   if (r.ptr == nullptr && r.count > 0) return {errc::invalid_argument, "region '" + r.name + "': null pointer"};
@@ -202,6 +230,26 @@ status client_impl::protect(region r) {
     if (n != r.count)
       return {errc::invalid_argument, "region '" + r.name + "': shape product " + std::to_string(n) +
                                           " differs from the count " + std::to_string(r.count)};
+  }
+  if (!r.global.empty()) {
+    if (r.global.size() != r.dims.size() || r.start.size() != r.dims.size())
+      return {errc::invalid_argument, "region '" + r.name + "': global shape, start and count need the same rank"};
+    for (size_t d = 0; d < r.dims.size(); ++d)
+      if (r.start[d] + r.dims[d] > r.global[d])
+        return {errc::invalid_argument, "region '" + r.name + "': start + count exceeds the global shape in dimension " +
+                                            std::to_string(d)};
+  }
+  if (!r.mem_shape.empty()) {
+    if (r.mem_shape.size() != r.dims.size() || r.mem_start.size() != r.dims.size())
+      return {errc::invalid_argument, "region '" + r.name + "': memory shape and start need the same rank as count"};
+    for (size_t d = 0; d < r.dims.size(); ++d)
+      if (r.mem_start[d] + r.dims[d] > r.mem_shape[d])
+        return {errc::invalid_argument, "region '" + r.name + "': the block does not fit the memory shape in dimension " +
+                                            std::to_string(d)};
+    if (r.column_major) {  // copy_block works row-major: reverse Fortran order once here
+      std::reverse(r.mem_shape.begin(), r.mem_shape.end());
+      std::reverse(r.mem_start.begin(), r.mem_start.end());
+    }
   }
   regions_[r.name] = std::move(r);
   return {};
@@ -249,6 +297,11 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     d.flags = r.column_major ? format::kColumnMajor : 0;
     d.dims = r.dims;
     d.count = r.count;
+    if (!r.global.empty()) {
+      d.flags |= format::kHasLayout;
+      d.global = r.global;
+      d.start = r.start;
+    }
     h.regions.push_back(std::move(d));
   }
   status st = format::plan_layout(h);
@@ -300,7 +353,12 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   std::byte* img = slot->data();
   for (size_t i = 0; i < regs.size(); ++i) {
     const auto& d = h.regions[i];
-    if (d.length) std::memcpy(img + d.offset, regs[i].ptr, d.length);
+    if (!regs[i].mem_shape.empty()) {
+      copy_block(img + d.offset, static_cast<std::byte*>(regs[i].ptr), format::type_size(d.type), row_major_dims(regs[i]),
+                 regs[i].mem_shape, regs[i].mem_start, true);
+    } else if (d.length) {
+      std::memcpy(img + d.offset, regs[i].ptr, d.length);
+    }
     if (version == kill_capture_version_) ::raise(SIGKILL);  // test hook: crash mid-capture
     // Zero the alignment padding so no stale bytes of earlier layouts leak to disk.
     uint64_t end = format::align_up(d.offset + d.length);

@@ -33,7 +33,18 @@ struct region {
   uint8_t type = 0;
   std::vector<uint64_t> dims;
   bool column_major = false;
+  // Global layout (cairn_protect_block): empty unless declared.
+  std::vector<uint64_t> global, start;
+  // Memory selection: the buffer has shape mem_shape and the block starts at
+  // mem_start in it (halos around it are not state). Empty = contiguous block.
+  std::vector<uint64_t> mem_shape, mem_start;
 };
+
+// Copies a block of `dims` elements between a contiguous buffer and a larger
+// buffer of shape mem_shape at mem_start (row-major; the caller reverses the
+// vectors for column-major data). to_contiguous selects the direction.
+void copy_block(std::byte* contiguous, std::byte* memory, size_t elem, const std::vector<uint64_t>& dims,
+                const std::vector<uint64_t>& mem_shape, const std::vector<uint64_t>& mem_start, bool to_contiguous);
 
 // What this handle knows about one version it checkpointed. The global_* and
 // phase fields change only from the results of collective calls, so they are
@@ -54,6 +65,9 @@ struct version_record {
 
   bool resolved() const { return ((global_done | global_failed) & wanted) == wanted; }
 };
+
+// A region's block shape in row-major order (reversed for column-major regions).
+std::vector<uint64_t> row_major_dims(const region& r);
 
 // Checks a region or checkpoint name (1..255 bytes, no '/').
 status check_name(const std::string& what, const std::string& name);

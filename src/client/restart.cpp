@@ -149,6 +149,11 @@ status client_impl::restart(const std::string& name, int64_t version) {
                                               std::to_string(version));
       break;
     }
+    if (it->type == r.type && it->count == r.count && it->dims != r.dims && !it->dims.empty() && !r.dims.empty()) {
+      st = status(errc::invalid_argument, "region '" + rname + "': protected with another shape than checkpointed; "
+                                          "buffers left untouched");
+      break;
+    }
     if (it->type != r.type || it->count != r.count) {
       st = status(errc::invalid_argument,
                   "region '" + rname + "': protected as " + std::to_string(r.count) + " x " +
@@ -165,7 +170,12 @@ status client_impl::restart(const std::string& name, int64_t version) {
   for (auto& [rname, r] : regions_) {
     auto it = std::find_if(restart_header_.regions.begin(), restart_header_.regions.end(),
                            [&](const format::region_desc& d) { return d.name == rname; });
-    if (it->length) std::memcpy(r.ptr, restart_image_.data() + it->offset, it->length);
+    if (!r.mem_shape.empty()) {
+      copy_block(restart_image_.data() + it->offset, static_cast<std::byte*>(r.ptr), format::type_size(r.type),
+                 row_major_dims(r), r.mem_shape, r.mem_start, false);
+    } else if (it->length) {
+      std::memcpy(r.ptr, restart_image_.data() + it->offset, it->length);
+    }
   }
   // Versions continue after the restored one.
   last_version_[name] = version;

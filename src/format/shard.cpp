@@ -43,7 +43,7 @@ constexpr size_t kRegionFixedBytes = 8 + 4 * 8;
 
 size_t header_bytes(const shard_header& h) {
   size_t n = kFixedHeaderBytes + 8 + h.run.size() + h.name.size();
-  for (auto& r : h.regions) n += kRegionFixedBytes + 8 * r.dims.size() + r.name.size();
+  for (auto& r : h.regions) n += kRegionFixedBytes + 8 * (r.dims.size() + r.global.size() + r.start.size()) + r.name.size();
   return n;
 }
 
@@ -76,6 +76,15 @@ status plan_layout(shard_header& h) {
     if (r.dims.size() > static_cast<size_t>(kMaxDims))
       return {errc::invalid_argument, "region '" + r.name + "': more than 8 dimensions"};
     if (!seen.insert(r.name).second) return {errc::invalid_argument, "region '" + r.name + "' appears twice"};
+    if ((r.flags & kHasLayout) != 0) {
+      if (r.dims.empty() || r.global.size() != r.dims.size() || r.start.size() != r.dims.size())
+        return {errc::invalid_argument, "region '" + r.name + "': a global layout needs shape, global shape and start of equal rank"};
+      for (size_t i = 0; i < r.dims.size(); ++i)
+        if (r.start[i] + r.dims[i] > r.global[i])
+          return {errc::invalid_argument, "region '" + r.name + "': block exceeds the global shape in dimension " + std::to_string(i)};
+    } else if (!r.global.empty() || !r.start.empty()) {
+      return {errc::invalid_argument, "region '" + r.name + "': global shape without the layout flag"};
+    }
   }
   uint64_t off = align_up(header_bytes(h));
   h.data_offset = off;
@@ -123,6 +132,8 @@ void encode_header(shard_header& h, std::span<std::byte> out) {
     put<uint64_t>(p, r.length);
     put<uint64_t>(p, r.checksum);
     for (uint64_t d : r.dims) put<uint64_t>(p, d);
+    for (uint64_t d : r.global) put<uint64_t>(p, d);
+    for (uint64_t d : r.start) put<uint64_t>(p, d);
     std::memcpy(p, r.name.data(), r.name.size());
     p += r.name.size();
   }
@@ -143,10 +154,10 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
   shard_header h;
   uint32_t fmt = 0, hb = 0, nreg = 0;
   rd.get(&fmt);
-  if (fmt != kShardFormatVersion) {
+  if (fmt != 1 && fmt != kShardFormatVersion) {
     return status(errc::not_supported, where + ": shard format version " + std::to_string(fmt) +
-                                           " is not readable by this cairn (reads version " +
-                                           std::to_string(kShardFormatVersion) + ")");
+                                           " is not readable by this cairn (reads versions 1 to " +
+                                           std::to_string(kShardFormatVersion) + "; upgrade cairn)");
   }
   rd.get(&h.flags);
   rd.get(&hb);
@@ -183,6 +194,18 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
     r.dims.resize(ndims);
     for (auto& d : r.dims)
       if (!rest.get(&d)) return corrupt("truncated region table");
+    if (fmt >= 2 && (r.flags & kHasLayout)) {
+      r.global.resize(ndims);
+      r.start.resize(ndims);
+      for (auto& d : r.global)
+        if (!rest.get(&d)) return corrupt("truncated region table");
+      for (auto& d : r.start)
+        if (!rest.get(&d)) return corrupt("truncated region table");
+      for (size_t k = 0; k < ndims; ++k)
+        if (r.start[k] + r.dims[k] > r.global[k] || ndims == 0) return corrupt("region '" + r.name + "' lies outside its global shape");
+    } else if (fmt < 2 && (r.flags & kHasLayout)) {
+      return corrupt("region '" + r.name + "' has a layout flag in a format 1 shard");
+    }
     if (!rest.get_str(nl, &r.name)) return corrupt("truncated region table");
     if (type_size(r.type) == 0 || r.length != r.count * type_size(r.type) || r.offset < h.data_offset ||
         r.offset + r.length > h.file_size || r.compression != 0)

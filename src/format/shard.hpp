@@ -15,13 +15,13 @@
 namespace cairn::format {
 
 inline constexpr char kShardMagic[8] = {'C', 'A', 'I', 'R', 'N', 'S', 'H', 'D'};
-inline constexpr uint32_t kShardFormatVersion = 1;
+inline constexpr uint32_t kShardFormatVersion = 2;  // writes 2; reads 1 and 2
 inline constexpr uint64_t kAlign = 4096;  // data offsets and file size are multiples
 inline constexpr size_t kFixedHeaderBytes = 64;
 inline constexpr int kMaxDims = 8;
 inline constexpr size_t kMaxNameBytes = 255;
 
-enum region_flags : uint8_t { kColumnMajor = 1 };
+enum region_flags : uint8_t { kColumnMajor = 1, kHasLayout = 2 };
 
 // Element size of a cairn_type value; 0 for an unknown type.
 size_t type_size(uint8_t type);
@@ -34,6 +34,10 @@ struct region_desc {
   uint8_t flags = 0;
   uint8_t compression = 0;  // 0 = none (the only value format 1 writes)
   std::vector<uint64_t> dims;  // empty = one-dimensional of `count`
+  // Global layout (flag kHasLayout, format 2): this block is dims elements at
+  // `start` of a global array of shape `global`; both have dims.size() entries.
+  std::vector<uint64_t> global;
+  std::vector<uint64_t> start;
   uint64_t count = 0;          // elements
   uint64_t offset = 0;         // byte offset of the data in the file
   uint64_t length = 0;         // bytes of data (count * type_size)

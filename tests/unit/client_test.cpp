@@ -9,6 +9,7 @@
 #include "cairn.h"
 #include "cairn/cairn.hpp"
 #include "format/layout.hpp"
+#include "format/shard.hpp"
 #include "storage/storage_env.hpp"
 
 namespace cairn {
@@ -279,6 +280,56 @@ TEST_F(client_test, c_api_reports_codes_and_messages) {
   EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_OK);
   EXPECT_EQ(c, nullptr);
   EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_EINVAL);
+}
+
+}  // namespace
+}  // namespace cairn
+
+namespace cairn {
+namespace {
+
+TEST_F(client_test, block_with_halos_stores_only_the_block_and_restores_it_in_place) {
+  // A 4x6 local buffer with a one-cell halo around a 2x4 block of a 10x4 global array.
+  std::vector<double> buf(4 * 6), saved;
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<double>(i);
+  const uint64_t global[] = {10, 4}, start[] = {2, 0}, count[] = {2, 4}, mshape[] = {4, 6}, mstart[] = {1, 1};
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect_block("grid", buf.data(), CAIRN_FLOAT64, global, start, count, mshape, mstart));
+    ASSERT_TRUE(c.checkpoint("ck", 1));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  auto h = format::read_header(storage::storage_env::posix(), format::shard_path(store(), "unit", "ck", 1, 0));
+  ASSERT_TRUE(h);
+  ASSERT_EQ(h->regions.size(), 1u);
+  EXPECT_EQ(h->regions[0].count, 8u);
+  EXPECT_EQ(h->regions[0].global, (std::vector<uint64_t>{10, 4}));
+  EXPECT_EQ(h->regions[0].start, (std::vector<uint64_t>{2, 0}));
+  // The block in the file is rows 1..2, columns 1..4 of the buffer.
+  auto data = storage::storage_env::posix()->read_all(format::shard_path(store(), "unit", "ck", 1, 0));
+  const double* stored = reinterpret_cast<const double*>(data->data() + h->regions[0].offset);
+  for (int r = 0; r < 2; ++r)
+    for (int col = 0; col < 4; ++col) EXPECT_EQ(stored[r * 4 + col], buf[(r + 1) * 6 + col + 1]);
+
+  std::vector<double> back(4 * 6, -1.0);
+  auto r = make_client();
+  ASSERT_TRUE(r.protect_block("grid", back.data(), CAIRN_FLOAT64, global, start, count, mshape, mstart));
+  ASSERT_TRUE(r.restart("ck", 1));
+  for (int row = 0; row < 4; ++row)
+    for (int col = 0; col < 6; ++col) {
+      bool inside = row >= 1 && row <= 2 && col >= 1 && col <= 4;
+      EXPECT_EQ(back[row * 6 + col], inside ? buf[row * 6 + col] : -1.0) << row << "," << col;  // halos untouched
+    }
+}
+
+TEST_F(client_test, block_layout_is_validated) {
+  std::vector<double> buf(16);
+  const uint64_t global[] = {4, 4}, start[] = {3, 0}, count[] = {2, 4};
+  auto c = make_client();
+  EXPECT_EQ(c.protect_block("g", buf.data(), CAIRN_FLOAT64, global, start, count).code(), errc::invalid_argument);
+  const uint64_t start_ok[] = {0, 0}, mshape[] = {2, 3}, mstart[] = {0, 0};
+  EXPECT_EQ(c.protect_block("g", buf.data(), CAIRN_FLOAT64, global, start_ok, count, mshape, mstart).code(),
+            errc::invalid_argument);  // block of 4 columns does not fit 3
 }
 
 }  // namespace
