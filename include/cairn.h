@@ -143,6 +143,12 @@ int cairn_finalize(cairn_t **c, int wait_for_pending);
 const char *cairn_strerror(int code);
 const char *cairn_last_error(void);
 
+/* Run identity, recorded in <store>/runs/<run>/RUN and the catalog (also
+ * settable by the configuration keys code_version and tags). Rank 0's values
+ * are recorded; other ranks may call these too (they do nothing there). */
+int cairn_set_code_version(cairn_t *c, const char *code_version);
+int cairn_tag(cairn_t *c, const char *key, const char *value);
+
 /* Rank and size of the handle's communicator (0 and 1 for cairn_init). */
 int cairn_rank(const cairn_t *c);
 int cairn_size(const cairn_t *c);

@@ -86,6 +86,8 @@ result<unsigned> client::test(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAI
 status client::wait(std::string_view n, int64_t v, unsigned l) { CAIRN_IMPL_OR_FAIL(); return impl_->wait(std::string(n), v, l); }
 result<int64_t> client::restart_test(std::string_view n) { CAIRN_IMPL_OR_FAIL(); return impl_->restart_test(std::string(n)); }
 status client::restart(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart(std::string(n), v); }
+status client::set_code_version(std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->set_code_version(std::string(v)); }
+status client::tag(std::string_view k, std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->tag(std::string(k), std::string(v)); }
 status client::checkpoint_begin(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->checkpoint_begin(std::string(n), v); }
 result<std::string> client::route_file(std::string_view f) { CAIRN_IMPL_OR_FAIL(); return impl_->route_file(std::string(f)); }
 status client::checkpoint_end(bool ok) { CAIRN_IMPL_OR_FAIL(); return impl_->checkpoint_end(ok); }
@@ -258,6 +260,22 @@ const char* cairn_strerror(int code) {
 }
 
 const char* cairn_last_error(void) { return cairn::capi::last(); }
+
+int cairn_set_code_version(cairn_t* c, const char* code_version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (code_version == nullptr) return {errc::invalid_argument, "cairn_set_code_version: NULL"};
+    return c->client.set_code_version(code_version);
+  });
+}
+
+int cairn_tag(cairn_t* c, const char* key, const char* value) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (key == nullptr || value == nullptr) return {errc::invalid_argument, "cairn_tag: NULL key or value"};
+    return c->client.tag(key, value);
+  });
+}
 
 int cairn_rank(const cairn_t* c) { return c ? c->client.rank() : 0; }
 int cairn_size(const cairn_t* c) { return c ? c->client.size() : 1; }

@@ -9,6 +9,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <set>
+#include <sstream>
 
 #include "engine/stages.hpp"
 #include "format/layout.hpp"
@@ -116,6 +118,7 @@ status client_impl::start() {
   if (cfg_.hash_trees) stages.push_back(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
   if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
   stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+  CAIRN_RETURN_IF_ERROR(start_run_identity());
   int home = sched_getcpu();
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads,
                                              util::placement_cpus(cfg_.placement, home < 0 ? 0 : home),
@@ -174,6 +177,71 @@ status client_impl::install_fault() {
   fault_env_ = storage::make_fault_env(storage::storage_env::posix(), spec);
   env_ = fault_env_.get();
   return {};
+}
+
+status client_impl::start_run_identity() {
+  char host[64] = {0};
+  std::snprintf(host, sizeof host, "%s", host_.c_str());
+  std::vector<std::byte> all;
+  comm_->gather(std::as_bytes(std::span<const char>(host, sizeof host)), &all);
+  if (rank() != 0) return {};
+  auto prev = format::read_run_info(env_, cfg_.persistent, cfg_.run);
+  if (prev) {
+    run_info_ = std::move(prev).value();
+  } else if (prev.error().code() != errc::not_found) {
+    // A damaged RUN file only loses the identity of earlier executions: say so, start afresh.
+    std::fprintf(stderr, "cairn: warning: %s; starting a new run identity\n", prev.error().message().c_str());
+  }
+  run_info_.run = cfg_.run;
+  run_info_.application = cfg_.application;
+  if (!cfg_.code_version.empty()) run_info_.code_version = cfg_.code_version;
+  std::stringstream ss(cfg_.tags);
+  std::string kv;
+  while (std::getline(ss, kv, ',')) {
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) run_info_.tags[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  format::execution e;
+  e.started_at = util::wall_s();
+  e.nranks = static_cast<uint32_t>(size());
+  std::set<std::string> hosts;
+  for (int r = 0; r < size(); ++r) hosts.insert(std::string(reinterpret_cast<const char*>(all.data()) + r * 64, strnlen(reinterpret_cast<const char*>(all.data()) + r * 64, 63)));
+  e.hosts.assign(hosts.begin(), hosts.end());
+  e.executable = program_invocation_short_name ? program_invocation_short_name : "";
+  e.code_version = cfg_.code_version;
+  e.config = cfg_.values();
+  run_info_.executions.push_back(std::move(e));
+  return write_run_identity();
+}
+
+status client_impl::write_run_identity() {
+  if (rank() != 0) return {};
+  status st = env_->make_dirs(storage::join(format::runs_dir(cfg_.persistent), cfg_.run));
+  if (st) st = env_->write_atomic(format::run_file_path(cfg_.persistent, cfg_.run), format::encode_run_info(run_info_), true);
+  if (!st) return st.with_context("writing the run identity");
+  std::lock_guard lk(catalog_mu_);
+  if (catalog_) {
+    status cs = catalog_->index_run(env_, cfg_.run);
+    if (!cs)
+      std::fprintf(stderr, "cairn: warning: catalog not updated (%s); run 'cairn reindex %s'\n", cs.to_string().c_str(),
+                   cfg_.persistent.c_str());
+  }
+  return {};
+}
+
+status client_impl::set_code_version(const std::string& v) {
+  if (rank() != 0) return {};
+  run_info_.code_version = v;
+  if (!run_info_.executions.empty()) run_info_.executions.back().code_version = v;
+  return write_run_identity();
+}
+
+status client_impl::tag(const std::string& key, const std::string& value) {
+  if (key.empty() || key.find_first_of("=,") != std::string::npos)
+    return {errc::invalid_argument, "tag key '" + key + "' must be non-empty without '=' or ','"};
+  if (rank() != 0) return {};
+  run_info_.tags[key] = value;
+  return write_run_identity();
 }
 
 status client_impl::agree(status mine) {
@@ -688,6 +756,11 @@ status client_impl::finalize(bool wait_for_pending) {
     if (!st && first.is_ok()) first = st;
   } else {
     engine_->shutdown(false);
+  }
+  if (rank() == 0 && !run_info_.executions.empty()) {
+    run_info_.executions.back().ended_at = util::wall_s();
+    status st = write_run_identity();
+    if (!st && first.is_ok()) first = st;
   }
   finalized_ = true;
   return first;

@@ -19,6 +19,7 @@
 #include "comm/comm.hpp"
 #include "engine/engine.hpp"
 #include "engine/staging.hpp"
+#include "format/run_info.hpp"
 #include "format/shard.hpp"
 #include "history/catalog.hpp"
 #include "storage/storage_env.hpp"
@@ -92,6 +93,10 @@ class client_impl {
   status restart(const std::string& name, int64_t version);
   status finalize(bool wait_for_pending);
 
+  // Run identity (RUN file, written by rank 0).
+  status set_code_version(const std::string& v);
+  status tag(const std::string& key, const std::string& value);
+
   status checkpoint_begin(const std::string& name, int64_t version);
   result<std::string> route_file(const std::string& file);
   status checkpoint_end(bool success);
@@ -102,6 +107,10 @@ class client_impl {
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
   status start();
   status install_fault();
+  // Collective at start: gathers the hosts; rank 0 appends this execution to RUN.
+  status start_run_identity();
+  // Rank 0: rewrites RUN from run_info_.
+  status write_run_identity();
 
   // Captures `regions` as (name, version) and submits the job. Collective.
   status capture(const std::string& name, int64_t version, const std::vector<region>& regions);
@@ -162,6 +171,7 @@ class client_impl {
   };
   std::optional<file_mode> files_;
   bool finalized_ = false;
+  format::run_info run_info_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)
 };
 

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/layout.hpp"
+#include "format/run_info.hpp"
 #include "util/hash.hpp"
 
 namespace cairn::format {
@@ -38,21 +39,16 @@ std::string encode_manifest(const manifest& m) {
                       {"host", s.host}});
   }
   j["shards"] = shards;
-  std::string body = j.dump(1) + "\n";
-  return body + "xxh3 " + util::hex64(util::xxh3(body.data(), body.size())) + "\n";
+  return seal_json(j.dump(1) + "\n");
 }
 
 result<manifest> decode_manifest(const std::string& text, const std::string& where) {
   auto corrupt = [&](const std::string& what) { return status(errc::corruption, where + ": " + what); };
-  auto pos = text.rfind("xxh3 ");
-  if (pos == std::string::npos || text.size() != pos + 5 + 16 + 1 || text.back() != '\n')
-    return corrupt("missing checksum trailer (truncated manifest)");
-  uint64_t want = 0;
-  if (!util::parse_hex64(text.substr(pos + 5, 16), &want)) return corrupt("bad checksum trailer");
-  if (util::xxh3(text.data(), pos) != want) return corrupt("manifest checksum mismatch");
+  auto body = unseal_json(text, where, "manifest");
+  if (!body) return body.take_status();
   manifest m;
   try {
-    json j = json::parse(text.substr(0, pos));
+    json j = json::parse(*body);
     if (j.at("format") != "cairn-manifest") return corrupt("not a cairn manifest");
     int fv = j.at("format_version");
     if (fv != kManifestFormatVersion)

@@ -20,6 +20,8 @@
 
 #include "cairn.h"
 #include "format/layout.hpp"
+#include "format/run_info.hpp"
+#include "format/tree.hpp"
 #include "util/hash.hpp"
 
 namespace cairn::history {
@@ -78,7 +80,23 @@ CREATE TABLE regions(
   "offset"      INTEGER NOT NULL,
   length        INTEGER NOT NULL,
   checksum      TEXT NOT NULL,
+  global        TEXT NOT NULL,
+  start         TEXT NOT NULL,
+  exact_root    TEXT,
+  tolerant_root TEXT,
   PRIMARY KEY(run, name, version, rank, region)
+);
+CREATE TABLE run_info(
+  run           TEXT PRIMARY KEY,
+  application   TEXT NOT NULL,
+  code_version  TEXT NOT NULL,
+  tags          TEXT NOT NULL,
+  executions    INTEGER NOT NULL,
+  started_at    REAL NOT NULL,
+  ended_at      REAL NOT NULL,
+  nranks        INTEGER NOT NULL,
+  hosts         TEXT NOT NULL,
+  config        TEXT NOT NULL
 );
 CREATE TABLE events(
   run         TEXT NOT NULL,
@@ -207,6 +225,8 @@ class catalog_impl final : public catalog {
                        int64_t version) override;
   status record_level(const std::string& run, const std::string& name, int64_t version, unsigned level, double at,
                       double duration_s) override;
+  status index_run(storage::storage_env* env, const std::string& run) override;
+  result<std::vector<run_info_row>> list_run_info() override;
   status remove_version(const std::string& run, const std::string& name, int64_t version) override;
   result<int64_t> rebuild(storage::storage_env* env, rebuild_stats* stats) override;
 
@@ -225,6 +245,7 @@ class catalog_impl final : public catalog {
   struct version_data {
     format::manifest manifest;
     std::vector<format::shard_header> headers;  // index = rank
+    std::vector<std::optional<format::tree_file>> trees;  // index = rank; empty when absent or unusable
   };
 
   // Rolls back unless commit() succeeded.
@@ -287,6 +308,9 @@ class catalog_impl final : public catalog {
       return sqlite3_bind_null(s, i);
     } else if constexpr (std::is_same_v<U, std::optional<uint32_t>>) {
       return v ? sqlite3_bind_int64(s, i, *v) : sqlite3_bind_null(s, i);
+    } else if constexpr (std::is_same_v<U, std::optional<std::string>>) {
+      return v ? sqlite3_bind_text(s, i, v->data(), static_cast<int>(v->size()), SQLITE_TRANSIENT)
+               : sqlite3_bind_null(s, i);
     } else if constexpr (std::is_same_v<U, bool>) {
       return sqlite3_bind_int64(s, i, v ? 1 : 0);
     } else if constexpr (std::is_integral_v<U>) {
@@ -335,6 +359,7 @@ class catalog_impl final : public catalog {
                                     int64_t version);
   status delete_version_rows(const std::string& run, const std::string& name, int64_t version, bool runtime_too);
   status write_version(const version_data& v);
+  status write_run_info(const format::run_info& r);
   status recompute_run(const std::string& run);
 
   std::string root_;
@@ -437,6 +462,12 @@ result<catalog_impl::version_data> catalog_impl::load_version(storage::storage_e
                                           " vs " + std::to_string(e.size) + ", header checksum " +
                                           hex(h->header_checksum) + " vs " + hex(e.header_checksum) + ")");
     }
+    // The tree is an optional accelerator: index its roots when it is intact and
+    // belongs to this shard, otherwise leave them NULL.
+    auto t = format::read_tree(env, storage::join(format::version_dir(root_, run, name, version),
+                                                  format::tree_file_name(e.rank)));
+    if (t && t->shard_header_checksum == h->header_checksum) v.trees.emplace_back(std::move(t).value());
+    else v.trees.emplace_back(std::nullopt);
     v.headers.push_back(std::move(*h));
   }
   return v;
@@ -478,13 +509,18 @@ status catalog_impl::write_version(const version_data& v) {
                 m.run, m.name, m.version, e.rank, format::shard_file_name(e.rank), e.size, hex(e.header_checksum),
                 e.host, e.captured_at, e.capture_s, e.checksum_s, e.local_s, e.persistent_s, e.persistent_at));
     for (const auto& r : v.headers[i].regions) {
+      const format::region_tree* rt = v.trees[i] ? v.trees[i]->find(r.name) : nullptr;
+      std::optional<std::string> exact_root, tolerant_root;
+      if (rt) exact_root = hex(rt->exact_root);
+      if (rt && rt->has_tolerant) tolerant_root = hex(rt->tolerant_root);
       CAIRN_RETURN_IF_ERROR(
           run_sql("INSERT INTO regions(run, name, version, rank, region, type, type_code, count, dims,"
-                  " column_major, \"offset\", length, checksum)"
-                  " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                  " column_major, \"offset\", length, checksum, global, start, exact_root, tolerant_root)"
+                  " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
                   m.run, m.name, m.version, e.rank, r.name, std::string(format::type_name(r.type)), r.type, r.count,
                   nlohmann::json(r.dims).dump(), (r.flags & format::kColumnMajor) != 0, r.offset, r.length,
-                  hex(r.checksum)));
+                  hex(r.checksum), nlohmann::json(r.global).dump(), nlohmann::json(r.start).dump(), exact_root,
+                  tolerant_root));
     }
     std::optional<uint32_t> rank = e.rank;
     CAIRN_RETURN_IF_ERROR(
@@ -535,6 +571,44 @@ status catalog_impl::record_level(const std::string& run, const std::string& nam
       run, name, version, level, at, duration_s);
 }
 
+status catalog_impl::index_run(storage::storage_env* env, const std::string& run) {
+  auto info = format::read_run_info(env, root_, run);
+  if (!info) {
+    if (info.error().code() == errc::not_found) return run_sql("DELETE FROM run_info WHERE run = ?1", run);
+    return info.take_status();
+  }
+  return write_run_info(*info);
+}
+
+status catalog_impl::write_run_info(const format::run_info& r) {
+  CAIRN_RETURN_IF_ERROR(run_sql("DELETE FROM run_info WHERE run = ?1", r.run));
+  format::execution first, last;
+  if (!r.executions.empty()) {
+    first = r.executions.front();
+    last = r.executions.back();
+  }
+  return run_sql(
+      "INSERT INTO run_info(run, application, code_version, tags, executions, started_at, ended_at, nranks, hosts,"
+      " config) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+      r.run, r.application, r.code_version, nlohmann::json(r.tags).dump(), static_cast<int64_t>(r.executions.size()),
+      first.started_at, last.ended_at, last.nranks, nlohmann::json(last.hosts).dump(), nlohmann::json(last.config).dump());
+}
+
+result<std::vector<run_info_row>> catalog_impl::list_run_info() {
+  CAIRN_ASSIGN_OR_RETURN(statement * st,
+                         query("SELECT run, application, code_version, tags, executions, started_at, ended_at, nranks,"
+                               " hosts, config FROM run_info ORDER BY run"));
+  reset_on_exit guard(st);
+  std::vector<run_info_row> out;
+  while (true) {
+    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
+    if (!row) break;
+    out.push_back({st->text(0), st->text(1), st->text(2), st->text(3), st->i64(4), st->f64(5), st->f64(6),
+                   static_cast<uint32_t>(st->i64(7)), st->text(8), st->text(9)});
+  }
+  return out;
+}
+
 status catalog_impl::remove_version(const std::string& run, const std::string& name, int64_t version) {
   transaction tx(this);
   CAIRN_RETURN_IF_ERROR(tx.begin());
@@ -570,9 +644,16 @@ result<int64_t> catalog_impl::rebuild(storage::storage_env* env, rebuild_stats* 
   }
   transaction tx(this);
   CAIRN_RETURN_IF_ERROR(tx.begin());
-  for (const char* table : {"runs", "checkpoints", "shards", "regions", "events"})
+  std::vector<format::run_info> infos;
+  for (const std::string& run : format::list_subdirs(env, runs_dir)) {
+    auto info = format::read_run_info(env, root_, run);
+    if (info) infos.push_back(std::move(info).value());
+    else if (info.error().code() != errc::not_found) st.problems.push_back(info.error().message());
+  }
+  for (const char* table : {"runs", "checkpoints", "shards", "regions", "events", "run_info"})
     CAIRN_RETURN_IF_ERROR(run_sql(std::string("DELETE FROM ") + table));
   for (const auto& v : found) CAIRN_RETURN_IF_ERROR(write_version(v));
+  for (const auto& i : infos) CAIRN_RETURN_IF_ERROR(write_run_info(i));
   for (const auto& r : runs) CAIRN_RETURN_IF_ERROR(recompute_run(r));
   CAIRN_RETURN_IF_ERROR(tx.commit());
   st.indexed = static_cast<int64_t>(found.size());
@@ -630,7 +711,8 @@ result<std::vector<shard_row>> catalog_impl::list_shards(const std::string& run,
 result<std::vector<region_row>> catalog_impl::list_regions(const std::string& run, const std::string& name,
                                                            int64_t version) {
   CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT rank, region, type, count, dims, column_major, \"offset\", length, checksum"
+                         query("SELECT rank, region, type, count, dims, column_major, \"offset\", length, checksum,"
+                               " global, start, ifnull(exact_root, ''), ifnull(tolerant_root, '')"
                                " FROM regions WHERE run = ?1 AND name = ?2 AND version = ?3 ORDER BY rank, region",
                                run, name, version));
   reset_on_exit guard(st);
@@ -654,6 +736,17 @@ result<std::vector<region_row>> catalog_impl::list_regions(const std::string& ru
     r.offset = static_cast<uint64_t>(st->i64(6));
     r.length = static_cast<uint64_t>(st->i64(7));
     r.checksum = st->text(8);
+    for (auto [col, vec] : {std::pair{9, &r.global}, std::pair{10, &r.start}}) {
+      auto a = nlohmann::json::parse(st->text(col), nullptr, /*allow_exceptions=*/false);
+      if (!a.is_array()) return status(errc::corruption, "catalog " + path_ + ": bad layout of region " + r.region);
+      for (const auto& d : a) {
+        if (!d.is_number_unsigned())
+          return status(errc::corruption, "catalog " + path_ + ": bad layout of region " + r.region);
+        vec->push_back(d.get<uint64_t>());
+      }
+    }
+    r.exact_root = st->text(11);
+    r.tolerant_root = st->text(12);
     out.push_back(std::move(r));
   }
   return out;

@@ -25,7 +25,7 @@
 namespace cairn::history {
 
 // Version of the catalog schema, kept in `PRAGMA user_version`.
-inline constexpr int kCatalogSchemaVersion = 1;
+inline constexpr int kCatalogSchemaVersion = 2;
 
 // Rows as the query methods return them (see docs/format/catalog.md for the
 // meaning of each column). Checksums are 16 lower-case hex digits.
@@ -72,6 +72,24 @@ struct region_row {
   uint64_t offset = 0;
   uint64_t length = 0;
   std::string checksum;
+  std::vector<uint64_t> global;  // global layout (empty without)
+  std::vector<uint64_t> start;
+  std::string exact_root;        // hash-tree roots (hex), empty without a tree
+  std::string tolerant_root;     // empty without tolerant leaves
+};
+
+// The identity of a run (RUN file, format/run_info.hpp).
+struct run_info_row {
+  std::string run;
+  std::string application;
+  std::string code_version;
+  std::string tags;        // JSON object
+  int64_t executions = 0;
+  double started_at = 0;   // first execution
+  double ended_at = 0;     // last execution's end, 0 if it has not ended
+  uint32_t nranks = 0;     // last execution
+  std::string hosts;       // JSON array, last execution
+  std::string config;      // JSON object, last execution
 };
 
 struct event_row {
@@ -118,6 +136,10 @@ class catalog {
   // records are not derivable from the store: rebuild() drops them.
   virtual status record_level(const std::string& run, const std::string& name, int64_t version, unsigned level,
                               double at, double duration_s) = 0;
+
+  // Indexes <root>/runs/<run>/RUN (replacing the run's identity row).
+  virtual status index_run(storage::storage_env* env, const std::string& run) = 0;
+  virtual result<std::vector<run_info_row>> list_run_info() = 0;
 
   // Forgets a version (after retention or gc deleted it). ok if it was unknown.
   virtual status remove_version(const std::string& run, const std::string& name, int64_t version) = 0;

@@ -67,6 +67,17 @@ const std::vector<key_def>& keys() {
          if (v.empty() || v.find('/') != std::string::npos || v == "." || v == "..")
            return bad_value("run", v, "a non-empty name without '/'");
          c.run = v; return {}; }, [](const config& c) { return c.run; }},
+      {"application", "application name", [](config& c, const std::string& v) -> status {
+         c.application = v; return {}; }, [](const config& c) { return c.application; }},
+      {"code_version", "code version", [](config& c, const std::string& v) -> status {
+         c.code_version = v; return {}; }, [](const config& c) { return c.code_version; }},
+      {"tags", "key=value tags", [](config& c, const std::string& v) -> status {
+         std::stringstream ss(v);
+         std::string kv;
+         while (std::getline(ss, kv, ','))
+           if (kv.find('=') == std::string::npos || kv.front() == '=')
+             return bad_value("tags", v, "comma-separated key=value pairs");
+         c.tags = v; return {}; }, [](const config& c) { return c.tags; }},
       {"scratch", "node-local level directory", [](config& c, const std::string& v) -> status {
          if (v.empty()) return bad_value("scratch", v, "a directory path");
          c.scratch = v; return {}; }, [](const config& c) { return c.scratch; }},
@@ -201,6 +212,7 @@ result<config> config::load(const std::string& path) {
 result<config> config::load(const std::string& path, const std::map<std::string, std::string>& env) {
   config c;
   c.run = default_run_name();
+  c.application = default_run_name();
   c.scratch = default_scratch();
   if (!path.empty()) {
     toml::table tbl;
@@ -236,6 +248,13 @@ result<config> config::load(const std::string& path, const std::map<std::string,
     if (!st) return st.with_context("environment variable " + name);
   }
   return c;
+}
+
+std::map<std::string, std::string> config::values() const {
+  std::map<std::string, std::string> out;
+  for (auto& k : keys())
+    if (std::string(k.name) != "fault_inject") out[k.name] = k.get(*this);
+  return out;
 }
 
 std::string config::describe() const {

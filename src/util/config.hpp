@@ -18,6 +18,9 @@ enum class staging_policy { block, eagain };
 
 struct config {
   std::string run;          // run id; default: executable name
+  std::string application;  // default: executable name
+  std::string code_version; // free text (e.g. a git commit)
+  std::string tags;         // "key=value,key2=value2"
   std::string scratch;      // node-local level directory
   std::string persistent = "./cairn-store";
   engine_mode mode = engine_mode::thread;
@@ -43,6 +46,8 @@ struct config {
 
   // key = value lines, for logs and the catalog.
   std::string describe() const;
+  // Every key and its value (the run identity records it).
+  std::map<std::string, std::string> values() const;
 };
 
 // Parses "64M", "1G", "4096" (K/M/G/T are powers of 1024).

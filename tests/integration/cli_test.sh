@@ -130,7 +130,7 @@ RANK  REGION  TYPE     COUNT  SHAPE              OFFSET  LENGTH  CHECKSUM
 
 shards:
 RANK  FILE          SIZE  HEADER_CHECKSUM   HOST
-   0  shard.000000  8192  305d984762e8e30e  node0
+   0  shard.000000  8192  c8ee8c8222da37da  node0
 
 timings (seconds; times UTC):
 RANK  CAPTURED_AT               CAPTURE_S  CHECKSUM_S   LOCAL_S  PERSISTENT_S  PERSISTENT_AT

@@ -9,6 +9,7 @@
 #include "cairn.h"
 #include "cairn/cairn.hpp"
 #include "format/layout.hpp"
+#include "format/run_info.hpp"
 #include "format/shard.hpp"
 #include "storage/storage_env.hpp"
 
@@ -28,7 +29,7 @@ class client_test : public ::testing::Test {
   void TearDown() override {
     for (const char* k : {"CAIRN_PERSISTENT", "CAIRN_SCRATCH", "CAIRN_RUN", "CAIRN_MODE", "CAIRN_KEEP_LOCAL",
                           "CAIRN_KEEP_PERSISTENT", "CAIRN_PERSISTENT_INTERVAL", "CAIRN_FAULT_INJECT",
-                          "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_BOGUS"})
+                          "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_BOGUS", "CAIRN_TAGS", "CAIRN_CODE_VERSION"})
       unsetenv(k);
     ASSERT_TRUE(storage::storage_env::posix()->remove_tree(dir_));
   }
@@ -330,6 +331,44 @@ TEST_F(client_test, block_layout_is_validated) {
   const uint64_t start_ok[] = {0, 0}, mshape[] = {2, 3}, mstart[] = {0, 0};
   EXPECT_EQ(c.protect_block("g", buf.data(), CAIRN_FLOAT64, global, start_ok, count, mshape, mstart).code(),
             errc::invalid_argument);  // block of 4 columns does not fit 3
+}
+
+}  // namespace
+}  // namespace cairn
+
+namespace cairn {
+namespace {
+
+TEST_F(client_test, run_identity_records_every_execution) {
+  setenv("CAIRN_CODE_VERSION", "v1.2", 1);
+  setenv("CAIRN_TAGS", "compiler=gcc,opt=O2", 1);
+  int x = 1;
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT32));
+    ASSERT_TRUE(c.tag("purpose", "unit test"));
+    ASSERT_TRUE(c.checkpoint("ck", 1));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  unsetenv("CAIRN_TAGS");
+  unsetenv("CAIRN_CODE_VERSION");
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.set_code_version("v1.3"));
+    EXPECT_EQ(c.tag("a=b", "x").code(), errc::invalid_argument);
+  }
+  auto info = format::read_run_info(storage::storage_env::posix(), store(), "unit");
+  ASSERT_TRUE(info) << info.error().to_string();
+  EXPECT_EQ(info->run, "unit");
+  EXPECT_EQ(info->code_version, "v1.3");
+  EXPECT_EQ(info->tags.at("compiler"), "gcc");
+  EXPECT_EQ(info->tags.at("purpose"), "unit test");
+  ASSERT_EQ(info->executions.size(), 2u);
+  EXPECT_EQ(info->executions[0].code_version, "v1.2");
+  EXPECT_GT(info->executions[0].ended_at, info->executions[0].started_at);
+  EXPECT_EQ(info->executions[1].nranks, 1u);
+  EXPECT_EQ(info->executions[0].config.at("code_version"), "v1.2");
+  EXPECT_EQ(info->executions[1].hosts.size(), 1u);
 }
 
 }  // namespace

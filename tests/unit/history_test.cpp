@@ -113,10 +113,10 @@ TEST_F(CatalogTest, OpenCreatesAVersionedWalSchema) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->store_root(), root());
   EXPECT_TRUE(env_->exists(db_path()));
-  EXPECT_EQ(sql_rows(db_path(), "PRAGMA user_version"), std::vector<std::string>{"1"});
+  EXPECT_EQ(sql_rows(db_path(), "PRAGMA user_version"), std::vector<std::string>{std::to_string(history::kCatalogSchemaVersion)});
   EXPECT_EQ(sql_rows(db_path(), "PRAGMA journal_mode"), std::vector<std::string>{"wal"});
   auto tables = sql_rows(db_path(), "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
-  EXPECT_EQ(tables, (std::vector<std::string>{"checkpoints", "events", "regions", "runs", "shards"}));
+  EXPECT_EQ(tables, (std::vector<std::string>{"checkpoints", "events", "regions", "run_info", "runs", "shards"}));
   // Opening again finds the schema in place.
   c.reset();
   c = open();
@@ -153,7 +153,7 @@ TEST_F(CatalogTest, ForeignOrOldSchemaIsReplacedAndRebuilt) {
   ASSERT_TRUE(versions.is_ok()) << versions.error().to_string();
   ASSERT_EQ(versions->size(), 1u);
   EXPECT_EQ((*versions)[0].run, "a");
-  EXPECT_EQ(sql_rows(db_path(), "PRAGMA user_version"), std::vector<std::string>{"1"});
+  EXPECT_EQ(sql_rows(db_path(), "PRAGMA user_version"), std::vector<std::string>{std::to_string(history::kCatalogSchemaVersion)});
 }
 
 TEST_F(CatalogTest, GarbageFileIsCorruptionWithAHint) {

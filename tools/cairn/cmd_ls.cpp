@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "format/layout.hpp"
+#include "format/run_info.hpp"
 #include "output.hpp"
 #include "store_scan.hpp"
 
@@ -25,9 +26,36 @@ int cmd_ls(const ls_options& o) {
   nlohmann::json jversions = nlohmann::json::array();
   table t({"RUN", "NAME", "VERSION", "STATE", "RANKS", "BYTES", "LEVELS", "COMMITTED"},
           {false, false, true, false, true, true, false, false});
+  table ids({"RUN", "APPLICATION", "CODE_VERSION", "EXECUTIONS", "RANKS", "STARTED", "ENDED", "TAGS"},
+            {false, false, false, true, true, false, false, false});
   for (const std::string& run : *runs) {
     std::vector<std::string> names = checkpoint_names(o.store, o.scratch, run);
-    jruns.push_back({{"run", run}, {"checkpoints", names}});
+    nlohmann::json jrun = {{"run", run}, {"checkpoints", names}};
+    // The run identity (RUN file) is optional: stores written before it have none.
+    if (auto info = format::read_run_info(env, o.store, run)) {
+      const auto& last = info->executions.empty() ? format::execution{} : info->executions.back();
+      std::string tags;
+      for (auto& [k, v] : info->tags) tags += (tags.empty() ? "" : ",") + k + "=" + v;
+      ids.add({run, info->application, info->code_version.empty() ? "-" : info->code_version,
+               std::to_string(info->executions.size()), std::to_string(last.nranks),
+               format_time(info->executions.empty() ? 0 : info->executions.front().started_at),
+               last.ended_at > 0 ? format_time(last.ended_at) : "running or died", tags.empty() ? "-" : tags});
+      nlohmann::json ex = nlohmann::json::array();
+      for (auto& e : info->executions)
+        ex.push_back({{"started_at", e.started_at},
+                      {"ended_at", e.ended_at > 0 ? nlohmann::json(e.ended_at) : nlohmann::json(nullptr)},
+                      {"nranks", e.nranks},
+                      {"hosts", e.hosts},
+                      {"executable", e.executable},
+                      {"code_version", e.code_version}});
+      jrun["identity"] = {{"application", info->application},
+                          {"code_version", info->code_version},
+                          {"tags", info->tags},
+                          {"executions", ex}};
+    } else if (info.error().code() != errc::not_found) {
+      jrun["identity_problem"] = info.error().message();
+    }
+    jruns.push_back(std::move(jrun));
     if (names.empty()) t.add({run, "-", "-", "empty", "-", "-", "-", "-"});
     for (const std::string& name : names) {
       for (int64_t version : version_numbers(o.store, o.scratch, run, name)) {
@@ -84,6 +112,10 @@ int cmd_ls(const ls_options& o) {
   } else if (t.empty()) {
     std::printf("no checkpoints in %s\n", o.store.c_str());
   } else {
+    if (!ids.empty()) {
+      ids.print(stdout);
+      std::printf("\n");
+    }
     t.print(stdout);
   }
   return kExitOk;
