@@ -1,13 +1,14 @@
 # Entry points for a fresh Debian 12 machine:
 #   make demo   install dependencies, build, run the checkpoint/kill/restart demonstration
 #   make test   install dependencies, build, run every test
+#   make demo-history   runs compared version by version (cairn diff, Python report)
 BUILD ?= build
 # Open MPI refuses to run as root unless told; harmless otherwise.
 export OMPI_ALLOW_RUN_AS_ROOT = 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM = 1
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps build demo test bench clean
+.PHONY: all deps build demo demo-history test bench clean
 
 all: build
 
@@ -20,6 +21,9 @@ build: deps
 
 demo: build
 	@scripts/demo.sh $(BUILD)
+
+demo-history: build
+	@scripts/demo-history.sh $(BUILD)
 
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j 1

@@ -25,3 +25,18 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import pytest" 2>/dev/nul
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check pytest
 fi
+
+# The analysis package (bindings/python, imported as `cairn`) with numpy,
+# matplotlib and xxhash, installed editable so that .venv always runs this
+# checkout's code. Skipped when .venv already imports this checkout's package.
+if ! .venv/bin/python - "$PWD/bindings/python" 2>/dev/null <<'PY'
+import os, sys
+import numpy, matplotlib, xxhash, cairn
+root = os.path.realpath(sys.argv[1])
+sys.exit(0 if os.path.realpath(cairn.__file__).startswith(root + os.sep) else 1)
+PY
+then
+  echo "install-deps: installing the cairn Python package (bindings/python) into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check numpy matplotlib xxhash
+  .venv/bin/pip install -q --disable-pip-version-check -e bindings/python
+fi

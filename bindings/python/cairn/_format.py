@@ -1,0 +1,239 @@
+"""Readers of cairn's on-disk formats: shard (docs/format/shard.md, versions 1
+and 2) and the sealed JSON files, MANIFEST (manifest.md) and RUN (run.md).
+
+Everything here validates what it parses and raises CorruptionError (or
+NotSupportedError for a newer format) naming the file.
+"""
+import json
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from ._hash import xxh3_64
+from .errors import CorruptionError, NotSupportedError
+
+SHARD_MAGIC = b"CAIRNSHD"
+SHARD_VERSIONS = (1, 2)
+FIXED_HEADER = 64
+CHECKSUM_OFFSET = 56
+MAX_DIMS = 8
+FLAG_COLUMN_MAJOR = 1
+FLAG_LAYOUT = 2
+
+# cairn_type_t value -> (name, numpy dtype); values are stored on disk.
+TYPES = {
+    0: ("byte", np.dtype("u1")),
+    1: ("int8", np.dtype("i1")),
+    2: ("int16", np.dtype("<i2")),
+    3: ("int32", np.dtype("<i4")),
+    4: ("int64", np.dtype("<i8")),
+    5: ("uint8", np.dtype("u1")),
+    6: ("uint16", np.dtype("<u2")),
+    7: ("uint32", np.dtype("<u4")),
+    8: ("uint64", np.dtype("<u8")),
+    9: ("float32", np.dtype("<f4")),
+    10: ("float64", np.dtype("<f8")),
+}
+
+
+@dataclass(frozen=True)
+class RegionInfo:
+    """One region entry of a shard's region table.
+
+    shape: the stored block's shape in numpy terms (for column-major regions the
+    Fortran shape, read with order='F'); (count,) for regions without a shape.
+    global_shape / start: the global layout (cairn_protect_block), or None.
+    """
+    name: str
+    type_code: int
+    type: str
+    dtype: np.dtype
+    count: int
+    shape: Tuple[int, ...]
+    column_major: bool
+    global_shape: Optional[Tuple[int, ...]]
+    start: Optional[Tuple[int, ...]]
+    offset: int
+    length: int
+    checksum: int
+
+    @property
+    def order(self) -> str:
+        return "F" if self.column_major else "C"
+
+    @property
+    def has_layout(self) -> bool:
+        return self.global_shape is not None
+
+
+@dataclass
+class ShardHeader:
+    path: str
+    format_version: int
+    run: str
+    name: str
+    version: int
+    rank: int
+    nranks: int
+    data_offset: int
+    file_size: int
+    header_checksum: int
+    regions: List[RegionInfo] = field(default_factory=list)
+
+    def region(self, name: str) -> Optional[RegionInfo]:
+        for r in self.regions:
+            if r.name == name:
+                return r
+        return None
+
+
+def _corrupt(path, what):
+    return CorruptionError(f"{path}: {what}")
+
+
+class _Reader:
+    def __init__(self, buf, pos, path):
+        self.buf, self.pos, self.path = buf, pos, path
+
+    def take(self, fmt):
+        n = struct.calcsize(fmt)
+        if self.pos + n > len(self.buf):
+            raise _corrupt(self.path, "truncated header")
+        v = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += n
+        return v
+
+    def bytes(self, n):
+        if self.pos + n > len(self.buf):
+            raise _corrupt(self.path, "truncated header")
+        b = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return b
+
+
+def read_shard_header(path: str) -> ShardHeader:
+    """Reads and validates a shard's header (magic, format version, header
+    checksum, region table, file size)."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            buf = f.read(min(size, 64 * 1024))
+            if len(buf) < FIXED_HEADER:
+                raise _corrupt(path, f"file of {size} bytes is shorter than a shard header")
+            if buf[:8] != SHARD_MAGIC:
+                raise _corrupt(path, "not a cairn shard (bad magic)")
+            fmt, flags, hb, nreg, data_offset, file_size, version, rank, nranks, hcs = struct.unpack_from(
+                "<IIIIQQqIIQ", buf, 8)
+            if fmt not in SHARD_VERSIONS:
+                raise NotSupportedError(f"{path}: shard format version {fmt} is not readable by this "
+                                        f"package (reads {SHARD_VERSIONS}); upgrade cairn")
+            if hb < FIXED_HEADER or hb > data_offset or data_offset > file_size:
+                raise _corrupt(path, "inconsistent header sizes")
+            if hb > len(buf):
+                if hb > size:
+                    raise _corrupt(path, "truncated header")
+                f.seek(0)
+                buf = f.read(hb)
+    except OSError as e:
+        raise CorruptionError(f"{path}: cannot read: {e}") from e
+    head = bytearray(buf[:hb])
+    head[CHECKSUM_OFFSET:CHECKSUM_OFFSET + 8] = b"\0" * 8
+    if xxh3_64(bytes(head)) != hcs:
+        raise _corrupt(path, "header checksum mismatch")
+    if size != file_size:
+        raise _corrupt(path, f"file is {size} bytes, header says {file_size} (truncated or overwritten)")
+    rd = _Reader(buf[:hb], FIXED_HEADER, path)
+    run_len, name_len, _ = rd.take("<HHI")
+    run = rd.bytes(run_len).decode("utf-8", "replace")
+    name = rd.bytes(name_len).decode("utf-8", "replace")
+    regions = []
+    for _ in range(nreg):
+        nl, type_code, rflags, compression, ndims, _res, count, offset, length, checksum = rd.take("<HBBBBHQQQQ")
+        if ndims > MAX_DIMS:
+            raise _corrupt(path, "region with more than 8 dimensions")
+        dims = rd.take(f"<{ndims}Q") if ndims else ()
+        gshape = start = None
+        if rflags & FLAG_LAYOUT:
+            if fmt < 2:
+                raise _corrupt(path, "layout flag in a format 1 shard")
+            gshape = rd.take(f"<{ndims}Q") if ndims else ()
+            start = rd.take(f"<{ndims}Q") if ndims else ()
+        rname = rd.bytes(nl).decode("utf-8", "replace")
+        if type_code not in TYPES:
+            raise _corrupt(path, f"region '{rname}' has unknown type {type_code}")
+        tname, dtype = TYPES[type_code]
+        if length != count * dtype.itemsize or offset < data_offset or offset + length > file_size or compression:
+            raise _corrupt(path, f"region '{rname}' has an invalid table entry")
+        if dims and int(np.prod(dims, dtype=np.uint64)) != count:
+            raise _corrupt(path, f"region '{rname}': shape {list(dims)} does not hold {count} elements")
+        if gshape is not None:
+            if ndims == 0 or any(s + d > g for s, d, g in zip(start, dims, gshape)):
+                raise _corrupt(path, f"region '{rname}' lies outside its global shape")
+        regions.append(RegionInfo(
+            name=rname, type_code=type_code, type=tname, dtype=dtype, count=count,
+            shape=tuple(dims) if dims else (count,), column_major=bool(rflags & FLAG_COLUMN_MAJOR),
+            global_shape=tuple(gshape) if gshape is not None else None,
+            start=tuple(start) if start is not None else None,
+            offset=offset, length=length, checksum=checksum))
+    return ShardHeader(path=path, format_version=fmt, run=run, name=name, version=version, rank=rank,
+                       nranks=nranks, data_offset=data_offset, file_size=file_size, header_checksum=hcs,
+                       regions=regions)
+
+
+def read_region_data(path: str, region: RegionInfo, verify: bool = True) -> np.ndarray:
+    """The region's block as a writable numpy array of its dtype and shape
+    (order 'F' for column-major regions), after verifying its checksum."""
+    buf = bytearray(region.length)
+    try:
+        with open(path, "rb") as f:
+            f.seek(region.offset)
+            got = f.readinto(buf)
+    except OSError as e:
+        raise CorruptionError(f"{path}: cannot read region '{region.name}': {e}") from e
+    if got != region.length:
+        raise CorruptionError(f"{path}: region '{region.name}' is truncated ({got} of {region.length} bytes)")
+    if verify and xxh3_64(buf) != region.checksum:
+        raise CorruptionError(f"{path}: checksum mismatch in region '{region.name}' (the data are damaged)")
+    arr = np.frombuffer(buf, dtype=region.dtype, count=region.count)
+    return arr.reshape(region.shape, order=region.order)
+
+
+def read_sealed_json(path: str, kind: str, expect_format: Optional[str] = None,
+                     max_version: Optional[int] = None) -> dict:
+    """A JSON object followed by the line `xxh3 <16 hex>` checksumming every byte
+    before it (MANIFEST, RUN)."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise CorruptionError(f"{path}: cannot read: {e}") from e
+    pos = text.rfind(b"xxh3 ")
+    if pos < 0 or len(text) != pos + 5 + 16 + 1 or not text.endswith(b"\n"):
+        raise _corrupt(path, f"missing checksum trailer (truncated {kind})")
+    try:
+        want = int(text[pos + 5:pos + 21], 16)
+    except ValueError:
+        raise _corrupt(path, "bad checksum trailer") from None
+    if xxh3_64(text[:pos]) != want:
+        raise _corrupt(path, f"{kind} checksum mismatch")
+    try:
+        obj = json.loads(text[:pos].decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _corrupt(path, f"malformed {kind}: {e}") from e
+    if not isinstance(obj, dict):
+        raise _corrupt(path, f"malformed {kind}: not a JSON object")
+    if expect_format is not None and obj.get("format") != expect_format:
+        raise _corrupt(path, f"not a cairn {kind} (format {obj.get('format')!r})")
+    if max_version is not None:
+        fv = obj.get("format_version")
+        if not isinstance(fv, int):
+            raise _corrupt(path, f"malformed {kind}: no format_version")
+        if fv > max_version:
+            raise NotSupportedError(f"{path}: {kind} format version {fv} is not readable by this package "
+                                    f"(reads up to {max_version}); upgrade cairn")
+    return obj
