@@ -40,7 +40,8 @@ enum {
   CAIRN_EAGAIN = -6,       /* staging memory full and staging_policy = eagain */
   CAIRN_ECANCELLED = -7,   /* operation cancelled (e.g. finalize without wait) */
   CAIRN_ENOTSUP = -8,      /* not supported in this build or configuration */
-  CAIRN_EINTERNAL = -9     /* a bug in cairn: please report the message */
+  CAIRN_EINTERNAL = -9,    /* a bug in cairn: please report the message */
+  CAIRN_EDIVERGED = -10    /* the run diverged from its reference run (on_divergence = stop) */
 };
 
 /* Element types of protected regions. Values are stored on disk: never renumber. */
@@ -148,6 +149,26 @@ const char *cairn_last_error(void);
  * are recorded; other ranks may call these too (they do nothing there). */
 int cairn_set_code_version(cairn_t *c, const char *code_version);
 int cairn_tag(cairn_t *c, const char *key, const char *value);
+
+/* Online comparison with a reference run (configuration reference_run,
+ * compare_abs / compare_rel / compare_ulps, on_divergence = continue | stop).
+ * Filled by cairn_divergence with what every rank agreed on at the last
+ * collective call; with on_divergence = stop, the cairn_checkpoint after a
+ * divergence returns CAIRN_EDIVERGED on every rank. */
+typedef struct cairn_divergence {
+  int diverged;          /* 1 once a version differed beyond the tolerance */
+  int64_t version;       /* the first such version (-1 if none) */
+  int rank;              /* a rank where it differs (the lowest) */
+  char name[256];        /* checkpoint name */
+  char region[256];      /* region ("" for a different rank count) */
+  uint64_t index;        /* first mismatching element of the region (of the block for layout regions) */
+  char value[64];        /* this run's value there, as text */
+  char reference[64];    /* the reference run's value */
+  int structural;        /* 1 if the shapes, types or rank counts differ */
+  int64_t compared;      /* versions of this rank compared so far */
+  int64_t pending;       /* versions of this rank waiting for the reference */
+} cairn_divergence_t;
+int cairn_divergence(cairn_t *c, cairn_divergence_t *info);
 
 /* Rank and size of the handle's communicator (0 and 1 for cairn_init). */
 int cairn_rank(const cairn_t *c);

@@ -392,6 +392,18 @@ int main(int argc, char **argv) {
           printf("nbody: checkpoint version %lld skipped (staging memory full)\n", step);
           fflush(stdout);
         }
+      } else if (rc == CAIRN_EDIVERGED) {
+        /* Online comparison with a reference run (on_divergence = stop): every
+         * rank gets this at the same checkpoint, so all leave the loop together. */
+        cairn_divergence_t d;
+        if (cairn_divergence(c, &d) == CAIRN_OK && rank == 0) {
+          printf("nbody: diverged from the reference at version %lld (rank %d, region '%s', element %llu: %s vs %s); "
+                 "stopping at step %lld\n",
+                 (long long)d.version, d.rank, d.region, (unsigned long long)d.index, d.value, d.reference, step);
+          fflush(stdout);
+        }
+        opt.steps = step;
+        break;
       } else if (rc != CAIRN_OK) {
         cairn_die("cairn_checkpoint", rc);
       } else if (rank == 0) {

@@ -25,6 +25,7 @@ enum class errc : int {
   cancelled = -7,
   not_supported = -8,
   internal = -9,
+  diverged = -10,
 };
 
 std::string_view errc_name(errc code);

@@ -255,6 +255,7 @@ const char* cairn_strerror(int code) {
     case CAIRN_ECANCELLED: return "cancelled";
     case CAIRN_ENOTSUP: return "not supported";
     case CAIRN_EINTERNAL: return "internal error";
+    case CAIRN_EDIVERGED: return "diverged from the reference run";
   }
   return "unknown error code";
 }
@@ -274,6 +275,15 @@ int cairn_tag(cairn_t* c, const char* key, const char* value) {
     CAIRN_CHECK_HANDLE(c);
     if (key == nullptr || value == nullptr) return {errc::invalid_argument, "cairn_tag: NULL key or value"};
     return c->client.tag(key, value);
+  });
+}
+
+int cairn_divergence(cairn_t* c, cairn_divergence_t* info) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (info == nullptr) return {errc::invalid_argument, "cairn_divergence: info is NULL"};
+    if (!c->client.impl()) return {errc::invalid_argument, "cairn_divergence: the handle was finalized"};
+    return c->client.impl()->divergence(info);
   });
 }
 

@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/stages.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
@@ -69,6 +71,93 @@ status check_name(const std::string& what, const std::string& name) {
   return {};
 }
 
+// Shared by the compare stage (engine threads) and the client (application thread).
+struct online_state {
+  std::mutex mu;
+  analytics::online_reference ref;
+  storage::storage_env* env = nullptr;
+  std::string my_store, my_scratch, my_run;
+  int64_t first_version = INT64_MAX;     // GUARDED_BY(mu): this rank's first divergent version
+  analytics::online_divergence first;    // GUARDED_BY(mu)
+  int64_t compared = 0;                  // GUARDED_BY(mu)
+  std::vector<std::pair<std::string, int64_t>> pending;  // GUARDED_BY(mu): waiting for the reference
+  bool retrying = false;                 // GUARDED_BY(mu)
+
+  void record(analytics::online_outcome o, const analytics::online_divergence& d, const std::string& name,
+              int64_t version) {
+    std::lock_guard lk(mu);
+    if (o == analytics::online_outcome::pending) {
+      pending.emplace_back(name, version);
+      return;
+    }
+    ++compared;
+    if (o == analytics::online_outcome::diverged && version < first_version) {
+      first_version = version;
+      first = d;
+    }
+  }
+
+  // Compares one version; errors (an unreadable reference) are warnings: the
+  // comparison is an observation and never fails the checkpoint.
+  void compare(const format::shard_header& h, std::span<const std::byte> image, const std::string& tree_image) {
+    std::optional<format::tree_file> tree;
+    if (!tree_image.empty()) {
+      auto t = format::decode_tree(std::as_bytes(std::span<const char>(tree_image.data(), tree_image.size())), "tree");
+      if (t) tree = std::move(t).value();
+    }
+    analytics::online_divergence d;
+    auto o = analytics::compare_with_reference(env, ref, h, image, tree ? &*tree : nullptr, &d);
+    if (!o) {
+      std::fprintf(stderr, "cairn: rank %u: warning: cannot compare '%s' version %lld with run '%s': %s\n", h.rank,
+                   h.name.c_str(), static_cast<long long>(h.version), ref.run.c_str(), o.error().message().c_str());
+      return;
+    }
+    record(*o, d, h.name, h.version);
+  }
+
+  // Retries the versions whose reference was missing, from this rank's files.
+  status retry(uint32_t rank) {
+    std::vector<std::pair<std::string, int64_t>> todo;
+    {
+      std::lock_guard lk(mu);
+      todo.swap(pending);
+    }
+    for (auto& [name, version] : todo) {
+      std::string path = format::shard_path(my_scratch, my_run, name, version, rank);
+      if (my_scratch.empty() || !env->exists(path)) path = format::shard_path(my_store, my_run, name, version, rank);
+      auto h = format::read_header(env, path);
+      auto f = h ? env->open_read(path) : result<std::unique_ptr<storage::readable_file>>(h.error());
+      if (!h || !f) {
+        std::fprintf(stderr, "cairn: warning: version %lld of '%s' is gone before it could be compared\n",
+                     static_cast<long long>(version), name.c_str());
+        continue;
+      }
+      std::vector<std::byte> image(h->file_size);
+      if (!(*f)->read_at(0, image.data(), image.size())) continue;
+      auto tree = env->read_all(storage::join(storage::dirname_of(path), format::tree_file_name(rank)));
+      compare(*h, image, tree ? *tree : std::string());
+    }
+    std::lock_guard lk(mu);
+    retrying = false;
+    return {};
+  }
+};
+
+namespace {
+class compare_stage final : public engine::stage {
+ public:
+  explicit compare_stage(std::shared_ptr<online_state> s) : s_(std::move(s)) {}
+  const char* name() const override { return "compare"; }
+  status run(engine::version_job& job) override {
+    s_->compare(job.header, {job.image->data(), job.header.file_size}, job.tree_image);
+    return {};
+  }
+
+ private:
+  std::shared_ptr<online_state> s_;
+};
+}  // namespace
+
 client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
     : comm_(std::move(comm)), cfg_(std::move(cfg)), env_(storage::storage_env::posix()) {}
 
@@ -118,6 +207,20 @@ status client_impl::start() {
   if (cfg_.hash_trees) stages.push_back(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
   if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
   stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+  if (!cfg_.reference_run.empty()) {
+    if (cfg_.reference_run == cfg_.run)
+      return {errc::invalid_argument, "reference_run '" + cfg_.reference_run + "' is this run itself; set CAIRN_RUN"};
+    online_ = std::make_shared<online_state>();
+    online_->env = env_;
+    online_->ref.run = cfg_.reference_run;
+    online_->ref.store = cfg_.reference_store.empty() ? cfg_.persistent : cfg_.reference_store;
+    online_->ref.scratch = cfg_.reference_store.empty() ? cfg_.scratch : "";
+    online_->ref.tol = {cfg_.compare_abs, cfg_.compare_rel, cfg_.compare_ulps};
+    online_->my_store = cfg_.persistent;
+    online_->my_scratch = cfg_.local_enabled ? cfg_.scratch : "";
+    online_->my_run = cfg_.run;
+    stages.push_back(std::make_unique<compare_stage>(online_));
+  }
   CAIRN_RETURN_IF_ERROR(start_run_identity());
   int home = sched_getcpu();
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads,
@@ -408,6 +511,12 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
 
   bool all_have_slot = true;
   CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot));
+  if (divergence_ && cfg_.on_divergence == divergence_action::stop) {
+    return {errc::diverged, "run '" + cfg_.run + "' diverged from '" + cfg_.reference_run + "' at '" +
+                                divergence_->name + "' version " + std::to_string(divergence_->version) + ", rank " +
+                                std::to_string(divergence_->rank) + ", region '" + divergence_->region +
+                                "' (on_divergence = stop): end the run"};
+  }
   if (!all_have_slot) {
     return {errc::again, "checkpoint '" + name + "' version " + std::to_string(version) +
                              ": staging memory is full on some rank (staging_policy = eagain); retry later or raise "
@@ -478,6 +587,18 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
   status peek;
   v.push_back(engine_->has_error() ? -1 : 0);
   v.push_back(all_have_slot == nullptr || cfg_.staging_policy == staging_policy::block || pool_.has_free() ? 1 : 0);
+  int64_t my_first = INT64_MAX;
+  if (online_) {
+    std::lock_guard lk(online_->mu);
+    my_first = online_->first_version;
+    if (!online_->pending.empty() && !online_->retrying) {
+      online_->retrying = true;
+      auto st = online_;
+      uint32_t me = static_cast<uint32_t>(rank());
+      engine_->submit_task([st, me] { return st->retry(me); });
+    }
+  }
+  v.push_back(my_first);
   enum class entry_kind { local, durable, manifest };
   struct entry {
     version_record* rec;
@@ -501,11 +622,13 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
       }
     }
   }
+  constexpr size_t kFixed = 3;
   comm_->allreduce_min(v);
+  if (online_) progress_divergence(v[2]);
 
   for (size_t i = 0; i < entries.size(); ++i) {
     version_record& rec = *entries[i].rec;
-    int64_t s = v[2 + i];
+    int64_t s = v[kFixed + i];
     if (s == 0) continue;
     switch (entries[i].kind) {
       case entry_kind::local:
@@ -557,6 +680,61 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
     status mine = engine_->has_error() ? engine_->take_error() : status();
     return agree(mine);
   }
+  return {};
+}
+
+void client_impl::progress_divergence(int64_t global_first) {
+  if (global_first == INT64_MAX || (divergence_ && divergence_->version <= global_first)) return;
+  analytics::online_divergence mine;
+  {
+    std::lock_guard lk(online_->mu);
+    mine = online_->first;
+  }
+  int64_t root = comm_->min(mine.version == global_first ? rank() : INT64_MAX);
+  nlohmann::json j = {{"version", mine.version}, {"rank", mine.rank}, {"name", mine.name}, {"region", mine.region},
+                      {"index", mine.index}, {"value", mine.value}, {"reference", mine.reference}, {"kind", mine.kind}};
+  std::string text = j.dump();
+  comm_->broadcast(&text, static_cast<int>(root));
+  auto g = nlohmann::json::parse(text);
+  analytics::online_divergence d;
+  d.version = g["version"];
+  d.rank = g["rank"];
+  d.name = g["name"];
+  d.region = g["region"];
+  d.index = g["index"];
+  d.value = g["value"];
+  d.reference = g["reference"];
+  d.kind = g["kind"];
+  divergence_ = d;
+  if (rank() == 0) {
+    std::fprintf(stderr, "cairn: run '%s' diverged from '%s' at '%s' version %lld, rank %u, region '%s'[%llu]: %s vs %s%s\n",
+                 cfg_.run.c_str(), cfg_.reference_run.c_str(), d.name.c_str(), static_cast<long long>(d.version), d.rank,
+                 d.region.c_str(), static_cast<unsigned long long>(d.index), d.value.c_str(), d.reference.c_str(),
+                 cfg_.on_divergence == divergence_action::stop ? " (stopping: on_divergence = stop)" : "");
+  }
+}
+
+status client_impl::divergence(cairn_divergence_t* info) {
+  if (size() == 1 && !finalized_) CAIRN_RETURN_IF_ERROR(progress(false));
+  std::memset(info, 0, sizeof *info);
+  info->version = -1;
+  if (!online_) return {errc::invalid_argument, "cairn_divergence: no reference_run is configured"};
+  {
+    std::lock_guard lk(online_->mu);
+    info->compared = online_->compared;
+    info->pending = static_cast<int64_t>(online_->pending.size());
+  }
+  if (!divergence_) return {};
+  const auto& d = *divergence_;
+  info->diverged = 1;
+  info->version = d.version;
+  info->rank = static_cast<int>(d.rank);
+  std::snprintf(info->name, sizeof info->name, "%s", d.name.c_str());
+  std::snprintf(info->region, sizeof info->region, "%s", d.region.c_str());
+  info->index = d.index;
+  std::snprintf(info->value, sizeof info->value, "%s", d.value.c_str());
+  std::snprintf(info->reference, sizeof info->reference, "%s", d.reference.c_str());
+  info->structural = d.kind == "structural" ? 1 : 0;
   return {};
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "analytics/online.hpp"
 #include "cairn.h"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
@@ -67,6 +68,9 @@ struct version_record {
   bool resolved() const { return ((global_done | global_failed) & wanted) == wanted; }
 };
 
+// Online comparison state shared by the compare stage and the client (client.cpp).
+struct online_state;
+
 // A region's block shape in row-major order (reversed for column-major regions).
 std::vector<uint64_t> row_major_dims(const region& r);
 
@@ -92,6 +96,9 @@ class client_impl {
   result<int64_t> restart_test(const std::string& name);
   status restart(const std::string& name, int64_t version);
   status finalize(bool wait_for_pending);
+
+  // Online comparison: what every rank agreed on at the last collective call.
+  status divergence(cairn_divergence_t* info);
 
   // Run identity (RUN file, written by rank 0).
   status set_code_version(const std::string& v);
@@ -170,6 +177,10 @@ class client_impl {
     std::vector<std::string> files;  // base names routed so far
   };
   std::optional<file_mode> files_;
+  std::shared_ptr<struct online_state> online_;  // shared with the compare stage; null when off
+  std::optional<analytics::online_divergence> divergence_;  // agreed by all ranks
+  // Collective part of progress for the online comparison.
+  void progress_divergence(int64_t global_first);
   bool finalized_ = false;
   format::run_info run_info_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)

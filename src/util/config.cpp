@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -40,6 +41,15 @@ result<bool> parse_bool(const std::string& key, const std::string& v) {
   if (v == "true" || v == "1" || v == "yes" || v == "on") return true;
   if (v == "false" || v == "0" || v == "no" || v == "off") return false;
   return bad_value(key, v, "true or false");
+}
+
+status parse_double(const std::string& key, const std::string& v, double* out) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(d >= 0) || std::isinf(d))
+    return bad_value(key, v, "a non-negative number such as 1e-9");
+  *out = d;
+  return {};
 }
 
 template <typename E>
@@ -128,12 +138,28 @@ const std::vector<key_def>& keys() {
          if (!r || *r < 64 || *r > (1ull << 30) || *r % 8 != 0)
            return bad_value("hash_chunk", v, "a size between 64 and 1G, a multiple of 8");
          c.hash_chunk = *r; return {}; }, [](const config& c) { return std::to_string(c.hash_chunk); }},
-      {"hash_abs", "quantum of tolerant tree leaves", [](config& c, const std::string& v) -> status {
-         char* end = nullptr;
-         double d = std::strtod(v.c_str(), &end);
-         if (v.empty() || *end != '\0' || !(d >= 0) || std::isinf(d))
-           return bad_value("hash_abs", v, "a non-negative number such as 1e-9 (0 = exact leaves only)");
-         c.hash_abs = d; return {}; }, [](const config& c) { std::ostringstream os; os << c.hash_abs; return os.str(); }},
+      {"hash_abs", "quantum of tolerant tree leaves", [](config& c, const std::string& v) {
+         return parse_double("hash_abs", v, &c.hash_abs); },
+       [](const config& c) { std::ostringstream os; os << c.hash_abs; return os.str(); }},
+      {"reference_run", "run to compare with online", [](config& c, const std::string& v) -> status {
+         if (v.find('/') != std::string::npos) return bad_value("reference_run", v, "a run id without '/'");
+         c.reference_run = v; return {}; }, [](const config& c) { return c.reference_run; }},
+      {"reference_store", "store of the reference run", [](config& c, const std::string& v) -> status {
+         c.reference_store = v; return {}; }, [](const config& c) { return c.reference_store; }},
+      {"on_divergence", "continue or stop", [](config& c, const std::string& v) {
+         return parse_enum<divergence_action>("on_divergence", v, {{"continue", divergence_action::cont},
+                                              {"stop", divergence_action::stop}}, &c.on_divergence); },
+       [](const config& c) { return std::string(c.on_divergence == divergence_action::stop ? "stop" : "continue"); }},
+      {"compare_abs", "absolute tolerance", [](config& c, const std::string& v) {
+         return parse_double("compare_abs", v, &c.compare_abs); },
+       [](const config& c) { std::ostringstream os; os << c.compare_abs; return os.str(); }},
+      {"compare_rel", "relative tolerance", [](config& c, const std::string& v) {
+         return parse_double("compare_rel", v, &c.compare_rel); },
+       [](const config& c) { std::ostringstream os; os << c.compare_rel; return os.str(); }},
+      {"compare_ulps", "tolerance in ulps", [](config& c, const std::string& v) -> status {
+         auto r = parse_int("compare_ulps", v, 0, INT64_MAX); if (!r) return r.take_status();
+         c.compare_ulps = static_cast<uint64_t>(*r); return {}; },
+       [](const config& c) { return std::to_string(c.compare_ulps); }},
       {"fault_inject", "test hook", [](config& c, const std::string& v) -> status { c.fault_inject = v; return {}; },
        [](const config& c) { return c.fault_inject; }},
   };

@@ -15,6 +15,7 @@ namespace cairn {
 enum class engine_mode { thread, sync };
 enum class placement { none, core, socket, node };
 enum class staging_policy { block, eagain };
+enum class divergence_action { cont, stop };
 
 struct config {
   std::string run;          // run id; default: executable name
@@ -36,6 +37,12 @@ struct config {
   bool hash_trees = true;         // hash stage (history comparisons)
   uint64_t hash_chunk = 64 << 10; // bytes per tree leaf
   double hash_abs = 0;            // quantum of tolerant leaves; 0 = exact leaves only
+  // Online comparison with a reference run (empty = off).
+  std::string reference_run;
+  std::string reference_store;    // default: the persistent level
+  divergence_action on_divergence = divergence_action::cont;
+  double compare_abs = 0, compare_rel = 0;
+  uint64_t compare_ulps = 0;
   // Test hook (not documented for users): "level:kind[:after=N]", see fault_env.
   std::string fault_inject;
 

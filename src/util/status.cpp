@@ -17,6 +17,7 @@ std::string_view errc_name(errc code) {
     case errc::cancelled: return "cancelled";
     case errc::not_supported: return "not_supported";
     case errc::internal: return "internal";
+    case errc::diverged: return "diverged";
   }
   return "unknown";
 }

@@ -4,10 +4,12 @@
 #include <cerrno>
 #include <cstdlib>
 #include <numeric>
+#include <unistd.h>
 #include <vector>
 
 #include "cairn.h"
 #include "cairn/cairn.hpp"
+#include "client/client.hpp"
 #include "format/layout.hpp"
 #include "format/run_info.hpp"
 #include "format/shard.hpp"
@@ -369,6 +371,119 @@ TEST_F(client_test, run_identity_records_every_execution) {
   EXPECT_EQ(info->executions[1].nranks, 1u);
   EXPECT_EQ(info->executions[0].config.at("code_version"), "v1.2");
   EXPECT_EQ(info->executions[1].hosts.size(), 1u);
+}
+
+}  // namespace
+}  // namespace cairn
+
+namespace cairn {
+namespace {
+
+// Writes versions 1..n of checkpoint "ck" with x[i] = i + offset(version) as run `run`.
+void write_run(const char* run, int n, double perturb_at_version, double delta) {
+  setenv("CAIRN_RUN", run, 1);
+  std::vector<double> x(20000);
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", std::span<double>(x)));
+  for (int v = 1; v <= n; ++v) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i) * 0.5 + v;
+    if (v >= perturb_at_version) x[12345] += delta;
+    ASSERT_TRUE(c.checkpoint("ck", v));
+  }
+  ASSERT_TRUE(c.finalize(true));
+}
+
+TEST_F(client_test, online_comparison_equal_runs_do_not_diverge) {
+  write_run("ref", 3, 1e9, 0);
+  setenv("CAIRN_REFERENCE_RUN", "ref", 1);
+  setenv("CAIRN_COMPARE_ABS", "1e-9", 1);
+  setenv("CAIRN_RUN", "new", 1);
+  std::vector<double> x(20000);
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", std::span<double>(x)));
+  for (int v = 1; v <= 3; ++v) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i) * 0.5 + v;
+    if (v == 2) x[7] += 1e-12;  // within the tolerance
+    ASSERT_TRUE(c.checkpoint("ck", v));
+  }
+  ASSERT_TRUE(c.wait("ck", 3, CAIRN_LEVEL_PERSISTENT));
+  cairn_divergence_t d;
+  ASSERT_TRUE(c.impl()->divergence(&d));
+  EXPECT_EQ(d.diverged, 0);
+  EXPECT_EQ(d.version, -1);
+  EXPECT_EQ(d.compared, 3);
+  EXPECT_EQ(d.pending, 0);
+  ASSERT_TRUE(c.finalize(true));
+  unsetenv("CAIRN_REFERENCE_RUN");
+  unsetenv("CAIRN_COMPARE_ABS");
+}
+
+TEST_F(client_test, online_comparison_stops_the_run_at_the_first_divergence) {
+  write_run("ref", 4, 1e9, 0);
+  setenv("CAIRN_REFERENCE_RUN", "ref", 1);
+  setenv("CAIRN_COMPARE_ABS", "1e-9", 1);
+  setenv("CAIRN_ON_DIVERGENCE", "stop", 1);
+  setenv("CAIRN_RUN", "new", 1);
+  std::vector<double> x(20000);
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", std::span<double>(x)));
+  status st;
+  int v = 1;
+  for (; v <= 4; ++v) {
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<double>(i) * 0.5 + v;
+    if (v >= 2) x[12345] += 1e-3;
+    st = c.checkpoint("ck", v);
+    if (!st) break;
+    ASSERT_TRUE(c.wait("ck", v, CAIRN_LEVEL_PERSISTENT));  // lets the comparison of v finish
+  }
+  EXPECT_EQ(st.code(), errc::diverged) << st.to_string();
+  EXPECT_EQ(v, 3);  // version 2 diverged; the checkpoint after it refuses
+  cairn_divergence_t d;
+  ASSERT_TRUE(c.impl()->divergence(&d));
+  EXPECT_EQ(d.diverged, 1);
+  EXPECT_EQ(d.version, 2);
+  EXPECT_STREQ(d.region, "x");
+  EXPECT_EQ(d.index, 12345u);
+  EXPECT_EQ(d.structural, 0);
+  (void)c.finalize(true);
+  for (const char* k : {"CAIRN_REFERENCE_RUN", "CAIRN_COMPARE_ABS", "CAIRN_ON_DIVERGENCE"}) unsetenv(k);
+}
+
+TEST_F(client_test, online_comparison_waits_for_a_reference_that_is_still_running) {
+  setenv("CAIRN_REFERENCE_RUN", "late", 1);
+  setenv("CAIRN_RUN", "early", 1);
+  std::vector<double> x(1000, 2.0);
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", std::span<double>(x)));
+  ASSERT_TRUE(c.checkpoint("ck", 1));
+  ASSERT_TRUE(c.wait("ck", 1, CAIRN_LEVEL_PERSISTENT));
+  cairn_divergence_t d;
+  ASSERT_TRUE(c.impl()->divergence(&d));
+  EXPECT_EQ(d.pending, 1);
+  EXPECT_EQ(d.compared, 0);
+  {
+    // The reference commits version 1 later, with a different value.
+    unsetenv("CAIRN_REFERENCE_RUN");
+    setenv("CAIRN_RUN", "late", 1);
+    std::vector<double> y(1000, 2.5);
+    auto r = make_client();
+    ASSERT_TRUE(r.protect("x", std::span<double>(y)));
+    ASSERT_TRUE(r.checkpoint("ck", 1));
+    ASSERT_TRUE(r.finalize(true));
+  }
+  // The next progress retries in the background; poll until it has run.
+  for (int i = 0; i < 200 && d.compared == 0; ++i) {
+    ASSERT_TRUE(c.impl()->divergence(&d));
+    if (d.compared == 0) usleep(10000);
+  }
+  EXPECT_EQ(d.compared, 1);
+  EXPECT_EQ(d.pending, 0);
+  ASSERT_TRUE(c.impl()->divergence(&d));  // the collective part agrees on it
+  EXPECT_EQ(d.diverged, 1);
+  EXPECT_EQ(d.version, 1);
+  EXPECT_STREQ(d.value, "2");
+  EXPECT_STREQ(d.reference, "2.5");
+  ASSERT_TRUE(c.finalize(true));
 }
 
 }  // namespace
