@@ -23,37 +23,58 @@ T load(const std::byte* p, uint64_t i) {
   return v;
 }
 
-template <typename T>
-element_value value_of(uint8_t type, T v) {
-  element_value e;
-  e.type = type;
-  if constexpr (sizeof(T) == 8) {
-    e.bits = std::bit_cast<uint64_t>(v);
-  } else if constexpr (sizeof(T) == 4) {
-    e.bits = std::bit_cast<uint32_t>(v);
-  } else if constexpr (sizeof(T) == 2) {
-    e.bits = std::bit_cast<uint16_t>(v);
-  } else {
-    e.bits = std::bit_cast<uint8_t>(v);
-  }
-  return e;
-}
+// Running totals of one call, kept in locals: the inputs are byte pointers,
+// which may alias anything, so accumulating through compare_stats* would
+// force a store and reload per element.
+struct accum {
+  uint64_t exact = 0, approximate = 0, mismatch = 0, nonfinite = 0;
+  double max_abs = 0, max_rel = 0, mm_abs = 0, mm_rel = 0;
+  // Lowest-index mismatch of this call (indices only grow within a call).
+  bool have_first = false;
+  uint64_t first_index = 0;
+  uint64_t first_a = 0, first_b = 0;
 
-inline void note_error(compare_stats* s, double d, double m, bool mismatch) {
-  const double r = m > 0 ? d / m : 0.0;
-  // NaN cannot reach here (finite operands only); inf can (overflowing difference).
-  if (d > s->max_abs) s->max_abs = d;
-  if (r > s->max_rel) s->max_rel = r;
-  if (mismatch) {
-    if (d > s->mismatch_max_abs) s->mismatch_max_abs = d;
-    if (r > s->mismatch_max_rel) s->mismatch_max_rel = r;
+  // d = |a - b| (may be inf), m = max(|a|, |b|), both of finite values.
+  inline void error(double d, double m, bool is_mismatch) {
+    if (d > max_abs) max_abs = d;
+    // r = d / m only when it may beat the maximum it could update (mm_rel <=
+    // max_rel): d > best * m * (1 - 2^-50) is looser than fl(d / m) > best by
+    // more than the roundings involved, so no new maximum is skipped; products
+    // near underflow and infinite d always divide.
+    const double best = is_mismatch ? mm_rel : max_rel;
+    const double p = best * m;
+    if (m > 0 && (p < 0x1p-1000 || d > p * (1 - 0x1p-50) || std::isinf(d))) {
+      const double r = d / m;
+      if (r > max_rel) max_rel = r;
+      if (is_mismatch && r > mm_rel) mm_rel = r;
+    }
+    if (is_mismatch && d > mm_abs) mm_abs = d;
   }
-}
 
-template <typename T>
-inline void note_first(compare_stats* s, uint8_t type, uint64_t index, T a, T b) {
-  if (!s->first || index < s->first->index) s->first = element_mismatch{index, value_of(type, a), value_of(type, b)};
-}
+  template <typename U>
+  inline void first(uint64_t index, U a, U b) {
+    if (!have_first) {
+      have_first = true;
+      first_index = index;
+      first_a = a;
+      first_b = b;
+    }
+  }
+
+  void flush(compare_stats* s, uint8_t type) const {
+    compare_stats o;
+    o.exact = exact;
+    o.approximate = approximate;
+    o.mismatch = mismatch;
+    o.nonfinite_mismatch = nonfinite;
+    o.max_abs = max_abs;
+    o.max_rel = max_rel;
+    o.mismatch_max_abs = mm_abs;
+    o.mismatch_max_rel = mm_rel;
+    if (have_first) o.first = element_mismatch{first_index, {type, first_a}, {type, first_b}};
+    s->merge(o);
+  }
+};
 
 // Ordered integer of a float's bits: negative values map below zero so that
 // adjacent representable values differ by 1 and +0 / -0 both map to 0.
@@ -81,69 +102,119 @@ inline uint64_t ulp_distance_t(F a, F b) {
 template <typename T>
 void compare_ints(compare_stats* s, const std::byte* a, const std::byte* b, uint64_t n, uint8_t type,
                   uint64_t base) {
+  using U = std::make_unsigned_t<T>;
+  accum acc;
   for (uint64_t i0 = 0; i0 < n; i0 += kBlock) {
     const uint64_t m = std::min(kBlock, n - i0);
     if (std::memcmp(a + i0 * sizeof(T), b + i0 * sizeof(T), m * sizeof(T)) == 0) {
-      s->exact += m;
+      acc.exact += m;
       continue;
     }
     for (uint64_t i = i0; i < i0 + m; ++i) {
       const T x = load<T>(a, i), y = load<T>(b, i);
       if (x == y) {
-        ++s->exact;
+        ++acc.exact;
         continue;
       }
-      ++s->mismatch;
-      // |x - y| exactly as an unsigned integer, then rounded once to double.
-      using U = std::make_unsigned_t<T>;
-      const uint64_t d = x > y ? static_cast<uint64_t>(static_cast<U>(x) - static_cast<U>(y))
-                               : static_cast<uint64_t>(static_cast<U>(y) - static_cast<U>(x));
+      ++acc.mismatch;
+      // |x - y| exactly as an unsigned integer (wrapping in U: small types are
+      // promoted to int before subtracting), then rounded once to double.
+      const uint64_t d = x > y ? static_cast<uint64_t>(static_cast<U>(static_cast<U>(x) - static_cast<U>(y)))
+                               : static_cast<uint64_t>(static_cast<U>(static_cast<U>(y) - static_cast<U>(x)));
       const double ax = std::fabs(static_cast<double>(x)), ay = std::fabs(static_cast<double>(y));
-      note_error(s, static_cast<double>(d), std::max(ax, ay), true);
-      note_first(s, type, base + i, x, y);
+      acc.error(static_cast<double>(d), std::max(ax, ay), true);
+      acc.first(base + i, static_cast<U>(x), static_cast<U>(y));
     }
   }
+  acc.flush(s, type);
+}
+
+// A block of floats where every pair is either bitwise equal or finite and
+// within abs or rel (the common case of runs that agree within tolerance),
+// accounted without branches per element; false (nothing accounted) when any
+// pair needs the element-by-element rules (non-finite, or only the ulps
+// criterion or none holds). Same d, m and d / m as the per-element loop, so
+// the same counts and maxima.
+template <typename F, typename U>
+bool fast_block(const std::byte* a, const std::byte* b, uint64_t i0, uint64_t m, double abs_tol, double rel_tol,
+                accum* acc) {
+  constexpr U kExp = sizeof(F) == 8 ? U(0x7ff0000000000000ULL) : U(0x7f800000U);
+  uint64_t equal = 0;
+  bool bad = false;
+  double max_d = 0, max_r = 0;
+  for (uint64_t i = i0; i < i0 + m; ++i) {
+    const U ux = load<U>(a, i), uy = load<U>(b, i);
+    const bool eq = ux == uy;
+    const bool finite = ((ux & kExp) != kExp) & ((uy & kExp) != kExp);
+    const double dx = static_cast<double>(std::bit_cast<F>(ux)), dy = static_cast<double>(std::bit_cast<F>(uy));
+    // Computed unconditionally and selected, so that the loop vectorizes:
+    // eq lanes give d = 0 (and r = 0 or NaN, which never wins the maximum);
+    // +0 / -0 lanes give 0 / 1.
+    const double diff = std::fabs(dx - dy);
+    const double d = eq ? 0.0 : diff;
+    const double ax = std::fabs(dx), ay = std::fabs(dy);
+    const double mag = ax > ay ? ax : ay;
+    const double r = d / (mag > 0 ? mag : 1.0);
+    bad |= (!eq) & ((!finite) | !((d <= abs_tol) | (d <= rel_tol * mag)));
+    equal += eq;
+    max_d = d > max_d ? d : max_d;
+    max_r = r > max_r ? r : max_r;
+  }
+  if (bad) return false;
+  acc->exact += equal;
+  acc->approximate += m - equal;
+  if (max_d > acc->max_abs) acc->max_abs = max_d;
+  if (max_r > acc->max_rel) acc->max_rel = max_r;
+  return true;
 }
 
 template <typename F>
 void compare_floats(compare_stats* s, const std::byte* a, const std::byte* b, uint64_t n, uint8_t type,
                     const tolerance& tol, uint64_t base) {
+  using U = std::conditional_t<sizeof(F) == 8, uint64_t, uint32_t>;
+  constexpr U kExp = sizeof(F) == 8 ? U(0x7ff0000000000000ULL) : U(0x7f800000U);
+  const double abs_tol = tol.abs, rel_tol = tol.rel;
+  const uint64_t ulps = tol.ulps;
+  accum acc;
   for (uint64_t i0 = 0; i0 < n; i0 += kBlock) {
     const uint64_t m = std::min(kBlock, n - i0);
     if (std::memcmp(a + i0 * sizeof(F), b + i0 * sizeof(F), m * sizeof(F)) == 0) {
-      s->exact += m;
+      acc.exact += m;
       continue;
     }
+    if (fast_block<F, U>(a, b, i0, m, abs_tol, rel_tol, &acc)) continue;
     for (uint64_t i = i0; i < i0 + m; ++i) {
-      const F x = load<F>(a, i), y = load<F>(b, i);
-      if (std::memcmp(&x, &y, sizeof(F)) == 0) {  // bitwise equal (equal infinities included)
-        ++s->exact;
+      const U ux = load<U>(a, i), uy = load<U>(b, i);
+      if (ux == uy) {  // bitwise equal (equal infinities included)
+        ++acc.exact;
         continue;
       }
-      const bool xnan = std::isnan(x), ynan = std::isnan(y);
-      if (xnan && ynan) {
-        ++s->exact;
+      const F x = std::bit_cast<F>(ux), y = std::bit_cast<F>(uy);
+      if ((ux & kExp) != kExp && (uy & kExp) != kExp) [[likely]] {  // both finite
+        const double dx = static_cast<double>(x), dy = static_cast<double>(y);
+        const double d = std::fabs(dx - dy);
+        const double mag = std::max(std::fabs(dx), std::fabs(dy));
+        const bool ok = d <= abs_tol || d <= rel_tol * mag || ulp_distance_t(x, y) <= ulps;
+        if (ok) {
+          ++acc.approximate;
+        } else {
+          ++acc.mismatch;
+          acc.first(base + i, ux, uy);
+        }
+        acc.error(d, mag, !ok);
         continue;
       }
-      if (xnan || ynan || std::isinf(x) || std::isinf(y)) {
-        ++s->mismatch;
-        ++s->nonfinite_mismatch;
-        note_first(s, type, base + i, x, y);
+      if (std::isnan(x) && std::isnan(y)) {
+        ++acc.exact;
         continue;
       }
-      const double dx = static_cast<double>(x), dy = static_cast<double>(y);
-      const double d = std::fabs(dx - dy);
-      const double mag = std::max(std::fabs(dx), std::fabs(dy));
-      const bool ok = d <= tol.abs || d <= tol.rel * mag || ulp_distance_t(x, y) <= tol.ulps;
-      if (ok) {
-        ++s->approximate;
-      } else {
-        ++s->mismatch;
-        note_first(s, type, base + i, x, y);
-      }
-      note_error(s, d, mag, !ok);
+      // NaN against a number, an infinity against anything but itself.
+      ++acc.mismatch;
+      ++acc.nonfinite;
+      acc.first(base + i, ux, uy);
     }
   }
+  acc.flush(s, type);
 }
 
 }  // namespace
@@ -272,7 +343,8 @@ tolerant_proof tolerant_leaves_prove(double quantum, const tolerance& tol) {
   if (!(tol.abs > quantum * c)) {
     char buf[160];
     std::snprintf(buf, sizeof buf,
-                  "--abs %.17g does not exceed the tree quantum %.17g (hash_abs) by the margin 2^-40 that a proof needs",
+                  "--abs %g does not exceed the tree quantum %g (hash_abs, by a margin of 2^-40): equal quanta "
+                  "do not prove a pair within tolerance",
                   tol.abs, quantum);
     p.reason = buf;
     return p;
@@ -289,8 +361,8 @@ tolerant_proof tolerant_leaves_prove(double quantum, const tolerance& tol) {
   }
   char buf[200];
   std::snprintf(buf, sizeof buf,
-                "--rel %.17g is below %.3g, which equal quanta need to prove large values within tolerance "
-                "(quanta of values near 2^53 x quantum and above are rounded)",
+                "--rel %g is below %.3g, which equal quanta need to prove large values within tolerance "
+                "(the quanta of values near 2^53 x quantum and above are rounded)",
                 tol.rel, p.min_rel);
   p.reason = buf;
   return p;

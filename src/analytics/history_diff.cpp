@@ -21,6 +21,10 @@ using storage::storage_env;
 // of thousands of ranks must not run out of descriptors).
 constexpr size_t kMaxOpenFiles = 256;
 
+// The read buffers grow to a tree's chunk size up to this, so that chunks read
+// can be checked against their leaves; larger chunks are compared unchecked.
+constexpr uint64_t kMaxChunkBuffer = uint64_t{64} << 20;
+
 std::string join_list(const std::vector<std::string>& items) {
   std::string s;
   for (auto& i : items) s += (s.empty() ? "" : ", ") + i;
@@ -240,7 +244,9 @@ class differ {
   }
 
   // Opens `path` as the shard of `s` if it is the image the MANIFEST records.
-  status open_shard(shard_src& s, const std::string& path) {
+  // Sets s.header unless it is already known (a header with the same checksum
+  // is the same header: references into it stay valid).
+  status open_shard(shard_src& s, const std::string& path, bool keep_header = false) {
     CAIRN_ASSIGN_OR_RETURN(auto f, env_->open_read(path));
     CAIRN_ASSIGN_OR_RETURN(format::shard_header h, read_header(f.get(), path));
     if (h.header_checksum != s.expect_checksum || h.file_size != s.expect_size) {
@@ -249,7 +255,7 @@ class differ {
                                           util::hex64(s.expect_checksum) + " / " + std::to_string(s.expect_size) +
                                           ")");
     }
-    s.header = std::move(h);
+    if (!keep_header) s.header = std::move(h);
     s.file = std::move(f);
     ++open_files_;
     return {};
@@ -619,7 +625,7 @@ class differ {
     }
     s.local = false;
     --res_.io.shards_local;
-    status st = open_shard(s, s.persistent_path);
+    status st = open_shard(s, s.persistent_path, /*keep_header=*/true);
     if (!st) return fail_read(s, label, st.message());
     return true;
   }
@@ -652,6 +658,11 @@ class differ {
     if (trees && o_.mismatches_only && ta->has_tolerant && tb->has_tolerant && sa.tree->quantum == sb.tree->quantum &&
         ta->tolerant.size() == ta->exact.size() && tb->tolerant.size() == tb->exact.size()) {
       tolerant = proof(sa.tree->quantum).usable;
+    }
+    if (trees && sa.tree->chunk_bytes > buf_a_.size() && sa.tree->chunk_bytes <= kMaxChunkBuffer) {
+      // A whole chunk must fit to be checked against its leaf.
+      buf_a_.resize(sa.tree->chunk_bytes);
+      buf_b_.resize(sa.tree->chunk_bytes);
     }
     const uint64_t per = trees ? format::elements_per_chunk(sa.tree->chunk_bytes, type) : 0;
     const uint64_t buf_elems = buf_a_.size() / es;
@@ -719,14 +730,9 @@ class differ {
                  const format::region_tree* t, uint64_t per, std::byte* buf) {
     const uint64_t es = format::type_size(d.type);
     for (int attempt = 0;; ++attempt) {
-      const format::region_desc* cur = &d;
-      if (attempt > 0) {
-        // After abandoning the local copy the header is the persistent one
-        // (same checksum, hence the same table).
-        cur = find_region(s, d.name);
-        if (!cur) return fail_read(s, label, "region '" + d.name + "' vanished from the persistent shard");
-      }
-      if (!read(s, label, cur->offset + e * es, buf, static_cast<size_t>(cnt * es))) return false;
+      // After abandoning the local copy, d still describes the persistent
+      // shard: its header has the same checksum, hence the same table.
+      if (!read(s, label, d.offset + e * es, buf, static_cast<size_t>(cnt * es))) return false;
       if (per == 0) return true;
       bool good = true;
       uint64_t bad_chunk = 0;

@@ -21,8 +21,9 @@
 // shard's is ignored (reported) and the data are read. 64-bit hash collisions
 // are the one assumption.
 //
-// I/O: data are read with pread in pieces of at most `read_bytes` per run into
-// two reusable buffers (memory stays bounded whatever the store size); a shard
+// I/O: data are read with pread in pieces of at most `read_bytes` per run (or
+// one tree chunk, if larger, up to 64 MiB) into two reusable buffers (memory
+// stays bounded whatever the store size); a shard
 // is read from the run's scratch directory when its copy there has the header
 // checksum the MANIFEST records, else from the store. A chunk read where a
 // usable tree exists is checked against its exact leaf; a local copy that fails
@@ -57,7 +58,7 @@ struct diff_options {
   std::string scratch_a;  // node-local level of run A (holds runs/<run_a>/...); empty = none
   std::string scratch_b;
   bool use_trees = true;             // false: read everything (tests, benchmarks)
-  size_t read_bytes = size_t{4} << 20;  // per run and read; at least 4096
+  size_t read_bytes = size_t{256} << 10;  // buffer per run (at least 4096; grows to a tree chunk)
   storage::storage_env* env = nullptr;  // nullptr = storage_env::posix()
 };
 

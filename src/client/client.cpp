@@ -321,7 +321,12 @@ status client_impl::write_run_identity() {
   if (rank() != 0) return {};
   status st = env_->make_dirs(storage::join(format::runs_dir(cfg_.persistent), cfg_.run));
   if (st) st = env_->write_atomic(format::run_file_path(cfg_.persistent, cfg_.run), format::encode_run_info(run_info_), true);
-  if (!st) return st.with_context("writing the run identity");
+  if (!st) {
+    // The identity is a record, not state: a store that cannot take it (full,
+    // read-only) must still restart. Say so and go on.
+    std::fprintf(stderr, "cairn: warning: run identity not recorded: %s\n", st.message().c_str());
+    return {};
+  }
   std::lock_guard lk(catalog_mu_);
   if (catalog_) {
     status cs = catalog_->index_run(env_, cfg_.run);
@@ -666,8 +671,10 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
         } else {
           rec.global_failed |= CAIRN_LEVEL_PERSISTENT;
           std::string msg = rank() == 0 ? rec.manifest_error->message() : std::string();
+          int64_t code = comm_->min(rank() == 0 ? static_cast<int64_t>(rec.manifest_error->code()) : 0);
           comm_->broadcast(&msg, 0);
-          rec.level_error[CAIRN_LEVEL_PERSISTENT] = status(errc::io_error, "rank 0: " + msg);
+          rec.level_error[CAIRN_LEVEL_PERSISTENT] =
+              status(code < 0 ? static_cast<errc>(code) : errc::io_error, "rank 0: " + msg);
         }
         break;
     }

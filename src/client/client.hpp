@@ -116,7 +116,7 @@ class client_impl {
   status install_fault();
   // Collective at start: gathers the hosts; rank 0 appends this execution to RUN.
   status start_run_identity();
-  // Rank 0: rewrites RUN from run_info_.
+  // Rank 0: rewrites RUN from run_info_ (a failure is a warning on stderr).
   status write_run_identity();
 
   // Captures `regions` as (name, version) and submits the job. Collective.

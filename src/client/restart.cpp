@@ -3,6 +3,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "client/client.hpp"
@@ -55,10 +56,20 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
   restart_version_ = -1;
   std::string why;
   status worst;  // invalid_argument (rank count) is more useful to report than corruption
+  // When the version is committed at the persistent level, its MANIFEST says
+  // which shard is current: a local shard that differs is left over from an
+  // earlier execution and must not be mixed in.
+  std::string mpath = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
+  std::optional<format::manifest> committed;
+  if (env_->exists(mpath)) {
+    auto m = format::read_manifest(env_, mpath);
+    if (m && m->nranks == n) committed = std::move(m).value();
+  }
   if (cfg_.local_enabled) {
     std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
     if (env_->exists(path)) {
-      status st = read_verified(env_, path, me, n, name, version, nullptr, &restart_header_, &restart_image_);
+      const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
+      status st = read_verified(env_, path, me, n, name, version, expect, &restart_header_, &restart_image_);
       if (st) {
         restart_name_ = name;
         restart_version_ = version;
@@ -70,9 +81,8 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
       worst = st;
     }
   }
-  std::string mpath = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
   if (env_->exists(mpath)) {
-    auto m = format::read_manifest(env_, mpath);
+    auto m = committed ? result<format::manifest>(*committed) : format::read_manifest(env_, mpath);
     status st;
     if (!m) {
       st = m.error();

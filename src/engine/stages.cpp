@@ -87,6 +87,9 @@ class local_stage final : public stage {
     double t0 = util::now_s();
     auto& h = job.header;
     std::string path = format::shard_path(paths_.scratch, h.run, h.name, h.version, h.rank);
+    // A shard of this version left by an earlier execution must not survive a
+    // failed write of the new one.
+    CAIRN_RETURN_IF_ERROR(env_->remove_file(path));
     CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, false, false, job.tree_image));
     job.local_s = util::now_s() - t0;
     return {};

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cairn::cli {
 
@@ -48,6 +49,24 @@ struct gc_options {
   bool json = false;
 };
 int cmd_gc(const gc_options& o);
+
+struct diff_options {
+  std::string store;
+  std::string run_a;
+  std::string run_b;
+  std::string name;                  // empty = every checkpoint name
+  double abs = 0;                    // tolerances (compare.hpp)
+  double rel = 0;
+  uint64_t ulps = 0;
+  std::vector<std::string> regions;  // empty = every region
+  bool mismatches_only = false;
+  std::string scratch_a;             // local level of run A (empty = none)
+  std::string scratch_b;
+  bool json = false;
+};
+// Exit: 0 no mismatch and no structural difference; 1 otherwise (or nothing
+// in common); 2 bad arguments, unknown store, run, checkpoint or region.
+int cmd_diff(const diff_options& o);
 
 }  // namespace cairn::cli
 

@@ -5,9 +5,12 @@
 //   cairn verify STORE [--run R] [--scratch DIR] [--json]
 //   cairn reindex STORE [--json]
 //   cairn gc STORE --keep N [--run R] [--dry-run] [--json]
+//   cairn diff STORE RUN_A RUN_B [--name N] [--abs E] [--rel E] [--ulps N]
+//              [--region R ...] [--mismatches-only] [--scratch-a DIR] [--scratch-b DIR] [--json]
 //
-// Exit status: 0 success; 1 failure (verify: a problem was found); 2 bad
-// arguments (including a store, run, checkpoint or version that does not exist).
+// Exit status: 0 success; 1 failure (verify: a problem was found; diff: the
+// runs differ); 2 bad arguments (including a store, run, checkpoint or version
+// that does not exist).
 #include <CLI/CLI.hpp>
 
 #include <charconv>
@@ -39,8 +42,9 @@ int run_cli(int argc, char** argv) {
   app.set_version_flag("--version", version_text(), "Print the version and exit");
   app.require_subcommand(1, 1);
   app.footer(
-      "Exit status: 0 success; 1 failure (verify: damage found); 2 bad arguments or a store, run,\n"
-      "checkpoint or version that does not exist. Run `cairn COMMAND --help` for a command's options.");
+      "Exit status: 0 success; 1 failure (verify: damage found; diff: the runs differ); 2 bad arguments\n"
+      "or a store, run, checkpoint or version that does not exist. Run `cairn COMMAND --help` for a\n"
+      "command's options.");
 
   ls_options ls;
   CLI::App* ls_cmd = app.add_subcommand("ls", "List runs, checkpoints and versions with their state and levels");
@@ -88,6 +92,36 @@ int run_cli(int argc, char** argv) {
   gc_cmd->add_flag("--dry-run", gc.dry_run, "Print what would be deleted, delete nothing");
   gc_cmd->add_flag("--json", gc.json, "Machine-readable JSON on stdout");
 
+  diff_options diff;
+  CLI::App* diff_cmd = app.add_subcommand(
+      "diff", "Compare two runs version by version, region by region (exact, approximate, mismatching elements)");
+  diff_cmd->add_option("STORE", diff.store, "Store directory")->required();
+  diff_cmd->add_option("RUN_A", diff.run_a, "First run")->required();
+  diff_cmd->add_option("RUN_B", diff.run_b, "Second run")->required();
+  diff_cmd->add_option("--name", diff.name, "Only this checkpoint name (default: every name of either run)");
+  diff_cmd->add_option("--abs", diff.abs, "Absolute tolerance for floats: |a-b| <= E is approximate (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  diff_cmd->add_option("--rel", diff.rel, "Relative tolerance for floats: |a-b| <= E*max(|a|,|b|) (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  diff_cmd->add_option("--ulps", diff.ulps, "Tolerance in units in the last place for floats (default 0)");
+  diff_cmd->add_option("--region", diff.regions, "Only this region (repeat, or separate with commas)")
+      ->delimiter(',');
+  diff_cmd->add_flag("--mismatches-only", diff.mismatches_only,
+                     "Only find mismatches: exact and approximate are reported together as 'within', and equal "
+                     "tolerant tree leaves may skip reading (when the tolerance provably covers the tree quantum)");
+  diff_cmd->add_option("--scratch-a", diff.scratch_a, "Node-local level of RUN_A: its shard copies are read first");
+  diff_cmd->add_option("--scratch-b", diff.scratch_b, "Node-local level of RUN_B: its shard copies are read first");
+  diff_cmd->add_flag("--json", diff.json, "Machine-readable JSON on stdout");
+  diff_cmd->footer(
+      "Floats: bitwise equal or both NaN = exact; within any given tolerance = approximate; else mismatch\n"
+      "(NaN against a number and infinities against anything else are mismatches). Integers compare exactly.\n"
+      "Regions with a global layout are assembled by global index (runs may differ in rank count); other\n"
+      "regions compare rank by rank and only when the rank counts agree. Only committed versions (with a\n"
+      "valid MANIFEST) present in both runs are compared; versions in one run only are listed.\n"
+      "Exit status: 0 no mismatch and no structural difference; 1 mismatches, structural differences,\n"
+      "regions that cannot be compared, unreadable shards, or no version in common; 2 bad arguments or an\n"
+      "unknown store, run, checkpoint or region (the message lists those that exist).");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -100,6 +134,7 @@ int run_cli(int argc, char** argv) {
   if (*verify_cmd) return cmd_verify(verify);
   if (*reindex_cmd) return cmd_reindex(reindex);
   if (*gc_cmd) return cmd_gc(gc);
+  if (*diff_cmd) return cmd_diff(diff);
   return kExitUsage;  // unreachable: require_subcommand(1, 1)
 }
 
