@@ -129,16 +129,19 @@ void compare_ints(compare_stats* s, const std::byte* a, const std::byte* b, uint
   acc.flush(s, type);
 }
 
-// A block of floats where every pair is either bitwise equal or finite and
-// within abs or rel (the common case of runs that agree within tolerance),
-// accounted without branches per element; false (nothing accounted) when any
-// pair needs the element-by-element rules (non-finite, or only the ulps
-// criterion or none holds). Same d, m and d / m as the per-element loop, so
-// the same counts and maxima.
-template <typename F, typename U>
-bool fast_block(const std::byte* a, const std::byte* b, uint64_t i0, uint64_t m, double abs_tol, double rel_tol,
-                accum* acc) {
+// A block of floats where every pair is bitwise equal or finite and within
+// tolerance (the common case of runs that agree), accounted with selects
+// instead of branches per element. False (nothing accounted) when some pair
+// is a mismatch or non-finite: the per-element loop then takes the block.
+// Same d, m, d / m and criteria as that loop, hence the same counts and maxima.
+// kUlps = false when tol.ulps is 0: a distance of 0 means equal values, which
+// |a - b| = 0 <= abs already accepts, so the term can be left out.
+template <typename F, typename U, bool kUlps>
+bool within_block(const std::byte* a, const std::byte* b, uint64_t i0, uint64_t m, const tolerance& tol,
+                  accum* acc) {
   constexpr U kExp = sizeof(F) == 8 ? U(0x7ff0000000000000ULL) : U(0x7f800000U);
+  const double abs_tol = tol.abs, rel_tol = tol.rel;
+  const uint64_t ulps = tol.ulps;
   uint64_t equal = 0;
   bool bad = false;
   double max_d = 0, max_r = 0;
@@ -146,16 +149,18 @@ bool fast_block(const std::byte* a, const std::byte* b, uint64_t i0, uint64_t m,
     const U ux = load<U>(a, i), uy = load<U>(b, i);
     const bool eq = ux == uy;
     const bool finite = ((ux & kExp) != kExp) & ((uy & kExp) != kExp);
-    const double dx = static_cast<double>(std::bit_cast<F>(ux)), dy = static_cast<double>(std::bit_cast<F>(uy));
-    // Computed unconditionally and selected, so that the loop vectorizes:
-    // eq lanes give d = 0 (and r = 0 or NaN, which never wins the maximum);
-    // +0 / -0 lanes give 0 / 1.
+    const F x = std::bit_cast<F>(ux), y = std::bit_cast<F>(uy);
+    const double dx = static_cast<double>(x), dy = static_cast<double>(y);
+    // Computed unconditionally and selected: equal lanes give d = 0 and r = 0
+    // or NaN (which never wins a maximum); +0 / -0 lanes give 0 / 1.
     const double diff = std::fabs(dx - dy);
     const double d = eq ? 0.0 : diff;
     const double ax = std::fabs(dx), ay = std::fabs(dy);
     const double mag = ax > ay ? ax : ay;
     const double r = d / (mag > 0 ? mag : 1.0);
-    bad |= (!eq) & ((!finite) | !((d <= abs_tol) | (d <= rel_tol * mag)));
+    bool ok = (d <= abs_tol) | (d <= rel_tol * mag);
+    if constexpr (kUlps) ok |= ulp_distance_t(x, y) <= ulps;
+    bad |= (!eq) & ((!finite) | (!ok));
     equal += eq;
     max_d = d > max_d ? d : max_d;
     max_r = r > max_r ? r : max_r;
@@ -163,8 +168,8 @@ bool fast_block(const std::byte* a, const std::byte* b, uint64_t i0, uint64_t m,
   if (bad) return false;
   acc->exact += equal;
   acc->approximate += m - equal;
-  if (max_d > acc->max_abs) acc->max_abs = max_d;
-  if (max_r > acc->max_rel) acc->max_rel = max_r;
+  acc->max_abs = std::max(acc->max_abs, max_d);
+  acc->max_rel = std::max(acc->max_rel, max_r);
   return true;
 }
 
@@ -176,13 +181,23 @@ void compare_floats(compare_stats* s, const std::byte* a, const std::byte* b, ui
   const double abs_tol = tol.abs, rel_tol = tol.rel;
   const uint64_t ulps = tol.ulps;
   accum acc;
+  int skip_fast = 0;
   for (uint64_t i0 = 0; i0 < n; i0 += kBlock) {
     const uint64_t m = std::min(kBlock, n - i0);
     if (std::memcmp(a + i0 * sizeof(F), b + i0 * sizeof(F), m * sizeof(F)) == 0) {
       acc.exact += m;
       continue;
     }
-    if (fast_block<F, U>(a, b, i0, m, abs_tol, rel_tol, &acc)) continue;
+    // After a block the fast path refused, the next ones likely hold
+    // mismatches too: go straight to the per-element loop for a while.
+    if (skip_fast > 0) {
+      --skip_fast;
+    } else if (ulps ? within_block<F, U, true>(a, b, i0, m, tol, &acc)
+                    : within_block<F, U, false>(a, b, i0, m, tol, &acc)) {
+      continue;
+    } else {
+      skip_fast = 16;
+    }
     for (uint64_t i = i0; i < i0 + m; ++i) {
       const U ux = load<U>(a, i), uy = load<U>(b, i);
       if (ux == uy) {  // bitwise equal (equal infinities included)

@@ -256,8 +256,10 @@ class differ {
                                           ")");
     }
     if (!keep_header) s.header = std::move(h);
-    s.file = std::move(f);
-    ++open_files_;
+    if (open_files_ < kMaxOpenFiles) {  // else reopened when its data are needed
+      s.file = std::move(f);
+      ++open_files_;
+    }
     return {};
   }
 

@@ -321,6 +321,36 @@ TEST(CompareElements, MatchesReferenceOnRandomAndAdversarialData) {
   }
 }
 
+// Long arrays that agree within tolerance almost everywhere (the blocks the
+// fast path takes) with sparse mismatches, non-finite values and +0/-0 (the
+// blocks it refuses, and the ones after them).
+TEST(CompareElements, MatchesReferenceOnMostlyTolerableData) {
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    std::mt19937_64 rng(seed + 77);
+    for (uint8_t type : {uint8_t(CAIRN_FLOAT32), uint8_t(CAIRN_FLOAT64)}) {
+      const uint64_t n = 50000 + rng() % 1000;
+      auto a = random_array(type, n, rng, 0, false);
+      auto b = a;
+      perturb_tiny(b, type, seed % 2 ? 1.0 : 0.5, rng);
+      for (uint64_t i = rng() % 3000; i < n; i += 1000 + rng() % 9000) {
+        const uint64_t es = format::type_size(type);
+        std::vector<std::byte> one(b.begin() + i * es, b.begin() + (i + 1) * es);
+        perturb(one, type, 1.0, rng, 1e-3, 1e-3);
+        std::copy(one.begin(), one.end(), b.begin() + i * es);
+      }
+      tolerance tol;
+      tol.abs = seed % 3 == 1 ? 1e-3 : 0;
+      tol.rel = seed % 3 == 0 ? 1e-6 : 0;
+      tol.ulps = seed % 3 == 2 ? 1 : 0;
+      compare_stats got = brute(a, b, type, tol);
+      compare_stats want = reference(a, b, type, tol);
+      ASSERT_EQ(got, want) << "seed " << seed << " type " << int(type) << "\n got  " << describe(got)
+                           << "\n want " << describe(want);
+      EXPECT_GT(got.approximate, n / 4);
+    }
+  }
+}
+
 TEST(CompareElements, ElementRules) {
   tolerance none;
   auto one = [&](double x, double y, const tolerance& t) {
@@ -1113,6 +1143,24 @@ TEST(HistoryDiff, BadInputIsReportedClearly) {
   ASSERT_TRUE(test::write_history_version(dir2.path(), simple("b", 2, 1, CAIRN_INT64, 8)).is_ok());
   res = run_diff(dir2.path(), {});
   EXPECT_EQ(res.outcome(), "nothing_compared");
+}
+
+// More shards than the comparator keeps open (256): files are closed and reopened.
+TEST(HistoryDiff, ManyRanks) {
+  test::temp_dir dir;
+  history_version a = simple("a", 1, 300, CAIRN_INT32, 16), b = simple("b", 1, 300, CAIRN_INT32, 16);
+  b.ranks[299][0].bytes[5] ^= std::byte{1};
+  ASSERT_TRUE(test::write_history_version(dir.path(), a).is_ok());
+  ASSERT_TRUE(test::write_history_version(dir.path(), b).is_ok());
+  diff_options o;
+  o.use_trees = false;
+  diff_result res = run_diff(dir.path(), o);
+  EXPECT_EQ(res.problems, 0u);
+  EXPECT_EQ(res.regions_compared, 300u);
+  EXPECT_EQ(res.total.mismatch, 1u);
+  ASSERT_TRUE(res.first);
+  EXPECT_EQ(res.first->rank, 299);
+  EXPECT_EQ(res.first->at->index, 1u);
 }
 
 // ---- I/O: trees only for identical histories; local copies ----------------------------
