@@ -34,7 +34,7 @@ def binary(name):
 
 
 def test_deterministic_run_never_diverges_from_its_reference(tmp_path):
-    heat2d = binary("heat2d/heat2d") if os.path.isdir(os.path.join(EXAMPLES, "heat2d")) else binary("heat2d")
+    heat2d = binary("heat2d")
     args = [heat2d, "--nx", "128", "--ny", "128", "--iters", "200", "--every", "20"]
     a = run(args, {"CAIRN_RUN": "a"}, tmp_path)
     b = run(args, {"CAIRN_RUN": "b", "CAIRN_REFERENCE_RUN": "a", "CAIRN_ON_DIVERGENCE": "stop"}, tmp_path)
