@@ -68,6 +68,67 @@ struct diff_options {
 // in common); 2 bad arguments, unknown store, run, checkpoint or region.
 int cmd_diff(const diff_options& o);
 
+// ---- agents control plane (src/agents; docs/design/agents.md) ----
+struct controller_cli_options {
+  std::string listen = "127.0.0.1:7420";
+  std::string secret_file;  // else $CAIRN_AGENTS_SECRET_FILE
+  std::string journal;
+  std::string strategy = "bandwidth";
+  std::string distribution = "round_robin";
+  uint32_t block_size = 2;
+  uint32_t capacity = 4;            // agents per node when its manager gives none
+  double heartbeat_interval = 1.0;  // seconds
+  double heartbeat_timeout = 5.0;
+  std::string agent_bandwidth = "1G";  // bytes/s per agent (model), K/M/G suffixes
+  uint32_t max_agents = 16;
+  uint32_t nodes_per_agent = 1;
+  double transfer_fraction = 0.1;
+  double probe_cost = 2.5;
+  bool verbose = false;
+};
+// Runs until SIGTERM/SIGINT. Exit 2 without a secret or journal, 1 on failure.
+int cmd_controller(const controller_cli_options& o);
+
+struct manager_cli_options {
+  std::string controller = "127.0.0.1:7420";
+  std::string listen = "127.0.0.1:0";
+  std::string secret_file;
+  std::string node_id;
+  uint32_t capacity = 0;  // 0 = the controller's default
+  std::string agent_program;
+  std::vector<std::string> agent_args;
+  std::string run_dir;
+  double nominal_power = 200;
+  double stop_grace = 3;
+  bool verbose = false;
+};
+int cmd_manager(const manager_cli_options& o);
+
+struct agents_cli_options {
+  std::string action;  // status, register, unregister, resize, migrate
+  std::string controller = "127.0.0.1:7420";
+  std::string secret_file;
+  double timeout = 5;
+  bool json = false;
+  // register
+  std::string name;
+  uint32_t ranks = 0, nodes = 0;
+  std::string checkpoint_bytes = "0";
+  double interval = 0;
+  uint64_t checkpoints = 0;
+  std::string strategy, distribution;
+  uint32_t block_size = 0;
+  // unregister, resize, migrate
+  uint64_t app = 0;
+  uint32_t agents = 0;
+  bool force = false;
+  uint64_t agent = 0;
+  std::string to;
+};
+// Exit 1 also when a resize is refused by the break-even rule.
+int cmd_agents(const agents_cli_options& o);
+// ---- end of agents control plane ----
+
 }  // namespace cairn::cli
 
 #endif

@@ -7,6 +7,9 @@
 //   cairn gc STORE --keep N [--run R] [--dry-run] [--json]
 //   cairn diff STORE RUN_A RUN_B [--name N] [--abs E] [--rel E] [--ulps N]
 //              [--region R ...] [--mismatches-only] [--scratch-a DIR] [--scratch-b DIR] [--json]
+//   cairn controller --journal F [--listen ADDR:PORT] [--secret-file F] [--strategy S] [--distribution D] ...
+//   cairn manager --node-id NAME [--controller ADDR:PORT] [--listen ADDR:PORT] [--secret-file F] [--capacity N] ...
+//   cairn agents status|register|unregister|resize|migrate [--controller ADDR:PORT] [--secret-file F] [--json]
 //
 // Exit status: 0 success; 1 failure (verify: a problem was found; diff: the
 // runs differ); 2 bad arguments (including a store, run, checkpoint or version
@@ -122,6 +125,103 @@ int run_cli(int argc, char** argv) {
       "regions that cannot be compared, unreadable shards, or no version in common; 2 bad arguments or an\n"
       "unknown store, run, checkpoint or region (the message lists those that exist).");
 
+  // ---- agents control plane ----
+  controller_cli_options ctl;
+  CLI::App* ctl_cmd = app.add_subcommand("controller", "Run the agents controller (one per deployment)");
+  ctl_cmd->add_option("--listen", ctl.listen, "Address to serve on, HOST:PORT")->capture_default_str();
+  ctl_cmd->add_option("--secret-file", ctl.secret_file,
+                      "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE); refused without one");
+  ctl_cmd->add_option("--journal", ctl.journal, "Journal file of the controller's state (replayed at restart)")
+      ->required();
+  ctl_cmd->add_option("--strategy", ctl.strategy, "Agent node choice: bandwidth, memory, activity, power")
+      ->capture_default_str();
+  ctl_cmd->add_option("--distribution", ctl.distribution, "Agent spreading: block, round_robin, fill")
+      ->capture_default_str();
+  ctl_cmd->add_option("--block-size", ctl.block_size, "Agents per node and pass for --distribution block")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
+  ctl_cmd->add_option("--capacity", ctl.capacity, "Agents per node when its manager gives no --capacity")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
+  ctl_cmd->add_option("--heartbeat-interval", ctl.heartbeat_interval, "Seconds between manager heartbeats")
+      ->capture_default_str()->check(CLI::Range(0.01, 3600.0));
+  ctl_cmd->add_option("--heartbeat-timeout", ctl.heartbeat_timeout,
+                      "Seconds without a heartbeat after which a node is lost and its agents are reassigned")
+      ->capture_default_str()->check(CLI::Range(0.05, 86400.0));
+  ctl_cmd->add_option("--agent-bandwidth", ctl.agent_bandwidth,
+                      "Bytes per second one agent moves (model for the agent count and break-even rule)")
+      ->capture_default_str();
+  ctl_cmd->add_option("--max-agents", ctl.max_agents, "Most agents one application gets")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
+  ctl_cmd->add_option("--nodes-per-agent", ctl.nodes_per_agent, "One agent per this many application nodes")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  ctl_cmd->add_option("--transfer-fraction", ctl.transfer_fraction,
+                      "A checkpoint should move within this share of its interval (agent count)")
+      ->capture_default_str()->check(CLI::Range(0.0001, 1.0));
+  ctl_cmd->add_option("--probe-cost", ctl.probe_cost,
+                      "Seconds an agent change costs the application until it reports its own (t_probe)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  ctl_cmd->add_flag("--verbose", ctl.verbose, "Log connections too");
+
+  manager_cli_options mgr;
+  CLI::App* mgr_cmd = app.add_subcommand("manager", "Run the agents manager of this agent node");
+  mgr_cmd->add_option("--controller", mgr.controller, "The controller, HOST:PORT")->capture_default_str();
+  mgr_cmd->add_option("--listen", mgr.listen, "Address to serve on, HOST:PORT (port 0: any)")->capture_default_str();
+  mgr_cmd->add_option("--secret-file", mgr.secret_file, "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE)");
+  mgr_cmd->add_option("--node-id", mgr.node_id, "Name of this agent node")->required();
+  mgr_cmd->add_option("--capacity", mgr.capacity, "Agents this node takes (default: the controller's)")
+      ->check(CLI::Range(1, 65536));
+  mgr_cmd->add_option("--agent-program", mgr.agent_program,
+                      "Agent executable to start per agent (none: agents are recorded, not launched)");
+  mgr_cmd->add_option("--agent-arg", mgr.agent_args,
+                      "Argument of the agent program (repeat; {agent} {app} {app_name} {node} {controller} "
+                      "{reserve} {run_dir} {stats_file} {secret_file} are replaced)")
+      ->allow_extra_args(false);
+  mgr_cmd->add_option("--run-dir", mgr.run_dir, "Directory of the agents' stats and logs (default $TMPDIR/cairn-manager-NODE)");
+  mgr_cmd->add_option("--nominal-power", mgr.nominal_power,
+                      "Watts of the node at full load, for the power estimate where RAPL is not readable")
+      ->capture_default_str()->check(CLI::Range(1.0, 1e6));
+  mgr_cmd->add_option("--stop-grace", mgr.stop_grace, "Seconds between SIGTERM and SIGKILL of an agent")
+      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  mgr_cmd->add_flag("--verbose", mgr.verbose, "Log connections too");
+
+  agents_cli_options ag;
+  CLI::App* ag_cmd = app.add_subcommand("agents", "Ask the agents controller: status, register, resize, migrate ...");
+  ag_cmd->require_subcommand(1, 1);
+  auto common = [&ag](CLI::App* c) {
+    c->add_option("--controller", ag.controller, "The controller, HOST:PORT")->capture_default_str();
+    c->add_option("--secret-file", ag.secret_file, "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE)");
+    c->add_option("--timeout", ag.timeout, "Seconds to wait for the answer")->capture_default_str()
+        ->check(CLI::Range(0.1, 3600.0));
+    c->add_flag("--json", ag.json, "Machine-readable JSON on stdout");
+  };
+  CLI::App* ag_status = ag_cmd->add_subcommand("status", "Nodes, agents per application, memory, bandwidth, strategy");
+  common(ag_status);
+  CLI::App* ag_reg = ag_cmd->add_subcommand(
+      "register", "Register an application by hand (what the client library does at init); prints its id");
+  common(ag_reg);
+  ag_reg->add_option("--name", ag.name, "Application name")->required();
+  ag_reg->add_option("--ranks", ag.ranks, "Hint: ranks");
+  ag_reg->add_option("--nodes", ag.nodes, "Hint: nodes");
+  ag_reg->add_option("--checkpoint-bytes", ag.checkpoint_bytes, "Hint: bytes per checkpoint (K/M/G suffixes)");
+  ag_reg->add_option("--interval", ag.interval, "Hint: seconds between checkpoints")->check(CLI::NonNegativeNumber);
+  ag_reg->add_option("--checkpoints", ag.checkpoints, "Hint: checkpoints the whole run takes");
+  ag_reg->add_option("--strategy", ag.strategy, "Override: bandwidth, memory, activity, power");
+  ag_reg->add_option("--distribution", ag.distribution, "Override: block, round_robin, fill");
+  ag_reg->add_option("--block-size", ag.block_size, "Override: block size");
+  CLI::App* ag_unreg = ag_cmd->add_subcommand("unregister", "Release an application's agents");
+  common(ag_unreg);
+  ag_unreg->add_option("--app", ag.app, "Application id")->required();
+  CLI::App* ag_resize = ag_cmd->add_subcommand(
+      "resize", "Change an application's agent count (expansion only where the break-even rule says it pays off)");
+  common(ag_resize);
+  ag_resize->add_option("--app", ag.app, "Application id")->required();
+  ag_resize->add_option("--agents", ag.agents, "New agent count")->required()->check(CLI::Range(1, 65536));
+  ag_resize->add_flag("--force", ag.force, "Expand even when the break-even rule says it does not pay off");
+  CLI::App* ag_migrate = ag_cmd->add_subcommand("migrate", "Move an agent to another node");
+  common(ag_migrate);
+  ag_migrate->add_option("--agent", ag.agent, "Agent id")->required();
+  ag_migrate->add_option("--to", ag.to, "Node (default: the best other node by the application's strategy)");
+  // ---- end of agents control plane ----
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -135,6 +235,14 @@ int run_cli(int argc, char** argv) {
   if (*reindex_cmd) return cmd_reindex(reindex);
   if (*gc_cmd) return cmd_gc(gc);
   if (*diff_cmd) return cmd_diff(diff);
+  if (*ctl_cmd) return cmd_controller(ctl);
+  if (*mgr_cmd) return cmd_manager(mgr);
+  if (*ag_cmd) {
+    for (CLI::App* sub : {ag_status, ag_reg, ag_unreg, ag_resize, ag_migrate}) {
+      if (*sub) ag.action = sub->get_name();
+    }
+    return cmd_agents(ag);
+  }
   return kExitUsage;  // unreachable: require_subcommand(1, 1)
 }
 

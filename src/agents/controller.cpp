@@ -1,0 +1,281 @@
+#include "agents/controller.hpp"
+
+#include "agents/log.hpp"
+#include "util/clock.hpp"
+
+namespace cairn::agents {
+namespace {
+
+using nlohmann::json;
+
+}  // namespace
+
+controller_service::controller_service(controller_options o)
+    : opt_(std::move(o)),
+      loop_(opt_.secret, opt_.limits),
+      state_(opt_.policy, [this](const json& rec) { return journal_append(rec); }) {}
+
+controller_service::~controller_service() = default;
+
+status controller_service::journal_append(const json& rec) {
+  if (!journal_) return {};  // replaying: the records come from the journal
+  return journal_->append(rec);
+}
+
+result<std::unique_ptr<controller_service>> controller_service::open(controller_options o) {
+  CAIRN_RETURN_IF_ERROR(crypto_init());
+  if (o.secret.size() < kMinSecretSize) return status(errc::invalid_argument, "controller: no deployment secret");
+  if (o.journal_path.empty()) return status(errc::invalid_argument, "controller: no journal path");
+  CAIRN_RETURN_IF_ERROR(storage::storage_env::posix()->make_dirs(storage::dirname_of(o.journal_path)));
+  std::unique_ptr<controller_service> c(new controller_service(std::move(o)));
+  journal_replay stats;
+  auto j = journal::open(
+      storage::storage_env::posix(), c->opt_.journal_path, [&c](const json& rec) { return c->state_.apply(rec); },
+      [&c]() { return c->state_.snapshot(); }, &stats);
+  if (!j) return j.take_status();
+  c->journal_ = std::move(*j);
+  c->state_.recovered(util::now_s());
+  (void)c->state_.take_dirty_nodes();
+  if (stats.created) {
+    log_info("new journal " + c->opt_.journal_path);
+  } else {
+    log_info("recovered from journal " + c->opt_.journal_path + ": " + std::to_string(stats.records) + " records, " +
+             std::to_string(c->state_.nodes().size()) + " nodes, " + std::to_string(c->state_.apps().size()) +
+             " applications, " + std::to_string(c->state_.agents().size()) + " agents; managers have " +
+             std::to_string(c->opt_.policy.heartbeat_timeout_s) + " s to report");
+    if (stats.torn_bytes > 0) {
+      log_warn("journal ended in an incomplete record (" + std::to_string(stats.torn_bytes) +
+               " bytes, a crash during an append): dropped");
+    }
+  }
+  CAIRN_RETURN_IF_ERROR(c->loop_.listen(c->opt_.listen));
+  log_info("listening on " + c->address() + " (strategy " + strategy_name(c->opt_.policy.strat) + ", distribution " +
+           distribution_name(c->opt_.policy.dist) + ")");
+  return c;
+}
+
+void controller_service::on_closed(uint64_t conn) {
+  auto it = node_of_conn_.find(conn);
+  if (it == node_of_conn_.end()) return;
+  // The node stays: its heartbeat timeout decides whether it is lost.
+  log_info("manager of node " + it->second + " disconnected");
+  conn_of_node_.erase(it->second);
+  node_of_conn_.erase(it);
+}
+
+void controller_service::on_message(uint64_t conn, ctl_message& m) {
+  result<json> r = handle(conn, m);
+  if (r) {
+    loop_.send(conn, m.type == ctl_type::node_register || m.type == ctl_type::heartbeat ? ctl_type::node_update
+                                                                                           : ctl_type::reply,
+               *r);
+  } else {
+    const status& st = r.error();
+    if (st.code() == errc::invalid_argument) {
+      connection* c = loop_.find(conn);
+      log_rejection(c != nullptr ? c->peer() : "?", "bad_payload", st.message());
+    }
+    loop_.send(conn, ctl_type::error, error_body(st));
+  }
+  push_updates();
+}
+
+result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
+  connection* c = loop_.find(conn);
+  const std::string role = c != nullptr ? c->role() : "";
+  const double now = util::now_s();
+  fields f(m.body, type_name(m.type));
+  switch (m.type) {
+    case ctl_type::node_register: {
+      if (role != "manager") return status(errc::invalid_argument, "node_register is for managers");
+      std::string id, address;
+      uint32_t capacity = 0;
+      f.str("node", &id, true, kMaxNameLength);
+      f.str("address", &address, true, 256);
+      f.u32("capacity", &capacity, false, 1u << 16);
+      const json* mj = f.object("metrics");
+      const json* aj = f.array("agents", false, kMaxAgentsPerMessage);
+      if (!f.ok()) return f.error();
+      auto metrics = parse_metrics(*mj);
+      if (!metrics) return metrics.take_status();
+      auto reports = parse_reports(aj);
+      if (!reports) return reports.take_status();
+      auto held = conn_of_node_.find(id);
+      if (held != conn_of_node_.end() && held->second != conn) {
+        return status(errc::again, "node id " + id + " is in use by another connected manager");
+      }
+      bool known = state_.nodes().count(id) > 0;
+      CAIRN_RETURN_IF_ERROR(state_.node_register(id, address, capacity, *metrics, *reports, now));
+      conn_of_node_[id] = conn;
+      node_of_conn_[conn] = id;
+      log_info(std::string(known ? "node came back: " : "node joined: ") + id + " at " + address + ", capacity " +
+               std::to_string(state_.nodes().at(id).capacity));
+      (void)state_.take_dirty_nodes();  // every node gets its update below or on its heartbeat
+      return to_json(state_.desired_for(id));
+    }
+    case ctl_type::heartbeat: {
+      auto bound = node_of_conn_.find(conn);
+      if (bound == node_of_conn_.end()) return status(errc::not_found, "heartbeat before node_register");
+      const json* mj = f.object("metrics");
+      const json* aj = f.array("agents", false, kMaxAgentsPerMessage);
+      if (!f.ok()) return f.error();
+      auto metrics = parse_metrics(*mj);
+      if (!metrics) return metrics.take_status();
+      auto reports = parse_reports(aj);
+      if (!reports) return reports.take_status();
+      CAIRN_RETURN_IF_ERROR(state_.node_heartbeat(bound->second, *metrics, *reports, now));
+      return to_json(state_.desired_for(bound->second));
+    }
+    case ctl_type::node_leave: {
+      auto bound = node_of_conn_.find(conn);
+      if (bound == node_of_conn_.end()) return status(errc::not_found, "node_leave before node_register");
+      std::string id = bound->second;
+      auto moved = state_.node_leave(id);
+      if (!moved) return moved.take_status();
+      conn_of_node_.erase(id);
+      node_of_conn_.erase(bound);
+      log_info("node left: " + id + ", " + std::to_string(*moved) + " agents moved to other nodes");
+      return json{{"node", id}, {"moved", *moved}};
+    }
+    case ctl_type::app_register: {
+      std::string name, s, d;
+      uint32_t block = 0;
+      f.str("name", &name, true, kMaxNameLength);
+      const json* hj = f.object("hints", false);
+      f.str("strategy", &s, false, 32);
+      f.str("distribution", &d, false, 32);
+      f.u32("block_size", &block, false, 1u << 16);
+      if (!f.ok()) return f.error();
+      app_hints hints;
+      if (hj != nullptr) {
+        auto h = parse_hints(*hj);
+        if (!h) return h.take_status();
+        hints = *h;
+      }
+      std::optional<strategy> ps;
+      std::optional<distribution> pd;
+      if (!s.empty() && !(ps = parse_strategy(s))) {
+        return status(errc::invalid_argument, "unknown strategy '" + s + "' (bandwidth, memory, activity, power)");
+      }
+      if (!d.empty() && !(pd = parse_distribution(d))) {
+        return status(errc::invalid_argument, "unknown distribution '" + d + "' (block, round_robin, fill)");
+      }
+      auto id = state_.app_register(name, hints, ps, pd, block > 0 ? std::optional<uint32_t>(block) : std::nullopt);
+      if (!id) return id.take_status();
+      const auto& a = state_.apps().at(*id);
+      log_info("application registered: " + name + " as " + std::to_string(*id) + ": " + a.last_decision);
+      return state_.app_agents_json(*id);
+    }
+    case ctl_type::app_unregister: {
+      uint64_t id = 0;
+      f.u64("app", &id);
+      if (!f.ok()) return f.error();
+      CAIRN_RETURN_IF_ERROR(state_.app_unregister(id));
+      log_info("application " + std::to_string(id) + " unregistered");
+      return json{{"app", id}};
+    }
+    case ctl_type::app_progress: {
+      uint64_t id = 0, done = 0;
+      double transfer = 0, probe = 0;
+      f.u64("app", &id);
+      f.u64("checkpoints_done", &done);
+      f.num("transfer_s", &transfer, false, 0, 1e7);
+      f.num("probe_s", &probe, false, 0, 1e7);
+      if (!f.ok()) return f.error();
+      CAIRN_RETURN_IF_ERROR(state_.app_progress(id, done, transfer, probe));
+      return state_.app_agents_json(id);
+    }
+    case ctl_type::app_resize: {
+      uint64_t id = 0;
+      uint32_t count = 0;
+      bool force = false;
+      f.u64("app", &id);
+      f.u32("agents", &count);
+      f.boolean("force", &force, false);
+      if (!f.ok()) return f.error();
+      auto d = state_.app_resize(id, count, force);
+      if (!d) return d.take_status();
+      log_info("application " + std::to_string(id) + " resize to " + std::to_string(count) + ": " +
+               (d->applied ? "applied" : "refused") + " (" + d->reason + ")");
+      json out = state_.app_agents_json(id);
+      out["decision"] = d->to_json();
+      return out;
+    }
+    case ctl_type::agent_migrate: {
+      uint64_t agent = 0;
+      std::string node;
+      f.u64("agent", &agent);
+      f.str("node", &node, false, kMaxNameLength);
+      if (!f.ok()) return f.error();
+      std::string from = state_.agents().count(agent) ? state_.agents().at(agent).node : "";
+      auto to = state_.agent_migrate(agent, node);
+      if (!to) return to.take_status();
+      log_info("agent " + std::to_string(agent) + " migrated from " + from + " to " + *to);
+      return json{{"agent", agent}, {"from", from}, {"node", *to}};
+    }
+    case ctl_type::app_agents: {
+      uint64_t id = 0;
+      f.u64("app", &id);
+      if (!f.ok()) return f.error();
+      if (!state_.apps().count(id)) return status(errc::not_found, "application " + std::to_string(id) + " is not registered");
+      return state_.app_agents_json(id);
+    }
+    case ctl_type::status: {
+      json j = state_.status_json(now);
+      j["controller"] = {{"address", address()}, {"journal", opt_.journal_path}, {"connections", loop_.connections()}};
+      for (auto& n : j["nodes"]) n["connected"] = conn_of_node_.count(n["node"].get<std::string>()) > 0;
+      return j;
+    }
+    default:
+      return status(errc::invalid_argument, std::string(type_name(m.type)) + " is not a request to the controller");
+  }
+}
+
+void controller_service::push_updates() {
+  for (const std::string& node : state_.take_dirty_nodes()) {
+    auto it = conn_of_node_.find(node);
+    if (it == conn_of_node_.end()) continue;
+    if (!state_.nodes().count(node)) {
+      // Removed while connected (declared lost, then heard from): it must register again.
+      loop_.send(it->second, ctl_type::node_update, to_json(node_update{state_.generation(), 1000, {}}));
+      continue;
+    }
+    loop_.send(it->second, ctl_type::node_update, to_json(state_.desired_for(node)));
+  }
+}
+
+void controller_service::tick(double now) {
+  for (const std::string& id : state_.expire(now)) {
+    log_warn("node lost: " + id + " (no heartbeat for " + std::to_string(opt_.policy.heartbeat_timeout_s) +
+             " s); its agents were reassigned");
+    auto it = conn_of_node_.find(id);
+    if (it != conn_of_node_.end()) {
+      node_of_conn_.erase(it->second);
+      loop_.close(it->second, "node declared lost");
+      conn_of_node_.erase(it);
+    }
+  }
+  if (now >= next_fill_) {
+    next_fill_ = now + std::max(0.5, opt_.policy.heartbeat_interval_s);
+    status st = state_.fill_shortfalls();
+    if (!st) log_error("expanding applications short of agents: " + st.message());
+  }
+  if (journal_->failed() || journal_->appended_since_rewrite() >= opt_.compact_after) {
+    status st = journal_->rewrite(state_.snapshot());
+    if (!st) log_error(st.message());
+  }
+  push_updates();
+}
+
+void controller_service::run_once(int timeout_ms) {
+  loop_.run_once(timeout_ms, *this);
+  tick(util::now_s());
+}
+
+status controller_service::run(const std::atomic<bool>* stop) {
+  while (!stop->load()) run_once(100);
+  log_info("stopping");
+  return {};
+}
+
+}  // namespace cairn::agents

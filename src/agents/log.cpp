@@ -1,0 +1,82 @@
+#include "agents/log.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+
+#include "util/clock.hpp"
+
+namespace cairn::agents {
+namespace {
+
+std::mutex mu;
+std::string name = "agents";     // guarded by mu
+log_level min_level = log_level::info;
+double window_start = 0;          // rejection rate limit, guarded by mu
+int window_lines = 0;
+long suppressed = 0;
+
+const char* level_name(log_level l) {
+  switch (l) {
+    case log_level::debug: return "debug";
+    case log_level::info: return "info";
+    case log_level::warn: return "warn";
+    case log_level::error: return "error";
+  }
+  return "?";
+}
+
+void write_line(log_level level, const std::string& message) {  // mu held
+  double now = util::wall_s();
+  time_t t = static_cast<time_t>(now);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  char ts[32];
+  std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+  int ms = static_cast<int>((now - std::floor(now)) * 1000.0);
+  std::fprintf(stderr, "%s.%03dZ cairn-%s[%d] %s: %s\n", ts, ms > 999 ? 999 : ms, name.c_str(),
+               static_cast<int>(::getpid()), level_name(level), message.c_str());
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+void set_log_name(const std::string& n) {
+  std::lock_guard<std::mutex> lock(mu);
+  name = n;
+}
+
+void set_log_level(log_level l) {
+  std::lock_guard<std::mutex> lock(mu);
+  min_level = l;
+}
+
+void log(log_level level, const std::string& message) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (level < min_level) return;
+  write_line(level, message);
+}
+
+void log_rejection(const std::string& peer, const std::string& code, const std::string& detail) {
+  std::lock_guard<std::mutex> lock(mu);
+  double now = util::now_s();
+  if (now - window_start >= 10.0) {
+    if (suppressed > 0) {
+      write_line(log_level::warn, std::to_string(suppressed) + " more rejected messages were not logged");
+    }
+    window_start = now;
+    window_lines = 0;
+    suppressed = 0;
+  }
+  if (window_lines >= 20) {
+    ++suppressed;
+    return;
+  }
+  ++window_lines;
+  write_line(log_level::warn, "rejected message from " + peer + ": " + code + ": " + detail);
+}
+
+}  // namespace cairn::agents

@@ -1,0 +1,426 @@
+#include "agents/manager.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+
+#include "agents/log.hpp"
+#include "storage/storage_env.hpp"
+#include "util/clock.hpp"
+
+extern char** environ;
+
+namespace cairn::agents {
+namespace {
+
+using nlohmann::json;
+
+std::string describe_exit(int st) {
+  if (WIFEXITED(st)) return "exit status " + std::to_string(WEXITSTATUS(st));
+  if (WIFSIGNALED(st)) return std::string("killed by signal ") + std::to_string(WTERMSIG(st));
+  return "status " + std::to_string(st);
+}
+
+std::string substitute(std::string s, const std::map<std::string, std::string>& vars) {
+  for (const auto& [k, v] : vars) {
+    const std::string key = "{" + k + "}";
+    for (size_t pos = s.find(key); pos != std::string::npos; pos = s.find(key, pos + v.size())) {
+      s.replace(pos, key.size(), v);
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+manager_service::manager_service(manager_options o)
+    : opt_(std::move(o)), loop_(opt_.secret, opt_.limits), sampler_(opt_.proc_root, opt_.sys_root, opt_.nominal_power_w) {}
+
+manager_service::~manager_service() {
+  // Never leave children behind unwatched when destroyed without run().
+  for (auto& [id, a] : agents_) {
+    if (a.pid > 0) {
+      ::kill(a.pid, SIGKILL);
+      ::waitpid(a.pid, nullptr, 0);
+    }
+  }
+  for (auto& a : stopping_) {
+    if (a.pid > 0) {
+      ::kill(a.pid, SIGKILL);
+      ::waitpid(a.pid, nullptr, 0);
+    }
+  }
+}
+
+result<std::unique_ptr<manager_service>> manager_service::open(manager_options o) {
+  CAIRN_RETURN_IF_ERROR(crypto_init());
+  if (o.secret.size() < kMinSecretSize) return status(errc::invalid_argument, "manager: no deployment secret");
+  if (!valid_name(o.node_id)) {
+    return status(errc::invalid_argument, "invalid node id '" + o.node_id + "' (1-128 of [A-Za-z0-9._:@-])");
+  }
+  if (o.run_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    o.run_dir = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") + "/cairn-manager-" + o.node_id;
+  }
+  CAIRN_RETURN_IF_ERROR(storage::storage_env::posix()->make_dirs(o.run_dir));
+  if (!o.agent_program.empty() && ::access(o.agent_program.c_str(), X_OK) != 0) {
+    return status(errc::invalid_argument, "agent program " + o.agent_program + " is not executable");
+  }
+  std::unique_ptr<manager_service> m(new manager_service(std::move(o)));
+  CAIRN_RETURN_IF_ERROR(m->loop_.listen(m->opt_.listen));
+  log_info("node " + m->opt_.node_id + " listening on " + m->address() + ", controller " +
+           m->opt_.controller.to_string() + ", agents in " + m->opt_.run_dir +
+           (m->opt_.agent_program.empty() ? " (no agent program: agents are recorded, not launched)"
+                                          : ", program " + m->opt_.agent_program));
+  return m;
+}
+
+std::vector<std::string> manager_service::agent_argv(const agent_proc& a) const {
+  const std::string id = std::to_string(a.want.agent);
+  std::map<std::string, std::string> vars = {
+      {"agent", id},
+      {"app", std::to_string(a.want.app)},
+      {"app_name", a.want.app_name},
+      {"node", opt_.node_id},
+      {"controller", opt_.controller.to_string()},
+      {"reserve", std::to_string(a.want.reserve)},
+      {"run_dir", opt_.run_dir},
+      {"stats_file", opt_.run_dir + "/agent-" + id + ".stats"},
+      {"secret_file", opt_.secret_file},
+  };
+  std::vector<std::string> templ = opt_.agent_args;
+  if (templ.empty()) {
+    templ = {"--agent-id", "{agent}", "--app-id", "{app}",        "--app",        "{app_name}",
+             "--node",     "{node}",  "--controller", "{controller}", "--stats-file", "{stats_file}"};
+  }
+  std::vector<std::string> argv = {opt_.agent_program};
+  for (const auto& t : templ) argv.push_back(substitute(t, vars));
+  return argv;
+}
+
+void manager_service::start_agent(agent_proc& a, double now) {
+  if (opt_.agent_program.empty()) {
+    a.state = "unlaunched";
+    return;
+  }
+  std::vector<std::string> args = agent_argv(a);
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string log_path = opt_.run_dir + "/agent-" + std::to_string(a.want.agent) + ".log";
+  (void)::unlink((opt_.run_dir + "/agent-" + std::to_string(a.want.agent) + ".stats").c_str());
+
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (int sig : {SIGTERM, SIGINT, SIGPIPE, SIGCHLD, SIGHUP}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = 0;
+  int rc = ::posix_spawn(&pid, opt_.agent_program.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    a.pid = 0;
+    a.state = "failed";
+    a.last_exit = std::string("spawn failed: ") + std::strerror(rc);
+    a.next_start = now + std::min(30.0, 1.0 * (1 << std::min(a.restarts, 5)));
+    ++a.restarts;
+    log_error("agent " + std::to_string(a.want.agent) + ": " + a.last_exit);
+    return;
+  }
+  a.pid = pid;
+  a.state = "running";
+  a.has_stats = false;
+  a.bw = a.rate = 0;
+  log_info("started agent " + std::to_string(a.want.agent) + " of application " + a.want.app_name + " (" +
+           std::to_string(a.want.app) + "), pid " + std::to_string(pid));
+}
+
+void manager_service::stop_agent(agent_proc& a, double now) {
+  a.stopping = true;
+  a.state = "stopping";
+  a.kill_at = now + opt_.stop_grace_s;
+  if (a.pid > 0) {
+    ::kill(a.pid, SIGTERM);
+    log_info("stopping agent " + std::to_string(a.want.agent) + " (pid " + std::to_string(a.pid) + ")");
+  }
+}
+
+void manager_service::reap(double now) {
+  for (auto& [id, a] : agents_) {
+    if (a.pid <= 0) {
+      if (a.state != "unlaunched" && now >= a.next_start && !opt_.agent_program.empty()) start_agent(a, now);
+      continue;
+    }
+    int st = 0;
+    pid_t r = ::waitpid(a.pid, &st, WNOHANG);
+    if (r != a.pid) continue;
+    a.pid = 0;
+    a.state = "exited";
+    a.last_exit = describe_exit(st);
+    double delay = std::min(30.0, 1.0 * (1 << std::min(a.restarts, 5)));
+    a.next_start = now + delay;
+    ++a.restarts;
+    log_warn("agent " + std::to_string(id) + " " + a.last_exit + "; restarting in " + std::to_string(delay) + " s");
+  }
+  for (auto it = stopping_.begin(); it != stopping_.end();) {
+    if (it->pid <= 0) {
+      it = stopping_.erase(it);
+      continue;
+    }
+    int st = 0;
+    if (::waitpid(it->pid, &st, WNOHANG) == it->pid) {
+      log_info("agent " + std::to_string(it->want.agent) + " stopped (" + describe_exit(st) + ")");
+      it = stopping_.erase(it);
+      continue;
+    }
+    if (now >= it->kill_at && it->kill_at > 0) {
+      ::kill(it->pid, SIGKILL);
+      it->kill_at = 0;  // once
+    }
+    ++it;
+  }
+}
+
+void manager_service::apply_update(const node_update& u) {
+  const double now = util::now_s();
+  std::set<uint64_t> want;
+  for (const auto& d : u.agents) want.insert(d.agent);
+  for (auto it = agents_.begin(); it != agents_.end();) {
+    if (want.count(it->first)) {
+      ++it;
+      continue;
+    }
+    stop_agent(it->second, now);
+    stopping_.push_back(it->second);
+    it = agents_.erase(it);
+  }
+  for (const auto& d : u.agents) {
+    auto it = agents_.find(d.agent);
+    if (it != agents_.end()) {
+      it->second.want = d;
+      continue;
+    }
+    agent_proc& a = agents_[d.agent];
+    a.want = d;
+    start_agent(a, now);
+  }
+  heartbeat_s_ = std::max(0.01, u.heartbeat_ms / 1000.0);
+}
+
+void manager_service::read_stats(agent_proc& a, double now) {
+  auto text = storage::storage_env::posix()->read_all(opt_.run_dir + "/agent-" + std::to_string(a.want.agent) + ".stats");
+  if (!text || text->size() > 65536) return;
+  auto j = parse_payload(*text);
+  if (!j) return;
+  fields f(*j, "agent stats");
+  uint64_t in = 0, out = 0, ck = 0, held = 0;
+  std::string endpoint;
+  f.u64("bytes_in", &in, false);
+  f.u64("bytes_out", &out, false);
+  f.u64("checkpoints", &ck, false);
+  f.u64("memory_held", &held, false);
+  f.str("endpoint", &endpoint, false, 1024);
+  if (!f.ok()) return;
+  if (a.has_stats && now > a.prev_t) {
+    a.bw = static_cast<double>(in + out - std::min(in + out, a.prev_bytes)) / (now - a.prev_t);
+    a.rate = static_cast<double>(ck - std::min(ck, a.prev_checkpoints)) / (now - a.prev_t);
+  }
+  a.prev_bytes = in + out;
+  a.prev_checkpoints = ck;
+  a.prev_t = now;
+  a.bytes = in + out;
+  a.checkpoints = ck;
+  a.memory_held = held;
+  a.endpoint = endpoint;
+  a.has_stats = true;
+}
+
+json manager_service::node_body(double now, bool registering) {
+  agent_counters counters;
+  json reports = json::array();
+  for (auto& [id, a] : agents_) {
+    if (a.pid > 0) read_stats(a, now);
+    if (a.has_stats) {
+      counters.any = true;
+      counters.bytes += a.bytes;
+      counters.checkpoints += a.checkpoints;
+    }
+    agent_report r;
+    r.agent = id;
+    r.app = a.want.app;
+    r.state = a.state;
+    r.pid = a.pid;
+    r.memory_held = a.memory_held;
+    r.bw = a.bw;
+    r.rate = a.rate;
+    r.endpoint = a.endpoint;
+    reports.push_back(to_json(r));
+  }
+  last_metrics_ = sampler_.sample(now, counters);
+  json body = {{"node", opt_.node_id}, {"metrics", to_json(last_metrics_)}, {"agents", reports}};
+  if (registering) {
+    body["address"] = address();
+    body["capacity"] = opt_.capacity;
+  }
+  return body;
+}
+
+void manager_service::connect_controller(double now) {
+  if (ctl_conn_ != 0 || now < next_connect_) return;
+  auto c = loop_.connect(opt_.controller, "manager", opt_.node_id, 2000);
+  if (!c) {
+    if (c.error().message() != last_connect_error_) {
+      log_warn("cannot reach the controller: " + c.error().message() + " (agents keep running; retrying)");
+      last_connect_error_ = c.error().message();
+    }
+    next_connect_ = now + backoff_;
+    backoff_ = std::min(5.0, backoff_ * 2);
+    return;
+  }
+  ctl_conn_ = *c;
+  backoff_ = 0.5;
+  last_connect_error_.clear();
+  loop_.send(ctl_conn_, ctl_type::node_register, node_body(now, true));
+}
+
+void manager_service::on_message(uint64_t conn, ctl_message& m) {
+  const double now = util::now_s();
+  if (conn == ctl_conn_) {
+    if (m.type == ctl_type::node_update) {
+      auto u = parse_node_update(m.body);
+      if (!u) {
+        log_rejection(opt_.controller.to_string(), "bad_payload", u.error().message());
+        return;
+      }
+      if (!registered_) {
+        log_info("registered with the controller at " + opt_.controller.to_string() + ": " +
+                 std::to_string(u->agents.size()) + " agents");
+        next_heartbeat_ = now;
+      }
+      registered_ = true;
+      apply_update(*u);
+    } else if (m.type == ctl_type::error) {
+      std::string code, text;
+      fields f(m.body, "error");
+      f.str("code", &code, false, 64);
+      f.str("message", &text, false, 65536);
+      if (code == "not_found" && !left_) {
+        // The controller no longer knows this node (it was declared lost): register again.
+        log_warn("controller: " + text + "; registering again");
+        registered_ = false;
+        loop_.send(ctl_conn_, ctl_type::node_register, node_body(now, true));
+      } else {
+        log_warn("controller error: " + code + ": " + text);
+      }
+    } else if (m.type == ctl_type::reply) {
+      left_ = true;  // the only request answered with a plain reply is node_leave
+    }
+    return;
+  }
+  if (m.type == ctl_type::status) {
+    loop_.send(conn, ctl_type::reply, local_status(now));
+  } else {
+    connection* c = loop_.find(conn);
+    log_rejection(c != nullptr ? c->peer() : "?", "unexpected", std::string(type_name(m.type)) + " sent to a manager");
+    loop_.send(conn, ctl_type::error,
+               error_body(status(errc::invalid_argument, std::string(type_name(m.type)) + " is not a request to a manager")));
+  }
+}
+
+void manager_service::on_closed(uint64_t conn) {
+  if (conn != ctl_conn_) return;
+  ctl_conn_ = 0;
+  registered_ = false;
+  next_connect_ = util::now_s() + backoff_;
+  if (!left_) log_warn("lost the connection to the controller; agents keep running; reconnecting");
+}
+
+json manager_service::local_status(double now) {
+  json list = json::array();
+  for (const auto& [id, a] : agents_) {
+    list.push_back({{"agent", id},
+                    {"app", a.want.app},
+                    {"app_name", a.want.app_name},
+                    {"state", a.state},
+                    {"pid", a.pid},
+                    {"restarts", a.restarts},
+                    {"last_exit", a.last_exit},
+                    {"memory_held", a.memory_held},
+                    {"memory_reserved", a.want.reserve}});
+  }
+  (void)now;
+  return {{"node", opt_.node_id},
+          {"address", address()},
+          {"controller", opt_.controller.to_string()},
+          {"connected", ctl_conn_ != 0},
+          {"registered", registered_},
+          {"run_dir", opt_.run_dir},
+          {"agent_program", opt_.agent_program},
+          {"metrics", to_json(last_metrics_)},
+          {"agents", list}};
+}
+
+void manager_service::tick(double now) {
+  connect_controller(now);
+  if (ctl_conn_ != 0 && registered_ && now >= next_heartbeat_) {
+    loop_.send(ctl_conn_, ctl_type::heartbeat, node_body(now, false));
+    next_heartbeat_ = now + heartbeat_s_;
+  }
+  reap(now);
+}
+
+void manager_service::run_once(int timeout_ms) {
+  loop_.run_once(timeout_ms, *this);
+  tick(util::now_s());
+}
+
+status manager_service::run(const std::atomic<bool>* stop) {
+  while (!stop->load()) run_once(50);
+  // Leave: the controller moves this node's agents elsewhere first.
+  if (ctl_conn_ != 0 && registered_) {
+    log_info("leaving: asking the controller to move this node's agents");
+    loop_.send(ctl_conn_, ctl_type::node_leave, json{{"node", opt_.node_id}});
+    const double until = util::now_s() + 5;
+    while (!left_ && ctl_conn_ != 0 && util::now_s() < until) loop_.run_once(50, *this);
+    if (!left_) log_warn("the controller did not confirm the leave; its heartbeat timeout will move the agents");
+  }
+  const double now = util::now_s();
+  for (auto& [id, a] : agents_) {
+    stop_agent(a, now);
+    stopping_.push_back(a);
+  }
+  agents_.clear();
+  const double until = now + opt_.stop_grace_s + 1;
+  while (!stopping_.empty() && util::now_s() < until) {
+    reap(util::now_s());
+    if (!stopping_.empty()) ::usleep(20000);
+  }
+  for (auto& a : stopping_) {
+    if (a.pid > 0) {
+      ::kill(a.pid, SIGKILL);
+      ::waitpid(a.pid, nullptr, 0);
+    }
+  }
+  stopping_.clear();
+  log_info("stopped");
+  return {};
+}
+
+}  // namespace cairn::agents

@@ -1,0 +1,217 @@
+// Moving shard images between an application rank and a checkpoint agent over
+// fabric_context (see docs/design/agents_data_plane.md):
+//
+//   transfer_engine   N lanes, each one thread with its own endpoint, that
+//                     split an extent list among them (pull = RMA read from
+//                     the peer, push = RMA write into the peer);
+//   pull_image        the agent's side of a pull: header block first, then the
+//                     regions it names, then every checksum verified;
+//   message           the small two-sided messages of the protocol;
+//   agent_client      the application's side: exposes an image, notifies the
+//                     agent, waits for "held"; asks for a version back.
+//
+// An image is a shard file's bytes (src/format/shard.hpp): header block, then
+// each region at a 4 KiB-aligned offset; the application's staging slot holds
+// exactly that (src/engine/staging.hpp), so one registration covers it.
+#ifndef CAIRN_AGENTS_TRANSFER_HPP
+#define CAIRN_AGENTS_TRANSFER_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agents/fabric.hpp"
+#include "cairn/status.hpp"
+#include "format/shard.hpp"
+
+namespace cairn::agents {
+
+// Bytes [offset, offset+length) of an image.
+struct extent {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// A peer's registered buffer: its endpoint name, and the address and key of
+// the buffer's first byte (memory_region::remote_address/key) and its size.
+struct remote_buffer {
+  std::string peer;  // raw endpoint name
+  uint64_t addr = 0;
+  uint64_t key = 0;
+  uint64_t length = 0;
+};
+
+struct transfer_options {
+  // Provider, address, timeout of the lanes. thread_safe and progress_thread
+  // are ignored: a lane is used by one thread at a time (FI_THREAD_DOMAIN) and
+  // drives its own progress while it waits.
+  fabric_options fabric;
+  // Lanes (threads with an endpoint each), at least 1.
+  int threads = 1;
+  // Work is handed to lanes in pieces of this size (a multiple of 4 KiB keeps
+  // lanes on separate pages); each lane keeps fabric.max_outstanding RMA
+  // operations of at most fabric.max_chunk bytes in flight.
+  uint64_t piece_bytes = 4ull << 20;
+  // Cap on the bytes per second of one pull/push over all lanes (0: none), so
+  // that an agent pulling from a running application limits its interference.
+  double max_bytes_per_s = 0;
+};
+
+// Lanes for parallel RMA. Why one endpoint per thread rather than one shared
+// endpoint with many operations in flight: each lane has its own completion
+// queue and transmit queue, so threads never contend for a lock or a CQ, the
+// provider may skip its own locking (FI_THREAD_DOMAIN), connection-based
+// providers (tcp, verbs RC under ofi_rxm) get one connection per lane, i.e.
+// parallel streams on parallel cores, and FI_MR_ENDPOINT providers need
+// nothing special. Within a lane several operations stay in flight.
+//
+// Thread-safety: one pull/push at a time per engine (calls are serialised).
+// A lane whose endpoint failed (timeout) is replaced before the call returns,
+// so after an error the local buffer is no longer written to.
+class transfer_engine {
+ public:
+  static result<std::unique_ptr<transfer_engine>> create(const transfer_options& options);
+  ~transfer_engine();
+  transfer_engine(const transfer_engine&) = delete;
+  transfer_engine& operator=(const transfer_engine&) = delete;
+
+  int threads() const;
+  const fabric_properties& properties() const;  // of lane 0
+
+  // Reads every extent of `src` into the same offsets of `local`
+  // (local.size() >= every extent's end, src.length likewise).
+  status pull(const remote_buffer& src, std::span<std::byte> local, std::span<const extent> extents);
+  // Writes every extent of `local` into the same offsets of `dst`.
+  status push(const remote_buffer& dst, std::span<std::byte> local, std::span<const extent> extents);
+
+ private:
+  struct impl;
+  explicit transfer_engine(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+// The extents worth moving in an image: the header block and every region
+// (alignment padding is skipped), merged where adjacent.
+std::vector<extent> image_extents(const format::shard_header& h);
+
+// Zeroes the bytes of `image` that image_extents(h) does not cover (the
+// alignment padding), so that it equals the shard file byte for byte.
+void zero_padding(const format::shard_header& h, std::span<std::byte> image);
+
+// Checks that `image` is a complete, intact shard image: header checksum and
+// validity, file_size == image.size(), every region checksum (xxh3), and,
+// when `expect` is given, that run/name/version/rank/nranks match it.
+result<format::shard_header> verify_shard_image(std::span<const std::byte> image, const std::string& where,
+                                                const format::shard_header* expect = nullptr);
+
+// The agent's side of a pull: reads src's header block, decodes it, checks it
+// describes an image of exactly src.length bytes, reads the regions, zeroes
+// the padding, and verifies every checksum. `local` must hold src.length
+// bytes. Returns the verified header.
+result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buffer& src, std::span<std::byte> local,
+                                        const format::shard_header* expect = nullptr);
+
+// ---- protocol messages -------------------------------------------------------
+//
+// Little-endian binary, at most fabric_context::max_message_bytes(): magic
+// "CAGM", wire version, type, then the fields of `data_message` in order (strings
+// as u16 length + bytes). A version of the protocol:
+//
+//   pull:    client READY(mode pull, buffer)     -> agent reads -> HELD(code)
+//   push:    client READY(mode push, length)     -> agent PUSH_TARGET(buffer)
+//            client writes, PUSH_DONE            -> agent verifies -> HELD(code)
+//   restart: client RESTORE(mode push, buffer)   -> agent writes -> RESTORED(code, length)
+//            client RESTORE(mode pull)           -> agent RESTORE_SOURCE(buffer)
+//            client reads, RESTORE_DONE          -> agent RESTORED(code)
+//
+// `request` is chosen by the client and echoed; `reply_to` is the sender's
+// endpoint name. A reply with code != 0 carries errc and a message.
+inline constexpr uint32_t kMessageMagic = 0x4d474143;  // "CAGM"
+inline constexpr uint16_t kWireVersion = 1;
+
+enum class data_msg : uint16_t {
+  ready = 1,
+  push_target = 2,
+  push_done = 3,
+  held = 4,
+  restore = 5,
+  restore_source = 6,
+  restore_done = 7,
+  restored = 8,
+};
+const char* data_msg_name(data_msg t);
+
+enum class transfer_mode : uint8_t { pull = 0, push = 1 };
+
+struct data_message {
+  data_msg type = data_msg::ready;
+  transfer_mode mode = transfer_mode::pull;
+  uint64_t request = 0;
+  int64_t version = 0;  // RESTORE: -1 = the newest held
+  uint32_t rank = 0;
+  uint32_t nranks = 1;
+  uint64_t addr = 0;    // a registered buffer (remote_buffer)
+  uint64_t key = 0;
+  uint64_t length = 0;
+  int32_t code = 0;     // errc of a reply
+  std::string reply_to;
+  std::string run;
+  std::string name;
+  std::string text;     // error message of a reply
+};
+
+std::string encode_data_message(const data_message& m);
+result<data_message> decode_data_message(std::string_view bytes);
+// A reply's code and text as a status.
+status data_message_status(const data_message& m);
+
+// ---- the application's side ----------------------------------------------------
+
+struct client_options {
+  fabric_options fabric;  // of the client's own endpoint (progress thread on)
+  int threads = 1;        // lanes for push and restore by read
+  uint64_t piece_bytes = 4ull << 20;
+  double reply_timeout_s = 60;  // waiting for HELD / RESTORED
+};
+
+struct restored_image {
+  int64_t version = 0;
+  uint64_t length = 0;  // bytes of the image written into the buffer
+  format::shard_header header;
+};
+
+// One application rank talking to one agent. Thread-safety: one call at a
+// time.
+class agent_client {
+ public:
+  // agent_name: the agent's endpoint name (raw bytes; from_hex of its name file).
+  static result<std::unique_ptr<agent_client>> create(const client_options& options, const std::string& agent_name);
+  ~agent_client();
+
+  // Hands `image` (a complete, checksummed shard image, e.g. a staging slot)
+  // to the agent and waits until it holds the version: ok when the agent
+  // verified and keeps it; its error (or io_error "not held" on a timeout)
+  // otherwise. The image must stay unchanged until this returns.
+  status checkpoint(std::span<std::byte> image, const format::shard_header& h, transfer_mode mode);
+
+  // Fetches a held version (version -1: the newest) of (run, name, rank) into
+  // `buffer`, verified. push: the agent writes into buffer; pull: this side
+  // reads from the agent.
+  result<restored_image> restore(const std::string& run, const std::string& name, uint32_t rank, int64_t version,
+                                 std::span<std::byte> buffer, transfer_mode mode);
+
+  fabric_context& context();
+
+ private:
+  struct impl;
+  explicit agent_client(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace cairn::agents
+
+#endif

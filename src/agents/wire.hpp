@@ -1,0 +1,155 @@
+// Frames of the agents control plane (docs/format/control.md): a 24-byte
+// header (magic, protocol version, message type, sequence, payload length,
+// flags), a JSON payload of at most max_payload bytes, and an HMAC tag over
+// header and payload. Everything here is a pure function of its arguments
+// (no I/O, no clocks), so it can be fuzzed and unit-tested byte by byte.
+// Thread-safety: free functions are safe; a session is used by one thread.
+#ifndef CAIRN_AGENTS_WIRE_HPP
+#define CAIRN_AGENTS_WIRE_HPP
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "agents/auth.hpp"
+#include "cairn/status.hpp"
+
+namespace cairn::agents {
+
+inline constexpr char kFrameMagic[4] = {'C', 'R', 'N', 'C'};
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kHeaderSize = 24;
+inline constexpr uint32_t kDefaultMaxPayload = 1u << 20;  // 1 MiB
+inline constexpr int kMaxJsonDepth = 16;
+
+enum class ctl_type : uint16_t {
+  hello = 1,          // client -> server, first frame, secret key
+  hello_ack = 2,      // server -> client, second frame, secret key
+  error = 3,          // reply: {code, message}
+  reply = 4,          // reply: request-specific body
+  node_register = 10, // manager -> controller
+  heartbeat = 11,     // manager -> controller
+  node_leave = 12,    // manager -> controller (graceful leave)
+  node_update = 13,   // controller -> manager: the agents the node must run
+  app_register = 20,  // client -> controller
+  app_unregister = 21,
+  app_progress = 22,
+  app_resize = 23,
+  agent_migrate = 24,
+  app_agents = 25,    // client's probe: the agents of an application now
+  status = 30,        // anyone -> controller or manager: the whole state
+};
+bool is_known_type(uint16_t t);
+const char* type_name(ctl_type t);
+
+// Why a frame was rejected. Every rejection closes the connection (the byte
+// stream cannot be resynchronised) and is logged by the service.
+enum class frame_error {
+  none,
+  truncated,     // the stream ended inside a frame
+  bad_magic,
+  bad_version,
+  bad_type,      // a type number this version does not define
+  bad_flags,     // reserved flags not zero
+  oversized,     // payload length above the limit (checked before reading it)
+  bad_tag,       // HMAC mismatch: wrong secret, tampering, or not a cairn peer
+  replayed,      // sequence lower than expected: a frame seen before
+  bad_sequence,  // sequence higher than expected: frames missing
+  bad_payload,   // not a JSON object, too deep, or fields of the wrong type
+  unexpected,    // a type not allowed here (e.g. anything but hello first)
+};
+const char* frame_error_name(frame_error e);
+
+struct frame_header {
+  uint16_t version = 0;
+  uint16_t type = 0;
+  uint64_t seq = 0;
+  uint32_t length = 0;
+  uint32_t flags = 0;
+};
+
+// The header bytes of a frame (little-endian fields).
+std::string encode_header(ctl_type type, uint64_t seq, uint32_t length);
+// header || payload || HMAC(key, header || payload). payload.size() must fit in 32 bits.
+std::string encode_frame(std::string_view key, ctl_type type, uint64_t seq, std::string_view payload);
+
+// Parses and validates a header (magic, version, type, flags, length <=
+// max_payload) from the first kHeaderSize bytes of `bytes` (which must hold
+// at least that many). Returns none and fills *out when valid.
+frame_error check_header(std::string_view bytes, uint32_t max_payload, frame_header* out);
+
+// Result of decoding the front of a byte buffer.
+struct decoded_frame {
+  enum class kind { need_more, frame, error } what = kind::need_more;
+  frame_error error = frame_error::none;
+  std::string detail;         // human-readable reason for an error
+  frame_header header;
+  std::string_view payload;   // points into the buffer given to decode_frame
+  size_t consumed = 0;        // bytes of the buffer the frame occupies
+};
+
+// Decodes the frame at the front of buf under key: need_more while buf holds
+// less than a whole frame (a header is validated as soon as its 24 bytes are
+// there, so an oversized or garbage frame is refused before its payload
+// arrives); error for a bad header or tag; frame otherwise. The sequence is
+// not checked here (see session). Never reads outside buf.
+decoded_frame decode_frame(std::string_view buf, std::string_view key, uint32_t max_payload);
+
+// Per-connection sequence and key state: frames are sealed with the sending
+// key and consecutive sequence numbers, and opened only with the receiving
+// key and exactly the next expected sequence.
+class session {
+ public:
+  session() = default;
+  session(std::string send_key, std::string recv_key, uint64_t next_send, uint64_t next_recv)
+      : send_key_(std::move(send_key)), recv_key_(std::move(recv_key)), send_seq_(next_send), recv_seq_(next_recv) {}
+  std::string seal(ctl_type type, std::string_view payload);
+  // decode_frame with the receiving key, then: a sequence below the expected
+  // one is `replayed`, above it `bad_sequence`; on success the expected
+  // sequence advances.
+  decoded_frame open(std::string_view buf, uint32_t max_payload);
+  uint64_t next_send() const { return send_seq_; }
+  uint64_t next_recv() const { return recv_seq_; }
+
+ private:
+  std::string send_key_;
+  std::string recv_key_;
+  uint64_t send_seq_ = 0;
+  uint64_t recv_seq_ = 0;
+};
+
+// Parses a payload: a JSON object of valid UTF-8 nested at most kMaxJsonDepth
+// deep (checked before parsing). invalid_argument otherwise. Never throws.
+result<nlohmann::json> parse_payload(std::string_view payload);
+std::string dump_payload(const nlohmann::json& j);  // compact; invalid UTF-8 replaced
+
+// Reads typed fields of a JSON object without throwing: every getter records
+// the first problem (missing required field, wrong type, out of range) and
+// returns false; error() says which field of which message.
+class fields {
+ public:
+  fields(const nlohmann::json& j, std::string where);
+  bool str(const char* key, std::string* out, bool required = true, size_t max_len = 256);
+  bool u64(const char* key, uint64_t* out, bool required = true, uint64_t max = UINT64_MAX);
+  bool u32(const char* key, uint32_t* out, bool required = true, uint32_t max = UINT32_MAX);
+  bool num(const char* key, double* out, bool required = true, double min = 0, double max = 1e300);
+  bool boolean(const char* key, bool* out, bool required = true);
+  // An object or array member (borrowed from j); null when absent and optional.
+  const nlohmann::json* object(const char* key, bool required = true);
+  const nlohmann::json* array(const char* key, bool required = true, size_t max_items = 100000);
+  bool ok() const { return error_.empty(); }
+  status error() const;
+
+ private:
+  const nlohmann::json* find(const char* key, bool required);
+  void fail(const std::string& why);
+  const nlohmann::json& j_;
+  std::string where_;
+  std::string error_;
+};
+
+}  // namespace cairn::agents
+
+#endif

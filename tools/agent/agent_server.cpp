@@ -1,0 +1,498 @@
+#include "agent_server.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdarg>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/stages.hpp"
+#include "engine/staging.hpp"
+#include "format/layout.hpp"
+#include "format/manifest.hpp"
+#include "format/shard.hpp"
+#include "storage/storage_env.hpp"
+#include "util/clock.hpp"
+
+namespace cairn::agents {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+void agent_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void agent_log(const char* fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "cairn-agent: %s\n", buf);
+}
+
+// One version of one rank, verified, in the agent's memory.
+struct held_version {
+  format::shard_header header;
+  engine::aligned_buffer image;  // header.file_size bytes are the shard image
+  double held_at = 0;            // wall clock
+  double transfer_s = 0;
+  std::span<std::byte> bytes() { return image.span().first(header.file_size); }
+};
+
+using stream_key = std::tuple<std::string, std::string, uint32_t>;  // run, name, rank
+using version_key = std::tuple<std::string, std::string, int64_t>;  // run, name, version
+
+std::string describe(const format::shard_header& h) {
+  return h.run + "/" + h.name + " v" + std::to_string(h.version) + " rank " + std::to_string(h.rank) + "/" +
+         std::to_string(h.nranks);
+}
+
+std::string describe(const data_message& m) {
+  return m.run + "/" + m.name + " v" + std::to_string(m.version) + " rank " + std::to_string(m.rank);
+}
+
+// A push the agent waits for, or a held image lent to a reader.
+struct pending {
+  std::shared_ptr<held_version> version;  // restore by read: the lent image
+  engine::aligned_buffer buffer;          // push: where the rank writes
+  memory_region mr;
+  data_message request;
+  fabric_addr peer = 0;
+  clock_type::time_point deadline;
+  clock_type::time_point started;
+};
+
+}  // namespace
+
+struct agent_server::impl {
+  agent_config cfg;
+  std::unique_ptr<fabric_context> ctx;
+  std::unique_ptr<transfer_engine> lanes;
+  storage::storage_env* env = storage::storage_env::posix();
+  std::string host;
+
+  // Held versions, newest last. Touched by the serving thread only.
+  std::map<stream_key, std::deque<std::shared_ptr<held_version>>> held;
+  std::map<std::pair<std::string, uint64_t>, pending> pendings;  // (peer name, request)
+  // Counters (serving thread only).
+  uint64_t bytes_in = 0;    // images pulled or pushed into the agent
+  uint64_t bytes_out = 0;   // images written back or read for restarts
+  uint64_t checkpoints = 0;  // versions held
+  clock_type::time_point stats_due{};
+
+  // Background writer.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<held_version>> to_write;  // GUARDED_BY(mu)
+  bool writer_stop = false;                            // GUARDED_BY(mu)
+  status writer_error;                                 // GUARDED_BY(mu): first error, latched
+  // Per version: the shard entries written so far (the manifest needs all ranks).
+  std::map<version_key, std::map<uint32_t, format::shard_entry>> written;  // writer thread only
+  std::thread writer;
+
+  ~impl() {
+    {
+      std::lock_guard lk(mu);
+      writer_stop = true;
+    }
+    cv.notify_all();
+    if (writer.joinable()) writer.join();
+    pendings.clear();  // regions before the endpoint
+  }
+
+  status reply(fabric_addr peer, const data_message& req, data_msg type, const status& st, uint64_t addr = 0,
+               uint64_t key = 0, uint64_t length = 0, int64_t version = 0) {
+    data_message r;
+    r.type = type;
+    r.mode = req.mode;
+    r.request = req.request;
+    r.run = req.run;
+    r.name = req.name;
+    r.rank = req.rank;
+    r.nranks = req.nranks;
+    r.version = version != 0 ? version : req.version;
+    r.addr = addr;
+    r.key = key;
+    r.length = length;
+    r.code = static_cast<int32_t>(st.code());
+    r.text = st.message();
+    r.reply_to = ctx->name();
+    status s = ctx->send(peer, encode_data_message(r));
+    if (!s) agent_log("cannot reply %s to %s: %s", data_msg_name(type), describe(req).c_str(), s.to_string().c_str());
+    return s;
+  }
+
+  // Keeps a verified version: newest `keep` per stream stay in memory, and the
+  // writer gets it for the store.
+  void hold(std::shared_ptr<held_version> v) {
+    auto& list = held[{v->header.run, v->header.name, v->header.rank}];
+    // A version sent again replaces the older copy.
+    for (auto it = list.begin(); it != list.end(); ++it)
+      if ((*it)->header.version == v->header.version) {
+        list.erase(it);
+        break;
+      }
+    auto pos = list.begin();
+    while (pos != list.end() && (*pos)->header.version < v->header.version) ++pos;
+    list.insert(pos, v);
+    while (static_cast<int>(list.size()) > cfg.keep) list.pop_front();  // the writer keeps its own reference
+    if (!cfg.persistent.empty()) {
+      {
+        std::lock_guard lk(mu);
+        to_write.push_back(std::move(v));
+      }
+      cv.notify_all();
+    }
+  }
+
+  void handle_ready(const data_message& m, fabric_addr peer) {
+    if (m.length == 0 || m.length % format::kAlign != 0 || m.nranks == 0 || m.rank >= m.nranks) {
+      (void)reply(peer, m, m.mode == transfer_mode::pull ? data_msg::held : data_msg::push_target,
+                  status(errc::invalid_argument, "READY: bad length, rank or nranks"));
+      return;
+    }
+    auto buf = engine::aligned_buffer::allocate(m.length);
+    if (!buf) {
+      (void)reply(peer, m, m.mode == transfer_mode::pull ? data_msg::held : data_msg::push_target,
+                  buf.error().with_context("agent memory for " + describe(m)));
+      return;
+    }
+    if (m.mode == transfer_mode::push) {
+      pending p;
+      p.buffer = std::move(buf).value();
+      auto mr = ctx->register_memory(p.buffer.data(), m.length, kRemoteWrite);
+      if (!mr) {
+        (void)reply(peer, m, data_msg::push_target, mr.error());
+        return;
+      }
+      p.mr = std::move(mr).value();
+      p.request = m;
+      p.peer = peer;
+      p.started = clock_type::now();
+      p.deadline = p.started + std::chrono::duration_cast<clock_type::duration>(
+                                   std::chrono::duration<double>(cfg.push_timeout_s));
+      const uint64_t addr = p.mr.remote_address(), key = p.mr.key();
+      pendings[{m.reply_to, m.request}] = std::move(p);
+      (void)reply(peer, m, data_msg::push_target, {}, addr, key, m.length);
+      return;
+    }
+    // Pull: read the rank's image with the lanes.
+    auto v = std::make_shared<held_version>();
+    v->image = std::move(buf).value();
+    format::shard_header expect;
+    expect.run = m.run;
+    expect.name = m.name;
+    expect.version = m.version;
+    expect.rank = m.rank;
+    expect.nranks = m.nranks;
+    agent_log("pulling %s: %llu bytes, %d lane(s)", describe(m).c_str(), static_cast<unsigned long long>(m.length),
+        lanes->threads());
+    auto t0 = clock_type::now();
+    auto h = pull_image(*lanes, remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(), &expect);
+    double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+    if (!h) {
+      agent_log("%s not held: %s", describe(m).c_str(), h.error().to_string().c_str());
+      (void)reply(peer, m, data_msg::held, h.error());
+      return;
+    }
+    v->header = std::move(h).value();
+    v->held_at = util::wall_s();
+    v->transfer_s = secs;
+    bytes_in += m.length;
+    ++checkpoints;
+    agent_log("held %s (%.1f MB/s)", describe(v->header).c_str(), m.length / 1e6 / std::max(secs, 1e-9));
+    hold(v);
+    (void)reply(peer, m, data_msg::held, {});
+  }
+
+  void handle_push_done(const data_message& m, fabric_addr peer) {
+    auto it = pendings.find({m.reply_to, m.request});
+    if (it == pendings.end() || it->second.buffer.data() == nullptr) {
+      (void)reply(peer, m, data_msg::held, status(errc::not_found, "PUSH_DONE for an unknown request"));
+      return;
+    }
+    pending p = std::move(it->second);
+    pendings.erase(it);
+    p.mr = memory_region();  // no more writes from the rank
+    if (m.code != 0) {
+      agent_log("%s not held: the rank's push failed: %s", describe(m).c_str(), m.text.c_str());
+      return;
+    }
+    format::shard_header expect;
+    expect.run = p.request.run;
+    expect.name = p.request.name;
+    expect.version = p.request.version;
+    expect.rank = p.request.rank;
+    expect.nranks = p.request.nranks;
+    auto h = verify_shard_image(p.buffer.span().first(p.request.length), "image pushed for " + describe(p.request),
+                                &expect);
+    if (!h) {
+      agent_log("%s not held: %s", describe(p.request).c_str(), h.error().to_string().c_str());
+      (void)reply(peer, m, data_msg::held, h.error());
+      return;
+    }
+    auto v = std::make_shared<held_version>();
+    v->header = std::move(h).value();
+    v->image = std::move(p.buffer);
+    v->held_at = util::wall_s();
+    v->transfer_s = std::chrono::duration<double>(clock_type::now() - p.started).count();
+    bytes_in += v->header.file_size;
+    ++checkpoints;
+    agent_log("held %s (pushed)", describe(v->header).c_str());
+    hold(v);
+    (void)reply(peer, m, data_msg::held, {});
+  }
+
+  // The held version a RESTORE asks for: memory first, then the store.
+  result<std::shared_ptr<held_version>> find(const data_message& m) {
+    auto it = held.find({m.run, m.name, m.rank});
+    if (it != held.end() && !it->second.empty()) {
+      if (m.version < 0) return it->second.back();
+      for (auto& v : it->second)
+        if (v->header.version == m.version) return v;
+    }
+    if (cfg.persistent.empty())
+      return status(errc::not_found, describe(m) + " is not held by this agent");
+    // From the store: committed versions only (a MANIFEST), newest first.
+    std::vector<int64_t> versions = format::list_versions(env, cfg.persistent, m.run, m.name);
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
+      if (m.version >= 0 && *v != m.version) continue;
+      if (!env->exists(format::manifest_path(cfg.persistent, m.run, m.name, *v))) continue;
+      const std::string path = format::shard_path(cfg.persistent, m.run, m.name, *v, m.rank);
+      auto f = env->open_read(path);
+      if (!f) continue;
+      auto buf = engine::aligned_buffer::allocate((*f)->size());
+      if (!buf) return buf.take_status();
+      CAIRN_RETURN_IF_ERROR((*f)->read_at(0, buf->data(), (*f)->size()));
+      auto h = verify_shard_image(buf->span().first((*f)->size()), path);
+      if (!h) {
+        agent_log("skipping %s: %s", path.c_str(), h.error().to_string().c_str());
+        continue;
+      }
+      auto out = std::make_shared<held_version>();
+      out->header = std::move(h).value();
+      out->image = std::move(buf).value();
+      return out;
+    }
+    return status(errc::not_found, describe(m) + " is neither held nor committed in " + cfg.persistent);
+  }
+
+  void handle_restore(const data_message& m, fabric_addr peer) {
+    auto v = find(m);
+    data_msg type = m.mode == transfer_mode::push ? data_msg::restored : data_msg::restore_source;
+    if (!v) {
+      (void)reply(peer, m, type, v.error());
+      return;
+    }
+    std::shared_ptr<held_version> hv = *v;
+    const uint64_t len = hv->header.file_size;
+    if (m.mode == transfer_mode::push) {
+      if (len > m.length) {
+        (void)reply(peer, m, type,
+                    status(errc::invalid_argument, describe(hv->header) + " needs " + std::to_string(len) +
+                                                       " bytes, the rank offered " + std::to_string(m.length)));
+        return;
+      }
+      auto ext = image_extents(hv->header);
+      status st = lanes->push(remote_buffer{m.reply_to, m.addr, m.key, m.length}, hv->bytes(), ext);
+      if (!st) agent_log("restore of %s failed: %s", describe(hv->header).c_str(), st.to_string().c_str());
+      else agent_log("restored %s (written to the rank)", describe(hv->header).c_str());
+      if (st) bytes_out += len;
+      (void)reply(peer, m, type, st, 0, 0, st.is_ok() ? len : 0, hv->header.version);
+      return;
+    }
+    // By read: lend the image until RESTORE_DONE or the timeout.
+    auto mr = ctx->register_memory(hv->image.data(), len, kRemoteRead);
+    if (!mr) {
+      (void)reply(peer, m, type, mr.error());
+      return;
+    }
+    pending p;
+    p.version = hv;
+    p.mr = std::move(mr).value();
+    p.request = m;
+    p.peer = peer;
+    p.started = clock_type::now();
+    p.deadline =
+        p.started + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(cfg.push_timeout_s));
+    const uint64_t addr = p.mr.remote_address(), key = p.mr.key();
+    pendings[{m.reply_to, m.request}] = std::move(p);
+    (void)reply(peer, m, type, {}, addr, key, len, hv->header.version);
+  }
+
+  void handle_restore_done(const data_message& m) {
+    auto it = pendings.find({m.reply_to, m.request});
+    if (it == pendings.end()) return;
+    agent_log("restored %s (read by the rank%s)", describe(it->second.version->header).c_str(),
+        m.code == 0 ? "" : ", which reported an error");
+    if (m.code == 0) bytes_out += it->second.version->header.file_size;
+    pendings.erase(it);
+  }
+
+  void expire_pendings() {
+    auto now = clock_type::now();
+    for (auto it = pendings.begin(); it != pendings.end();) {
+      if (now < it->second.deadline) {
+        ++it;
+        continue;
+      }
+      agent_log("%s: no %s within %.0f s; dropped", describe(it->second.request).c_str(),
+          it->second.version ? "RESTORE_DONE" : "PUSH_DONE", cfg.push_timeout_s);
+      it = pendings.erase(it);
+    }
+  }
+
+  // The manager's view of this agent (see agent_config::stats_file).
+  void write_stats() {
+    if (cfg.stats_file.empty()) return;
+    uint64_t held_bytes = 0;
+    for (const auto& [key, list] : held)
+      for (const auto& v : list) held_bytes += v->image.size();
+    for (const auto& [key, p] : pendings) held_bytes += p.buffer.size();
+    nlohmann::json j = {{"bytes_in", bytes_in},       {"bytes_out", bytes_out}, {"checkpoints", checkpoints},
+                        {"memory_held", held_bytes},  {"endpoint", to_hex(ctx->name())},
+                        {"provider", ctx->properties().provider}};
+    status st = env->write_atomic(cfg.stats_file, j.dump() + "\n", false);
+    if (!st) agent_log("cannot write the stats file: %s", st.to_string().c_str());
+    stats_due = clock_type::now() + std::chrono::seconds(1);
+  }
+
+  void dispatch(const std::string& bytes) {
+    auto m = decode_data_message(bytes);
+    if (!m) {
+      agent_log("ignoring a message: %s", m.error().to_string().c_str());
+      return;
+    }
+    auto peer = ctx->insert_peer(m->reply_to);
+    if (!peer) {
+      agent_log("ignoring %s from an unusable address: %s", data_msg_name(m->type), peer.error().to_string().c_str());
+      return;
+    }
+    switch (m->type) {
+      case data_msg::ready: handle_ready(*m, *peer); break;
+      case data_msg::push_done: handle_push_done(*m, *peer); break;
+      case data_msg::restore: handle_restore(*m, *peer); break;
+      case data_msg::restore_done: handle_restore_done(*m); break;
+      default: agent_log("ignoring unexpected %s", data_msg_name(m->type)); break;
+    }
+  }
+
+  // ---- background writer ----
+
+  status persist(held_version& v) {
+    const auto& h = v.header;
+    const double t0 = util::now_s();
+    const std::string path = format::shard_path(cfg.persistent, h.run, h.name, h.version, h.rank);
+    CAIRN_RETURN_IF_ERROR(engine::write_shard_file(env, path, v.image.data(), h.file_size, cfg.direct_io, true));
+    format::shard_entry e;
+    e.rank = h.rank;
+    e.size = h.file_size;
+    e.header_checksum = h.header_checksum;
+    e.captured_at = v.held_at;
+    e.persistent_s = util::now_s() - t0;
+    e.persistent_at = util::wall_s();
+    e.host = host;
+    auto& ranks = written[{h.run, h.name, h.version}];
+    ranks[h.rank] = e;
+    if (ranks.size() < h.nranks) return {};
+    // Every rank of the version went through this agent: commit it.
+    // (With several agents per application the controller must gather the
+    // entries instead; see the report of this module.)
+    format::manifest m;
+    m.run = h.run;
+    m.name = h.name;
+    m.version = h.version;
+    m.nranks = h.nranks;
+    m.executable = "cairn-agent";
+    m.mode = "agent";
+    for (auto& [rank, entry] : ranks) m.shards.push_back(entry);
+    m.committed_at = util::wall_s();
+    CAIRN_RETURN_IF_ERROR(env->write_atomic(format::manifest_path(cfg.persistent, h.run, h.name, h.version),
+                                            format::encode_manifest(m), true));
+    written.erase({h.run, h.name, h.version});
+    agent_log("committed %s/%s v%lld to %s", h.run.c_str(), h.name.c_str(), static_cast<long long>(h.version),
+        cfg.persistent.c_str());
+    return {};
+  }
+
+  void writer_loop() {
+    std::unique_lock lk(mu);
+    while (true) {
+      cv.wait(lk, [&] { return writer_stop || !to_write.empty(); });
+      if (to_write.empty()) return;  // stop requested and nothing left
+      auto v = std::move(to_write.front());
+      to_write.pop_front();
+      lk.unlock();
+      status st = persist(*v);
+      if (!st) agent_log("writing %s to %s failed: %s", describe(v->header).c_str(), cfg.persistent.c_str(),
+                   st.to_string().c_str());
+      v.reset();
+      lk.lock();
+      if (!st && writer_error.is_ok()) writer_error = st;
+    }
+  }
+};
+
+agent_server::agent_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+agent_server::~agent_server() = default;
+const std::string& agent_server::name() const { return impl_->ctx->name(); }
+const fabric_properties& agent_server::properties() const { return impl_->ctx->properties(); }
+
+result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& config) {
+  if (config.keep < 1) return status(errc::invalid_argument, "keep must be at least 1");
+  auto p = std::make_unique<impl>();
+  p->cfg = config;
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) == 0) p->host = host;
+  fabric_options fo = config.fabric;
+  fo.thread_safe = true;
+  fo.progress_thread = true;  // ranks push into our memory while we serve others
+  CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric_context::create(fo));
+  transfer_options to;
+  to.fabric = config.fabric;
+  to.threads = config.threads;
+  to.piece_bytes = config.piece_bytes;
+  to.max_bytes_per_s = config.max_bytes_per_s;
+  CAIRN_ASSIGN_OR_RETURN(p->lanes, transfer_engine::create(to));
+  if (!config.persistent.empty()) {
+    CAIRN_RETURN_IF_ERROR(p->env->make_dirs(config.persistent));
+    p->writer = std::thread([raw = p.get()] { raw->writer_loop(); });
+  }
+  return std::unique_ptr<agent_server>(new agent_server(std::move(p)));
+}
+
+status agent_server::run(const std::atomic<bool>& stop) {
+  impl& m = *impl_;
+  m.write_stats();
+  while (!stop.load()) {
+    auto bytes = m.ctx->recv(0.2);
+    if (bytes) {
+      m.dispatch(*bytes);
+    } else if (bytes.error().code() != errc::again) {
+      return bytes.take_status().with_context("agent endpoint");
+    }
+    m.expire_pendings();
+    if (bytes || clock_type::now() >= m.stats_due) m.write_stats();
+  }
+  {
+    std::lock_guard lk(m.mu);
+    m.writer_stop = true;
+  }
+  m.cv.notify_all();
+  if (m.writer.joinable()) m.writer.join();
+  std::lock_guard lk(m.mu);
+  return m.writer_error;
+}
+
+}  // namespace cairn::agents

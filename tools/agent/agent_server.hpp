@@ -1,0 +1,62 @@
+// cairn-agent's core: one endpoint that application ranks notify, lanes that
+// pull their images (or a buffer they push into), the last K versions of
+// every (run, name, rank) kept in memory, a background writer that puts held
+// versions into a store in cairn's shard format, and restart served from
+// memory (or from that store) by RDMA write or by letting the rank read.
+//
+// The protocol is in src/agents/transfer.hpp; the design in
+// docs/design/agents_data_plane.md.
+#ifndef CAIRN_TOOLS_AGENT_AGENT_SERVER_HPP
+#define CAIRN_TOOLS_AGENT_AGENT_SERVER_HPP
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "agents/fabric.hpp"
+#include "agents/transfer.hpp"
+#include "cairn/status.hpp"
+
+namespace cairn::agents {
+
+struct agent_config {
+  fabric_options fabric;       // the agent's endpoint (the one applications notify)
+  int threads = 2;             // transfer lanes
+  uint64_t piece_bytes = 4ull << 20;
+  double max_bytes_per_s = 0;  // cap on one transfer (0: none)
+  int keep = 2;                // versions kept in memory per (run, name, rank)
+  std::string persistent;      // store the writer fills; empty: memory only
+  bool direct_io = true;       // O_DIRECT for shard files where the file system allows
+  double push_timeout_s = 60;  // a push or a restore by read must finish within this
+  // Counters for the manager (src/agents/manager.hpp launch contract): JSON
+  // {bytes_in, bytes_out, checkpoints, memory_held, endpoint}, replaced
+  // atomically after every request and once a second. Empty: none.
+  std::string stats_file;
+};
+
+// Thread-safety: run() on one thread; request_stop() from any thread or a
+// signal handler (it only sets a flag).
+class agent_server {
+ public:
+  static result<std::unique_ptr<agent_server>> create(const agent_config& config);
+  ~agent_server();
+
+  // The endpoint name applications need (raw bytes; to_hex for files).
+  const std::string& name() const;
+  const fabric_properties& properties() const;
+
+  // Serves until `stop` becomes true, then waits for the background writer to
+  // finish what it has. Returns the writer's first error, if any (latched:
+  // serving goes on after it).
+  status run(const std::atomic<bool>& stop);
+
+ private:
+  struct impl;
+  explicit agent_server(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+}  // namespace cairn::agents
+
+#endif

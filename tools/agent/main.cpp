@@ -1,0 +1,151 @@
+// cairn-agent: a remote checkpoint agent (DESIGN.md §2 "agents").
+//
+//   cairn-agent [--name-file FILE] [--stats-file FILE] [--provider P] [--bind ADDR]
+//               [--service PORT] [--domain NIC] [--threads N] [--keep K] [--persistent STORE]
+//               [--no-direct-io] [--chunk BYTES] [--piece BYTES] [--max-bandwidth B/S]
+//               [--timeout S] [--push-timeout S]
+//               [--agent-id ID --app-id ID --app NAME --node NODE --controller ADDR]
+//
+// Opens a libfabric endpoint, writes its name (hex) to the name file and the
+// stats file (the manager's launch contract, src/agents/manager.hpp: the
+// --agent-id ... --controller arguments are accepted and logged), and serves
+// application ranks until SIGTERM or SIGINT: pulls (or accepts pushes of)
+// checkpoint images when told a version is ready, verifies them, keeps the
+// last K versions per rank in memory, writes them in the background into
+// STORE in cairn's shard format, and serves restarts. On SIGTERM it finishes
+// the writes it has queued and exits 0 (1 when a background write failed).
+// Exit status 2: bad arguments or the endpoint cannot be opened.
+#include <CLI/CLI.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "agent_server.hpp"
+#include "storage/storage_env.hpp"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { g_stop.store(true); }
+
+uint64_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  unsigned long long v = std::stoull(s, &pos);
+  std::string suffix = s.substr(pos);
+  if (suffix == "K" || suffix == "k") v <<= 10;
+  else if (suffix == "M" || suffix == "m") v <<= 20;
+  else if (suffix == "G" || suffix == "g") v <<= 30;
+  else if (!suffix.empty()) throw CLI::ValidationError("size", "unknown suffix '" + suffix + "' (use K, M or G)");
+  return v;
+}
+
+int run_agent(int argc, char** argv) {
+  using namespace cairn::agents;
+  CLI::App app{"cairn-agent: holds checkpoints of application ranks in memory, pulled or pushed over libfabric",
+               "cairn-agent"};
+  agent_config cfg;
+  std::string name_file, chunk = "0", piece = "4M", bandwidth = "0";
+  std::string agent_id, app_id, app_name, node_id, controller;
+  bool no_direct = false;
+  app.add_option("--name-file", name_file, "Write the endpoint name (hex) to this file, atomically");
+  app.add_option("--stats-file", cfg.stats_file,
+                 "Write counters and the endpoint name (JSON) to this file, atomically, every second");
+  app.add_option("--agent-id", agent_id, "Agent id given by the manager (logged)");
+  app.add_option("--app-id", app_id, "Application id given by the manager (logged)");
+  app.add_option("--app", app_name, "Application name given by the manager (logged)");
+  app.add_option("--node", node_id, "Agent node id given by the manager (logged)");
+  app.add_option("--controller", controller, "Controller address given by the manager (not used yet)");
+  app.add_option("--provider", cfg.fabric.provider, "libfabric provider, e.g. 'tcp;ofi_rxm', 'verbs;ofi_rxm', 'cxi'")
+      ->capture_default_str();
+  app.add_option("--bind", cfg.fabric.node, "Local address of the endpoint")->capture_default_str();
+  app.add_option("--service", cfg.fabric.service, "Local port (default: any free one)");
+  app.add_option("--domain", cfg.fabric.domain, "libfabric domain (NIC), e.g. mlx5_0");
+  app.add_option("--threads", cfg.threads, "Transfer threads (each with its own endpoint)")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--keep", cfg.keep, "Versions kept in memory per (run, checkpoint, rank)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--persistent", cfg.persistent, "Store written in the background (cairn's format); none: memory only");
+  app.add_flag("--no-direct-io", no_direct, "Buffered writes to the store instead of O_DIRECT");
+  app.add_option("--chunk", chunk, "Largest single RMA operation (0: the provider's limit; suffix K, M, G)")
+      ->capture_default_str();
+  app.add_option("--piece", piece, "Work unit handed to a transfer thread (suffix K, M, G)")->capture_default_str();
+  app.add_option("--max-bandwidth", bandwidth, "Cap on one transfer, bytes per second (suffix K, M, G; 0: none)")
+      ->capture_default_str();
+  app.add_option("--timeout", cfg.fabric.timeout_s, "Seconds without progress before a transfer fails")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--push-timeout", cfg.push_timeout_s, "Seconds a rank has to finish a push or a restore by read")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+    cfg.fabric.max_chunk = parse_bytes(chunk);
+    cfg.piece_bytes = parse_bytes(piece);
+    cfg.max_bytes_per_s = static_cast<double>(parse_bytes(bandwidth));
+    if (cfg.piece_bytes == 0) throw CLI::ValidationError("--piece", "must be positive");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cairn-agent: bad size: %s\n", e.what());
+    return 2;
+  }
+  cfg.direct_io = !no_direct;
+  if (name_file.empty() && cfg.stats_file.empty()) {
+    std::fprintf(stderr, "cairn-agent: give --name-file or --stats-file (where the endpoint name goes)\n");
+    return 2;
+  }
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = agent_server::create(cfg);
+  if (!server) {
+    std::fprintf(stderr, "cairn-agent: cannot start: %s\n", server.error().to_string().c_str());
+    return 2;
+  }
+  const auto& pr = (*server)->properties();
+  if (!agent_id.empty())
+    std::fprintf(stderr, "cairn-agent: agent %s of application %s (%s) on node %s, controller %s\n",
+                 agent_id.c_str(), app_id.c_str(), app_name.c_str(), node_id.c_str(), controller.c_str());
+  std::fprintf(stderr,
+               "cairn-agent: provider %s, domain %s, mr_mode %s, %s progress, %d thread(s), keep %d, store %s\n",
+               pr.provider.c_str(), pr.domain.c_str(), pr.mr_mode_text.c_str(),
+               pr.manual_progress ? "manual" : "auto", cfg.threads, cfg.keep,
+               cfg.persistent.empty() ? "(none)" : cfg.persistent.c_str());
+  cairn::status st;
+  if (!name_file.empty()) {
+    st = cairn::storage::storage_env::posix()->write_atomic(name_file, to_hex((*server)->name()) + "\n", false);
+    if (!st) {
+      std::fprintf(stderr, "cairn-agent: cannot write the name file: %s\n", st.to_string().c_str());
+      return 2;
+    }
+  }
+  std::fprintf(stderr, "cairn-agent: ready, endpoint %s\n", to_hex((*server)->name()).c_str());
+  st = (*server)->run(g_stop);
+  if (!st) {
+    std::fprintf(stderr, "cairn-agent: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "cairn-agent: stopped\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_agent(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cairn-agent: internal error: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "cairn-agent: internal error: unknown exception\n");
+  }
+  return 3;
+}

@@ -1,0 +1,99 @@
+// cairn controller: the agents controller service (src/agents/controller.hpp).
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "agents/auth.hpp"
+#include "agents/controller.hpp"
+#include "agents/log.hpp"
+#include "commands.hpp"
+#include "output.hpp"
+#include "store_scan.hpp"
+#include "util/config.hpp"
+
+namespace cairn::cli {
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_stop_signal(int) { g_stop.store(true); }
+
+}  // namespace
+
+int cmd_controller(const controller_cli_options& o) {
+  agents::set_log_name("controller");
+  if (o.verbose) agents::set_log_level(agents::log_level::debug);
+  auto secret_path = agents::secret_file_from(o.secret_file);
+  if (!secret_path) {
+    print_error(secret_path.error());
+    return kExitUsage;
+  }
+  std::string warning;
+  auto secret = agents::load_secret(*secret_path, &warning);
+  if (!secret) {
+    print_error(secret.error());
+    return kExitUsage;
+  }
+  if (!warning.empty()) agents::log_warn(warning);
+  auto listen = agents::parse_address(o.listen);
+  if (!listen) {
+    print_error(listen.error());
+    return kExitUsage;
+  }
+  auto strat = agents::parse_strategy(o.strategy);
+  auto dist = agents::parse_distribution(o.distribution);
+  if (!strat || !dist) {
+    print_error(status(errc::invalid_argument, "unknown --strategy '" + o.strategy + "' or --distribution '" +
+                                                   o.distribution +
+                                                   "' (bandwidth|memory|activity|power; block|round_robin|fill)"));
+    return kExitUsage;
+  }
+  auto bw = parse_size(o.agent_bandwidth);
+  if (!bw || *bw == 0) {
+    print_error(status(errc::invalid_argument, "bad --agent-bandwidth '" + o.agent_bandwidth + "'"));
+    return kExitUsage;
+  }
+  if (o.heartbeat_timeout <= o.heartbeat_interval) {
+    print_error(status(errc::invalid_argument, "--heartbeat-timeout must be longer than --heartbeat-interval"));
+    return kExitUsage;
+  }
+  agents::controller_options co;
+  co.listen = *listen;
+  co.secret = std::move(*secret);
+  co.journal_path = o.journal;
+  co.policy.strat = *strat;
+  co.policy.dist = *dist;
+  co.policy.block_size = o.block_size;
+  co.policy.default_capacity = o.capacity;
+  co.policy.heartbeat_interval_s = o.heartbeat_interval;
+  co.policy.heartbeat_timeout_s = o.heartbeat_timeout;
+  co.policy.probe_cost_s = o.probe_cost;
+  co.policy.count.agent_bandwidth = static_cast<double>(*bw);
+  co.policy.count.max_agents = o.max_agents;
+  co.policy.count.nodes_per_agent = o.nodes_per_agent;
+  co.policy.count.transfer_fraction = o.transfer_fraction;
+  // Managers heartbeat every interval; a connection silent for several
+  // timeouts is dead even if TCP has not noticed.
+  co.limits.idle_timeout_s = std::max(60.0, 4 * o.heartbeat_timeout);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto c = agents::controller_service::open(std::move(co));
+  if (!c) {
+    print_error(c.error());
+    return exit_code_for(c.error());
+  }
+  status st = (*c)->run(&g_stop);
+  if (!st) {
+    print_error(st);
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace cairn::cli
