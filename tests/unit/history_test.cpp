@@ -11,6 +11,7 @@
 
 #include "cairn.h"
 #include "format/layout.hpp"
+#include "format/run_info.hpp"
 #include "history/catalog.hpp"
 #include "storage/storage_env.hpp"
 #include "test_store.hpp"
@@ -330,6 +331,53 @@ TEST_F(CatalogTest, RecordLevelKeepsOneRuntimeRowPerLevel) {
   EXPECT_EQ(c->record_level("r", "n", 1, 3, 1.0, 1.0).code(), errc::invalid_argument);
   EXPECT_EQ(c->record_level("r", "n", 1, 0, 1.0, 1.0).code(), errc::invalid_argument);
   EXPECT_EQ(c->record_level("r", "n", 1, 16, 1.0, 1.0).code(), errc::invalid_argument);
+}
+
+TEST_F(CatalogTest, RunIdentityIsIndexedAndSurvivesRebuild) {
+  write(spec("r", "n", 1));
+  format::run_info info;
+  info.run = "r";
+  info.application = "md";
+  info.code_version = "abc123";
+  info.tags = {{"compiler", "gcc"}};
+  format::execution e1, e2;
+  e1.started_at = 100;
+  e1.ended_at = 0;  // died
+  e1.nranks = 4;
+  e2.started_at = 200;
+  e2.ended_at = 300;
+  e2.nranks = 2;
+  e2.hosts = {"n1", "n2"};
+  e2.config = {{"mode", "thread"}};
+  info.executions = {e1, e2};
+  auto env = storage::storage_env::posix();
+  ASSERT_TRUE(env->write_atomic(format::run_file_path(root(), "r"), format::encode_run_info(info), false).is_ok());
+  auto c = open();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->index_run(env, "r").is_ok());
+  auto check = [&] {
+    auto rows = c->list_run_info();
+    ASSERT_TRUE(rows.is_ok());
+    ASSERT_EQ(rows->size(), 1u);
+    const auto& row = (*rows)[0];
+    EXPECT_EQ(row.application, "md");
+    EXPECT_EQ(row.code_version, "abc123");
+    EXPECT_EQ(row.executions, 2);
+    EXPECT_EQ(row.started_at, 100.0);
+    EXPECT_EQ(row.ended_at, 300.0);
+    EXPECT_EQ(row.nranks, 2u);
+    EXPECT_EQ(row.hosts, R"(["n1","n2"])");
+    EXPECT_EQ(row.tags, R"({"compiler":"gcc"})");
+  };
+  check();
+  ASSERT_TRUE(c->rebuild(env).is_ok());
+  check();
+  // A damaged RUN file is refused (the row is kept until it is fixed or removed).
+  ASSERT_TRUE(env->write_atomic(format::run_file_path(root(), "r"), "garbage", false).is_ok());
+  EXPECT_EQ(c->index_run(env, "r").code(), errc::corruption);
+  ASSERT_TRUE(env->remove_file(format::run_file_path(root(), "r")).is_ok());
+  ASSERT_TRUE(c->index_run(env, "r").is_ok());
+  EXPECT_TRUE(c->list_run_info()->empty());
 }
 
 TEST_F(CatalogTest, RemoveVersionForgetsItAndUpdatesTheRun) {
