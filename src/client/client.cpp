@@ -407,21 +407,20 @@ status client_impl::protect(region r) {
       return {errc::invalid_argument, "region '" + r.name + "': shape product " + std::to_string(n) +
                                           " differs from the count " + std::to_string(r.count)};
   }
-  if (!r.global.empty()) {
-    if (r.global.size() != r.dims.size() || r.start.size() != r.dims.size())
-      return {errc::invalid_argument, "region '" + r.name + "': global shape, start and count need the same rank"};
+  // A block (start, count) must lie inside its enclosing shape, in every dimension.
+  auto check_block = [&](const std::vector<uint64_t>& start, const std::vector<uint64_t>& shape,
+                         const char* what) -> status {
+    if (shape.size() != r.dims.size() || start.size() != r.dims.size())
+      return {errc::invalid_argument, "region '" + r.name + "': " + what + " and its start need the rank of count"};
     for (size_t d = 0; d < r.dims.size(); ++d)
-      if (r.start[d] + r.dims[d] > r.global[d])
-        return {errc::invalid_argument, "region '" + r.name + "': start + count exceeds the global shape in dimension " +
-                                            std::to_string(d)};
-  }
+      if (start[d] + r.dims[d] > shape[d])
+        return {errc::invalid_argument, "region '" + r.name + "': start + count exceeds the " + what +
+                                            " in dimension " + std::to_string(d)};
+    return {};
+  };
+  if (!r.global.empty()) CAIRN_RETURN_IF_ERROR(check_block(r.start, r.global, "global shape"));
   if (!r.mem_shape.empty()) {
-    if (r.mem_shape.size() != r.dims.size() || r.mem_start.size() != r.dims.size())
-      return {errc::invalid_argument, "region '" + r.name + "': memory shape and start need the same rank as count"};
-    for (size_t d = 0; d < r.dims.size(); ++d)
-      if (r.mem_start[d] + r.dims[d] > r.mem_shape[d])
-        return {errc::invalid_argument, "region '" + r.name + "': the block does not fit the memory shape in dimension " +
-                                            std::to_string(d)};
+    CAIRN_RETURN_IF_ERROR(check_block(r.mem_start, r.mem_shape, "memory shape"));
     if (r.column_major) {  // copy_block works row-major: reverse Fortran order once here
       std::reverse(r.mem_shape.begin(), r.mem_shape.end());
       std::reverse(r.mem_start.begin(), r.mem_start.end());
@@ -637,33 +636,12 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
     if (s == 0) continue;
     switch (entries[i].kind) {
       case entry_kind::local:
-        if (s > 0) {
-          on_level_complete(rec, CAIRN_LEVEL_LOCAL);
-        } else {
-          rec.global_failed |= CAIRN_LEVEL_LOCAL;
-          bool mine = level_state(*engine_, *rec.job, CAIRN_LEVEL_LOCAL) < 0;
-          status e;
-          unsigned d, f;
-          bool fin;
-          engine_->levels(*rec.job, &d, &f, &fin, &e);
-          rec.level_error[CAIRN_LEVEL_LOCAL] = status(e.is_ok() ? errc::io_error : e.code(),
-                                                      exchange_message(mine, e.message()));
-        }
+        if (s > 0) on_level_complete(rec, CAIRN_LEVEL_LOCAL);
+        else agree_level_failure(rec, CAIRN_LEVEL_LOCAL);
         break;
       case entry_kind::durable:
-        if (s > 0) {
-          on_durable(rec);
-        } else {
-          rec.global_failed |= CAIRN_LEVEL_PERSISTENT;
-          bool mine = level_state(*engine_, *rec.job, CAIRN_LEVEL_PERSISTENT) < 0;
-          status e;
-          unsigned d, f;
-          bool fin;
-          engine_->levels(*rec.job, &d, &f, &fin, &e);
-          int64_t code = comm_->min(mine ? static_cast<int64_t>(e.code()) : 0);
-          rec.level_error[CAIRN_LEVEL_PERSISTENT] =
-              status(code < 0 ? static_cast<errc>(code) : errc::io_error, exchange_message(mine, e.message()));
-        }
+        if (s > 0) on_durable(rec);
+        else agree_level_failure(rec, CAIRN_LEVEL_PERSISTENT);
         break;
       case entry_kind::manifest:
         if (s > 0) {
@@ -688,6 +666,18 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
     return agree(mine);
   }
   return {};
+}
+
+void client_impl::agree_level_failure(version_record& rec, unsigned level) {
+  rec.global_failed |= level;
+  bool mine = level_state(*engine_, *rec.job, level) < 0;
+  status e;
+  unsigned done, failed;
+  bool finished;
+  engine_->levels(*rec.job, &done, &failed, &finished, &e);
+  int64_t code = comm_->min(mine ? static_cast<int64_t>(e.code()) : 0);
+  rec.level_error[level] =
+      status(code < 0 ? static_cast<errc>(code) : errc::io_error, exchange_message(mine, e.message()));
 }
 
 void client_impl::progress_divergence(int64_t global_first) {

@@ -128,6 +128,9 @@ class client_impl {
   // Exchanges the message of the lowest rank with `failing` set. Collective.
   std::string exchange_message(bool failing, const std::string& mine);
   void on_durable(version_record& rec);
+  // A level of rec failed on some rank: every rank records the failing rank's
+  // code and message. Collective.
+  void agree_level_failure(version_record& rec, unsigned level);
   void on_level_complete(version_record& rec, unsigned level);
   void schedule_retention(const std::string& name, unsigned level);
   // Blocks until this rank can contribute a final state for rec's level.
