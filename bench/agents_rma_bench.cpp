@@ -12,7 +12,9 @@
 // The application side is one endpoint with a progress thread, as in
 // agent_client. Each size is a valid shard image (one region). Prints, per
 // size and configuration, the median and best of --reps runs in GB/s
-// (10^9 bytes per second) and the ratio of the medians to raw.
+// (10^9 bytes per second) and the ratio of the medians to raw. The
+// configurations take turns within each rep (a busy machine's load changes
+// hit all of them alike).
 //
 // usage: agents_rma_bench [--provider P] [--node ADDR] [--sizes 64M,512M]
 //                         [--threads 1,2,4] [--reps 5] [--chunk BYTES] [--piece BYTES]
@@ -209,43 +211,40 @@ int main(int argc, char** argv) {
     if (!lmr) die(lmr.error().to_string());
 
     const std::string label = std::to_string(size >> 20) + " MiB";
-    std::vector<double> g;
-    for (int i = 0; i < reps; ++i)
-      g.push_back(raw_read_gbps(**raw, *peer, held->data(), &*lmr, size, rb.addr, rb.key));
-    if (std::memcmp(held->data(), slot->data(), size) != 0) die("raw read: data differs");
-    const stats base = summarize(g);
-    std::printf("%-8s %-14s %8.2f %8.2f %8.2f\n", label.c_str(), "raw fi_read", base.median, base.best, 1.0);
-
+    // Configurations interleaved rep by rep, so that load changes on a busy
+    // machine hit all of them alike: 0 = raw, then transfer xN, then agent xN.
+    const size_t nconf = 1 + 2 * engines.size();
+    std::vector<std::vector<double>> g(nconf);
     extent whole{0, size};
-    for (size_t k = 0; k < engines.size(); ++k) {
-      g.clear();
-      for (int i = 0; i < reps; ++i) {
+    for (int i = 0; i < reps; ++i) {
+      for (size_t c = 0; c < nconf; ++c) {
         std::memset(held->data(), 0, 4096);
         auto t0 = clock_type::now();
-        status st = engines[k]->pull(rb, held->span(), std::span<const extent>(&whole, 1));
-        double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-        if (!st) die(st.to_string());
-        g.push_back(size / s / 1e9);
+        if (c == 0) {
+          g[c].push_back(raw_read_gbps(**raw, *peer, held->data(), &*lmr, size, rb.addr, rb.key));
+          continue;
+        }
+        transfer_engine& e = *engines[(c - 1) % engines.size()];
+        if (c <= engines.size()) {
+          status st = e.pull(rb, held->span(), std::span<const extent>(&whole, 1));
+          if (!st) die(st.to_string());
+        } else {
+          auto got = pull_image(e, rb, held->span(), &h);
+          if (!got) die(got.error().to_string());
+        }
+        double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+        g[c].push_back(size / secs / 1e9);
       }
-      if (std::memcmp(held->data(), slot->data(), size) != 0) die("transfer: data differs");
-      stats s = summarize(g);
-      std::string path = "transfer x" + std::to_string(thread_counts[k]);
-      std::printf("%-8s %-14s %8.2f %8.2f %8.2f\n", label.c_str(), path.c_str(), s.median, s.best,
-                  s.median / base.median);
+      if (std::memcmp(held->data(), slot->data(), size) != 0) die("pulled data differs");
     }
-    for (size_t k = 0; k < engines.size(); ++k) {
-      g.clear();
-      for (int i = 0; i < reps; ++i) {
-        auto t0 = clock_type::now();
-        auto got = pull_image(*engines[k], rb, held->span(), &h);
-        double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-        if (!got) die(got.error().to_string());
-        g.push_back(size / s / 1e9);
-      }
-      stats s = summarize(g);
-      std::string path = "agent x" + std::to_string(thread_counts[k]);
-      std::printf("%-8s %-14s %8.2f %8.2f %8.2f\n", label.c_str(), path.c_str(), s.median, s.best,
-                  s.median / base.median);
+    const stats base = summarize(g[0]);
+    std::printf("%-8s %-14s %8.2f %8.2f %8.2f\n", label.c_str(), "raw fi_read", base.median, base.best, 1.0);
+    for (size_t c = 1; c < nconf; ++c) {
+      stats st = summarize(g[c]);
+      const size_t k = (c - 1) % engines.size();
+      std::string path = std::string(c <= engines.size() ? "transfer x" : "agent x") + std::to_string(thread_counts[k]);
+      std::printf("%-8s %-14s %8.2f %8.2f %8.2f\n", label.c_str(), path.c_str(), st.median, st.best,
+                  st.median / base.median);
     }
     std::fflush(stdout);
   }

@@ -440,7 +440,7 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
   pr.max_outstanding = std::max(1, depth);
   pr.manual_progress = info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
   pr.delivery_complete = dc;
-  pr.needs_local_mr = (pr.mr_mode & FI_MR_LOCAL) != 0;
+  pr.needs_local_mr = (pr.mr_mode & FI_MR_LOCAL) != 0 || options.force_local_mr;
   if (pr.mr_mode & FI_MR_RAW)
     return status(errc::not_supported, where + ": the provider needs raw (FI_MR_RAW) memory keys, not supported");
   if (pr.max_msg_size < kMessageBytes)
@@ -464,12 +464,13 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
   if (ret != 0) return fabric_error(ret, "fi_av_open (" + where + ")");
   p->av = av_handle(av);
 
-  // A CQ that can block (fd based) saves a spinning core; providers without
-  // wait objects get one that is polled.
+  // A CQ that can block on a file descriptor saves a spinning core and
+  // honours sread's timeout. Other wait objects (some providers spin in
+  // sched_yield and ignore the timeout) are not used: such CQs are polled.
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_MSG;
   cq_attr.size = std::max<size_t>(info->tx_attr->size + info->rx_attr->size, 256);
-  cq_attr.wait_obj = FI_WAIT_UNSPEC;
+  cq_attr.wait_obj = FI_WAIT_FD;
   fid_cq* cq = nullptr;
   ret = fi_cq_open(domain, &cq_attr, &cq, nullptr);
   if (ret == 0) {
@@ -731,7 +732,17 @@ status fabric_context::send(fabric_addr peer, std::span<const std::byte> message
     }
     if (s != nullptr && !posted) {
       lk.unlock();
-      ssize_t ret = fi_send(m.ep.get(), s->buf, message.size(), m.msg_mr.descriptor(), dest, &s->fi_ctx);
+      // Explicit flags: a plain transmit completion, not the endpoint's
+      // default delivery-complete (which would wait for the peer's progress).
+      iovec iov{s->buf, message.size()};
+      void* desc = m.msg_mr.descriptor();
+      fi_msg msg{};
+      msg.msg_iov = &iov;
+      msg.desc = &desc;
+      msg.iov_count = 1;
+      msg.addr = dest;
+      msg.context = &s->fi_ctx;
+      ssize_t ret = fi_sendmsg(m.ep.get(), &msg, FI_COMPLETION);
       lk.lock();
       if (ret == 0) {
         posted = true;

@@ -137,6 +137,9 @@ struct fabric_options {
   int max_outstanding = 0;
   // A blocking call fails when none of its operations completes for this long.
   double timeout_s = 30.0;
+  // Behave as if the provider required FI_MR_LOCAL (register local buffers,
+  // pass descriptors) even when it does not: exercises that path on loopback.
+  bool force_local_mr = false;
 };
 
 // What the chosen provider reported (for logs, tests and the benchmark).
@@ -159,8 +162,9 @@ class fabric_context;
 struct domain_state;
 
 // A registered memory region. Move-only; closing it (destructor) revokes the
-// key. It keeps its domain open, but must be destroyed before its context's
-// endpoint is reused for another purpose; destroy regions before contexts.
+// key, after which peers' operations on it fail. It keeps its domain open
+// (the domain closes after its last region), but FI_MR_ENDPOINT providers bind
+// it to the context's endpoint: destroy regions before their context.
 class memory_region {
  public:
   memory_region() = default;
@@ -204,7 +208,8 @@ struct rma_op {
 };
 
 // A fabric, domain, address vector, completion queue and one FI_EP_RDM
-// endpoint, opened and enabled. Thread-safety: see fabric_options::thread_safe.
+// endpoint, opened and enabled. Thread-safety: see fabric_options::thread_safe;
+// destroy it only when no call is in progress.
 //
 // Blocking calls wait on the completion queue; they fail with io_error when no
 // completion arrives for timeout_s (a peer that died, a network that is down).
