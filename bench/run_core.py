@@ -173,6 +173,39 @@ def machine_info(persistent_dir, scratch_dir):
     return info
 
 
+def source_info(build):
+    """Where the measured binaries come from: the build's source directory and,
+    if it is a git checkout, its commit and modified files; else its
+    SOURCE_COMMIT file (written by whoever made a snapshot of the tree)."""
+    info = {"build": os.path.abspath(build)}
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            for line in f:
+                if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                    info["source"] = line.split("=", 1)[1].strip()
+    except OSError:
+        return info
+    src = info.get("source")
+    if not src:
+        return info
+    try:
+        commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True)
+        if commit.returncode == 0:
+            info["commit"] = commit.stdout.strip()
+            st = subprocess.run(["git", "-C", src, "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True)
+            info["modified"] = [line[3:] for line in st.stdout.splitlines()]
+            return info
+    except OSError:
+        pass
+    try:
+        with open(os.path.join(src, "SOURCE_COMMIT")) as f:
+            info["snapshot_of"] = f.read().strip()
+    except OSError:
+        pass
+    return info
+
+
 def can_drop_caches():
     if os.geteuid() != 0:
         return False
@@ -286,17 +319,20 @@ def bench_size(runner, args, size, pdir, sdir, drop):
 
     # 2. cairn_bench: memcpy, O_DIRECT write, thread and sync mode, restart.
     bdir, bscr = os.path.join(pdir, "bench"), os.path.join(sdir, "bench")
-    cmd = runner.mpirun + [bench_bin, "--store", bdir, "--scratch", bscr, "--bytes", str(size),
-                           "--checkpoints", str(args.checkpoints), "--reps", str(args.reps),
-                           "--settle-ms", str(args.settle_ms), "--modes", "thread,sync", "--json"]
-    if drop:
-        cmd.append("--drop-caches")
+    def bench_cmd(modes, mpi_extra=()):
+        c = runner.mpirun + list(mpi_extra) + [
+            bench_bin, "--store", bdir, "--scratch", bscr, "--bytes", str(size), "--checkpoints",
+            str(args.checkpoints), "--reps", str(args.reps), "--settle-ms", str(args.settle_ms), "--modes", modes,
+            "--json"]
+        return c + (["--drop-caches"] if drop else [])
 
-    def cairn_bench():
+    cmd = bench_cmd("thread,sync")
+
+    def cairn_bench(command=cmd, env=None):
         os.makedirs(bdir, exist_ok=True)
         os.makedirs(bscr, exist_ok=True)
         try:
-            return runner.run_json(cmd)
+            return runner.run_json(command, env)
         finally:
             shutil.rmtree(bdir, ignore_errors=True)
             shutil.rmtree(bscr, ignore_errors=True)
@@ -306,6 +342,16 @@ def bench_size(runner, args, size, pdir, sdir, drop):
     log("  cairn_bench: memcpy %.4f s, blocked thread %.4f s / sync %.4f s, persistent thread %.4f s / sync "
         "%.4f s" % (b["memcpy_s"], b["modes"]["thread"]["blocked_s"], b["modes"]["sync"]["blocked_s"],
                     b["modes"]["thread"]["persistent_s"], b["modes"]["sync"]["persistent_s"]))
+
+    # 2b. Diagnostic: thread mode with the local level off, i.e. without the
+    # local stage ahead of the persistent one (same program, CAIRN_LOCAL_ENABLED).
+    if not args.no_diagnostics:
+        dcmd = bench_cmd("thread", ["-x", "CAIRN_LOCAL_ENABLED"])
+        d, noise["cairn_bench_local_off"] = measure(
+            "cairn_bench (local level off)", lambda: cairn_bench(dcmd, {"CAIRN_LOCAL_ENABLED": "false"}))
+        res["cairn_bench_local_off"] = d
+        log("  cairn_bench, local level off: blocked %.4f s, persistent %.4f s" % (
+            d["modes"]["thread"]["blocked_s"], d["modes"]["thread"]["persistent_s"]))
 
     # 3. synthetic: same fixed work without cairn, with thread mode, with sync mode.
     if args.no_synthetic:
@@ -375,8 +421,20 @@ def ratios(r):
         "restart_persistent_vs_read": (b["restart_persistent"]["total_s"]
                                        / b["restart_persistent"]["reference_read_s"]),
     }
+    if "cairn_bench_local_off" in r:
+        lo = r["cairn_bench_local_off"]["modes"]["thread"]
+        out["local_off_persistent_vs_dd"] = lo["persistent_s"] / r["dd_direct_s"]
+        out["local_off_persistent_vs_write_direct"] = lo["persistent_s"] / r["cairn_bench_local_off"]["write_direct_s"]
+    # CPU that a checkpoint takes from the application's cores (blocked time on
+    # the application thread + CPU of cairn's threads): noise-robust estimate of
+    # the slowdown when every core computes, as here (2 ranks on 2 cores).
+    out["cpu_per_checkpoint_thread_s"] = t["blocked_s"] + t["background_cpu_s"]
+    out["interval_for_target_cpu_s"] = out["cpu_per_checkpoint_thread_s"] / TARGETS["slowdown_thread"]
     if "synthetic" in r:
         syn = r["synthetic"]
+        out["slowdown_thread_cpu_estimate"] = out["cpu_per_checkpoint_thread_s"] / syn["measured_interval_s"]
+        walls = syn["none"]["wall_all_s"]
+        out["noise_floor"] = (max(walls) - min(walls)) / statistics.median(walls)
         base, cbase = syn["none"]["wall_s"], syn["none"]["compute_s"]
         out["slowdown_thread"] = syn["thread"]["wall_s"] / base - 1
         out["slowdown_sync"] = syn["sync"]["wall_s"] / base - 1
@@ -430,9 +488,19 @@ def print_report(results, info, elapsed):
             [get(["cairn_bench", "modes", mode, "persistent_s"], r) for r in results])
         row("%s: first checkpoint (allocates staging)" % mode,
             [get(["cairn_bench", "modes", mode, "first_blocked_s"], r) for r in results])
+    row("thread: background CPU per checkpoint", [get(["cairn_bench", "modes", "thread", "background_cpu_s"], r)
+                                                  for r in results])
+    row("thread, local level off: blocked", [get(["cairn_bench_local_off", "modes", "thread", "blocked_s"], r)
+                                             for r in results])
+    row("thread, local level off: time to persistent",
+        [get(["cairn_bench_local_off", "modes", "thread", "persistent_s"], r) for r in results])
+    row("thread, local level off: background CPU",
+        [get(["cairn_bench_local_off", "modes", "thread", "background_cpu_s"], r) for r in results])
     row("  stages (thread, from MANIFEST): capture", [get(["cairn_bench", "modes", "thread", "stage_capture_s"], r)
                                                       for r in results])
     row("    checksum (xxh3)", [get(["cairn_bench", "modes", "thread", "stage_checksum_s"], r) for r in results])
+    row("    hash tree (hash_trees = true)", [get(["cairn_bench", "modes", "thread", "stage_hash_s"], r)
+                                         for r in results])
     row("    local (write to scratch)", [get(["cairn_bench", "modes", "thread", "stage_local_s"], r)
                                          for r in results])
     row("    persistent (O_DIRECT, fdatasync, rename)", [get(["cairn_bench", "modes", "thread", "stage_persistent_s"],
@@ -476,11 +544,17 @@ def print_report(results, info, elapsed):
     rrow("synthetic slowdown, thread mode (wall)", "slowdown_thread", TARGETS["slowdown_thread"], pct=True)
     rrow("synthetic slowdown, sync mode (wall)", "slowdown_sync", pct=True)
     rrow("synthetic compute-time slowdown, thread mode", "compute_slowdown_thread", pct=True)
+    rrow("  spread of the no-checkpoint runs (max-min)/median", "noise_floor", pct=True)
+    rrow("  estimate from CPU accounting (blocked + bg CPU)", "slowdown_thread_cpu_estimate", pct=True)
     rrow("overhead per checkpoint, thread [s]", "overhead_per_checkpoint_thread_s", fmt="%.3f")
     rrow("  paper 001 model m*S_node/B_M (m=6) [s]", "model_async_per_checkpoint_s", fmt="%.3f")
     rrow("overhead per checkpoint, sync [s]", "overhead_per_checkpoint_sync_s", fmt="%.3f")
     rrow("  paper 001 model S/B_IO (dd) [s]", "model_sync_per_checkpoint_s", fmt="%.3f")
-    rrow("interval for 3% in thread mode [s]", "interval_for_target_s", fmt="%.1f")
+    rrow("CPU per checkpoint, thread (blocked + bg CPU) [s]", "cpu_per_checkpoint_thread_s", fmt="%.3f")
+    rrow("interval for 3% in thread mode [s], measured", "interval_for_target_s", fmt="%.1f")
+    rrow("interval for 3% in thread mode [s], CPU estimate", "interval_for_target_cpu_s", fmt="%.1f")
+    rrow("local level off: time to persistent / dd", "local_off_persistent_vs_dd")
+    rrow("local level off: time to persistent / O_DIRECT", "local_off_persistent_vs_write_direct")
     rrow("blocked (sync) / memcpy", "sync_blocked_vs_memcpy")
     rrow("time to persistent (sync) / dd oflag=direct", "sync_persistent_vs_dd")
     rrow("blocked thread / blocked sync", "thread_blocked_vs_sync_blocked")
@@ -520,7 +594,7 @@ def main():
     ap.add_argument("--scratch-parent", default="/dev/shm", help="parent of the local-level temp dir")
     ap.add_argument("--sizes", help="bytes per rank, comma-separated (default 64M,512M; quick: 4M)")
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--checkpoints", type=int, help="timed checkpoints per mode in cairn_bench (default 5)")
+    ap.add_argument("--checkpoints", type=int, help="timed checkpoints per mode in cairn_bench (default 7)")
     ap.add_argument("--reps", type=int, help="repetitions of dd, memcpy, O_DIRECT and restart (default 3)")
     ap.add_argument("--settle-ms", type=int, default=200,
                     help="pause before each timed checkpoint in cairn_bench, standing for the application's "
@@ -532,6 +606,8 @@ def main():
                     help="synthetic interval per MiB per rank (default 10, at least --min-interval-ms)")
     ap.add_argument("--min-interval-ms", type=int, default=1000)
     ap.add_argument("--no-synthetic", action="store_true", help="skip the slowdown measurement")
+    ap.add_argument("--no-diagnostics", action="store_true",
+                    help="skip the diagnostic cairn_bench run with the local level off")
     ap.add_argument("--wait-idle", type=int, default=0, metavar="S",
                     help="before each measurement wait up to S seconds for idle CPUs (default 0: don't)")
     ap.add_argument("--max-noise", type=float, default=0.25, metavar="CPUS",
@@ -555,7 +631,7 @@ def main():
         args.settle_ms = min(args.settle_ms, 20)
     else:
         sizes = args.sizes or "64M,512M"
-        args.checkpoints = args.checkpoints or 5
+        args.checkpoints = args.checkpoints or 7
         args.reps = args.reps or 3
         args.repeats = args.repeats or 3
         args.synthetic_checkpoints = args.synthetic_checkpoints or 4
@@ -571,6 +647,7 @@ def main():
     t_start = time.time()
     info = machine_info(pdir, sdir)
     info["loadavg_start"] = loadavg()
+    info["binaries"] = source_info(args.build)
     drop = not args.no_drop_caches and can_drop_caches()
     info["drop_caches"] = drop
     runner = Runner(args)
