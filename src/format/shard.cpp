@@ -115,7 +115,7 @@ void encode_header(shard_header& h, std::span<std::byte> out) {
   put<uint64_t>(p, 0);  // header checksum, below
   put<uint16_t>(p, static_cast<uint16_t>(h.run.size()));
   put<uint16_t>(p, static_cast<uint16_t>(h.name.size()));
-  put<uint32_t>(p, 0);
+  put<uint32_t>(p, h.attempt);
   std::memcpy(p, h.run.data(), h.run.size());
   p += h.run.size();
   std::memcpy(p, h.name.data(), h.name.size());
@@ -179,8 +179,7 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
   if (util::xxh3(copy.data(), copy.size()) != h.header_checksum) return corrupt("header checksum mismatch");
   reader rest(buf.subspan(kFixedHeaderBytes, hb - kFixedHeaderBytes));
   uint16_t run_len = 0, name_len = 0;
-  uint32_t reserved = 0;
-  if (!rest.get(&run_len) || !rest.get(&name_len) || !rest.get(&reserved) || !rest.get_str(run_len, &h.run) ||
+  if (!rest.get(&run_len) || !rest.get(&name_len) || !rest.get(&h.attempt) || !rest.get_str(run_len, &h.run) ||
       !rest.get_str(name_len, &h.name))
     return corrupt("truncated header");
   for (uint32_t i = 0; i < nreg; ++i) {

@@ -51,6 +51,11 @@ struct shard_header {
   uint32_t rank = 0;
   uint32_t nranks = 1;
   uint32_t flags = 0;
+  // Which execution of the job wrote the shard (random, the same on every
+  // rank of one execution; 0 in files of earlier cairn versions). A version
+  // is assembled only from shards of one attempt: after a restart, shards the
+  // failed execution left behind under the same version number never mix in.
+  uint32_t attempt = 0;
   uint64_t data_offset = 0;
   uint64_t file_size = 0;
   uint64_t header_checksum = 0;  // filled by encode, checked by decode
