@@ -62,7 +62,7 @@ typedef enum cairn_type {
 /* Storage levels, as bits of a mask. */
 #define CAIRN_LEVEL_CAPTURED 0x1u   /* L0: copied into staging memory */
 #define CAIRN_LEVEL_LOCAL 0x2u      /* L1: node-local directory */
-#define CAIRN_LEVEL_PROTECTED 0x4u  /* L2: redundancy on other nodes (reserved) */
+#define CAIRN_LEVEL_PROTECTED 0x4u  /* L2: held in the memory of remote checkpoint agents */
 #define CAIRN_LEVEL_PERSISTENT 0x8u /* L3: shared directory, fsync'd and committed */
 
 #define CAIRN_MAX_DIMS 8
@@ -169,6 +169,18 @@ typedef struct cairn_divergence {
   int64_t pending;       /* versions of this rank waiting for the reference */
 } cairn_divergence_t;
 int cairn_divergence(cairn_t *c, cairn_divergence_t *info);
+
+/* Remote checkpoint agents (configuration agents = host:port of the
+ * controller, CAIRN_AGENTS). Collective. Applies a pending change of this
+ * application's agents decided by the controller (more agents, fewer, or an
+ * agent moved to another node) and sets *change to what happened. Call it
+ * between checkpoints, e.g. every few iterations; without agents it sets
+ * CAIRN_AGENTS_UNCHANGED. Versions already held stay restartable. */
+#define CAIRN_AGENTS_UNCHANGED 0
+#define CAIRN_AGENTS_EXPANDED 1
+#define CAIRN_AGENTS_REDUCED 2
+#define CAIRN_AGENTS_MIGRATED 3
+int cairn_probe(cairn_t *c, int *change);
 
 /* Rank and size of the handle's communicator (0 and 1 for cairn_init). */
 int cairn_rank(const cairn_t *c);

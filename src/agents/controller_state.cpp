@@ -434,6 +434,13 @@ result<uint64_t> controller_state::app_register(const std::string& name, const a
   if (!valid_name(name)) {
     return status(errc::invalid_argument, "invalid application name '" + name + "' (1-128 of [A-Za-z0-9._:@-])");
   }
+  // The same name again is the same application coming back (a restarted
+  // job): it gets its registration, and the agents that hold its checkpoints.
+  for (const auto& [id, a] : apps_) {
+    if (a.name != name) continue;
+    apps_.at(id).last_decision = "re-registered: kept its " + std::to_string(agents_of(id).size()) + " agents";
+    return id;
+  }
   uint32_t target = initial_agent_count(hints, policy_.count);
   uint64_t id = next_app_;
   CAIRN_RETURN_IF_ERROR(commit({{"op", "app_add"},
@@ -578,6 +585,7 @@ node_update controller_state::desired_for(const std::string& id) const {
     d.app = g->app;
     d.app_name = apps_.at(g->app).name;
     d.reserve = g->reserve;
+    d.store = apps_.at(g->app).hints.store;
     u.agents.push_back(std::move(d));
   }
   return u;

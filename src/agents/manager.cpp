@@ -94,11 +94,13 @@ std::vector<std::string> manager_service::agent_argv(const agent_proc& a) const 
       {"run_dir", opt_.run_dir},
       {"stats_file", opt_.run_dir + "/agent-" + id + ".stats"},
       {"secret_file", opt_.secret_file},
+      {"store", a.want.store},
   };
   std::vector<std::string> templ = opt_.agent_args;
   if (templ.empty()) {
     templ = {"--agent-id", "{agent}", "--app-id", "{app}",        "--app",        "{app_name}",
              "--node",     "{node}",  "--controller", "{controller}", "--stats-file", "{stats_file}"};
+    if (!a.want.store.empty()) templ.insert(templ.end(), {"--persistent", "{store}"});
   }
   std::vector<std::string> argv = {opt_.agent_program};
   for (const auto& t : templ) argv.push_back(substitute(t, vars));

@@ -10,9 +10,11 @@
 //
 // Agent launch contract: PROGRAM ARGS..., where each ARG may contain
 // {agent} {app} {app_name} {node} {controller} {reserve} {run_dir}
-// {stats_file} {secret_file}; without --agent-arg the arguments are
+// {stats_file} {secret_file} {store}; without --agent-arg the arguments are
 //   --agent-id {agent} --app-id {app} --app {app_name} --node {node}
-//   --controller {controller} --stats-file {stats_file}
+//   --controller {controller} --stats-file {stats_file} [--persistent {store}]
+// ({store}: the application's persistent level, from its registration; the
+// pair is left out when the application gave none).
 // stdout and stderr go to {run_dir}/agent-{agent}.log. An agent may write
 // {stats_file} (JSON: bytes_in, bytes_out, checkpoints, memory_held,
 // endpoint; replaced atomically) and the manager reports it.

@@ -74,6 +74,7 @@ struct app_hints {
   uint64_t checkpoint_bytes = 0;  // bytes per checkpoint, all ranks together
   double interval_s = 0;          // seconds between checkpoints
   uint64_t checkpoints = 0;       // checkpoints the whole run will take
+  std::string store;              // persistent level the agents write to (empty: memory only)
 };
 
 // Knobs of the initial agent count.

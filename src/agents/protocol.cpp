@@ -75,7 +75,8 @@ nlohmann::json to_json(const app_hints& h) {
           {"nodes", h.nodes},
           {"checkpoint_bytes", h.checkpoint_bytes},
           {"interval_s", h.interval_s},
-          {"checkpoints", h.checkpoints}};
+          {"checkpoints", h.checkpoints},
+          {"store", h.store}};
 }
 
 result<app_hints> parse_hints(const nlohmann::json& j) {
@@ -86,14 +87,17 @@ result<app_hints> parse_hints(const nlohmann::json& j) {
   f.u64("checkpoint_bytes", &h.checkpoint_bytes, false, uint64_t{1} << 56);
   f.num("interval_s", &h.interval_s, false, 0, 1e9);
   f.u64("checkpoints", &h.checkpoints, false, uint64_t{1} << 40);
+  f.str("store", &h.store, false, kMaxPathLength);
   if (!f.ok()) return f.error();
+  if (h.store.find_first_of(std::string("\0\n", 2)) != std::string::npos)
+    return status(errc::invalid_argument, "hints: store path contains a NUL or newline");
   return h;
 }
 
 nlohmann::json to_json(const node_update& u) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& d : u.agents) {
-    a.push_back({{"agent", d.agent}, {"app", d.app}, {"app_name", d.app_name}, {"reserve", d.reserve}});
+    a.push_back({{"agent", d.agent}, {"app", d.app}, {"app_name", d.app_name}, {"reserve", d.reserve}, {"store", d.store}});
   }
   return {{"generation", u.generation}, {"heartbeat_ms", u.heartbeat_ms}, {"agents", a}};
 }
@@ -113,6 +117,7 @@ result<node_update> parse_node_update(const nlohmann::json& j) {
     g.u64("app", &d.app);
     g.str("app_name", &d.app_name, true, kMaxNameLength);
     g.u64("reserve", &d.reserve, false);
+    g.str("store", &d.store, false, kMaxPathLength);
     if (!g.ok()) return g.error();
     u.agents.push_back(std::move(d));
   }

@@ -19,6 +19,7 @@ namespace cairn::agents {
 
 inline constexpr size_t kMaxNameLength = 128;   // node ids, application names
 inline constexpr size_t kMaxAgentsPerMessage = 4096;
+inline constexpr size_t kMaxPathLength = 4096;  // store paths
 
 // A node's state as its manager measures it (metrics.hpp says how).
 struct node_metrics {
@@ -59,6 +60,7 @@ struct desired_agent {
   uint64_t app = 0;
   std::string app_name;
   uint64_t reserve = 0;  // bytes the controller reserved for it
+  std::string store;     // where it writes the application's versions (empty: memory only)
 };
 struct node_update {
   uint64_t generation = 0;

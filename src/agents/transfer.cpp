@@ -251,6 +251,10 @@ const char* data_msg_name(data_msg t) {
     case data_msg::restore_source: return "RESTORE_SOURCE";
     case data_msg::restore_done: return "RESTORE_DONE";
     case data_msg::restored: return "RESTORED";
+    case data_msg::query: return "QUERY";
+    case data_msg::holding: return "HOLDING";
+    case data_msg::release: return "RELEASE";
+    case data_msg::released: return "RELEASED";
   }
   return "?";
 }
@@ -336,7 +340,7 @@ result<data_message> decode_data_message(std::string_view bytes) {
             r.get(&m.nranks) && r.get(&m.addr) && r.get(&m.key) && r.get(&m.length) && r.get(&m.code) &&
             r.str(&m.reply_to) && r.str(&m.run) && r.str(&m.name) && r.str(&m.text) && r.empty();
   if (!ok) return status(errc::corruption, "agent message: truncated or malformed");
-  if (type < 1 || type > static_cast<uint16_t>(data_msg::restored))
+  if (type < 1 || type > static_cast<uint16_t>(data_msg::released))
     return status(errc::corruption, "agent message: unknown type " + std::to_string(type));
   if (mode > 1) return status(errc::corruption, "agent message: unknown mode " + std::to_string(mode));
   m.type = static_cast<data_msg>(type);
@@ -524,6 +528,68 @@ result<restored_image> agent_client::restore(const std::string& run, const std::
   (void)m.send(done);  // lets the agent drop the registration; it times out otherwise
   if (!st) return st;
   return out;
+}
+
+std::string encode_held(const std::vector<held_info>& v) {
+  std::string out;
+  for (const auto& h : v) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(h.version) + ':' + std::to_string(h.length) + ':' + std::to_string(h.attempt);
+  }
+  return out;
+}
+
+result<std::vector<held_info>> decode_held(const std::string& text) {
+  std::vector<held_info> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    held_info h;
+    unsigned long long len = 0, attempt = 0;
+    long long version = 0;
+    int used = 0;
+    const std::string item = text.substr(pos, end - pos);
+    if (std::sscanf(item.c_str(), "%lld:%llu:%llu%n", &version, &len, &attempt, &used) != 3 ||
+        used != static_cast<int>(item.size()) || version < 0 || attempt > UINT32_MAX)
+      return status(errc::corruption, "HOLDING: malformed entry '" + item + "'");
+    h.version = version;
+    h.length = len;
+    h.attempt = static_cast<uint32_t>(attempt);
+    out.push_back(h);
+    pos = end + 1;
+  }
+  return out;
+}
+
+result<std::vector<held_info>> agent_client::held(const std::string& run, const std::string& name, uint32_t rank) {
+  impl& m = *impl_;
+  const std::string what = "query of " + run + "/" + name + " rank " + std::to_string(rank);
+  data_message req;
+  req.type = data_msg::query;
+  req.request = m.next_request++;
+  req.run = run;
+  req.name = name;
+  req.rank = rank;
+  req.reply_to = m.ctx->name();
+  CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
+  CAIRN_ASSIGN_OR_RETURN(data_message reply, m.await(req.request, data_msg::holding, what));
+  CAIRN_RETURN_IF_ERROR(data_message_status(reply).with_context(what));
+  return decode_held(reply.text);
+}
+
+result<uint64_t> agent_client::release(const std::string& run) {
+  impl& m = *impl_;
+  const std::string what = "release of " + run;
+  data_message req;
+  req.type = data_msg::release;
+  req.request = m.next_request++;
+  req.run = run;
+  req.reply_to = m.ctx->name();
+  CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
+  CAIRN_ASSIGN_OR_RETURN(data_message reply, m.await(req.request, data_msg::released, what));
+  CAIRN_RETURN_IF_ERROR(data_message_status(reply).with_context(what));
+  return static_cast<uint64_t>(std::max<int64_t>(0, reply.version));
 }
 
 }  // namespace cairn::agents

@@ -127,6 +127,8 @@ result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buf
 //   restart: client RESTORE(mode push, buffer)   -> agent writes -> RESTORED(code, length)
 //            client RESTORE(mode pull)           -> agent RESTORE_SOURCE(buffer)
 //            client reads, RESTORE_DONE          -> agent RESTORED(code)
+//   query:   client QUERY(run, name, rank)       -> agent HOLDING(text: versions)
+//   release: client RELEASE(run[, name])         -> agent RELEASED(version: count)
 //
 // `request` is chosen by the client and echoed; `reply_to` is the sender's
 // endpoint name. A reply with code != 0 carries errc and a message.
@@ -142,6 +144,10 @@ enum class data_msg : uint16_t {
   restore_source = 6,
   restore_done = 7,
   restored = 8,
+  query = 9,      // which versions of (run, name, rank) the agent holds in memory
+  holding = 10,   // reply: text = "version:length:attempt" entries, comma-separated
+  release = 11,   // drop every held version of run (name empty: all names), cancel their writes
+  released = 12,  // reply: version = how many were dropped
 };
 const char* data_msg_name(data_msg t);
 
@@ -178,6 +184,15 @@ struct client_options {
   double reply_timeout_s = 60;  // waiting for HELD / RESTORED
 };
 
+// A version an agent holds in memory (QUERY).
+struct held_info {
+  int64_t version = 0;
+  uint64_t length = 0;   // image bytes
+  uint32_t attempt = 0;  // shard_header::attempt
+};
+std::string encode_held(const std::vector<held_info>& v);
+result<std::vector<held_info>> decode_held(const std::string& text);
+
 struct restored_image {
   int64_t version = 0;
   uint64_t length = 0;  // bytes of the image written into the buffer
@@ -203,6 +218,13 @@ class agent_client {
   // reads from the agent.
   result<restored_image> restore(const std::string& run, const std::string& name, uint32_t rank, int64_t version,
                                  std::span<std::byte> buffer, transfer_mode mode);
+
+  // The versions of (run, name, rank) the agent holds in memory, oldest first.
+  result<std::vector<held_info>> held(const std::string& run, const std::string& name, uint32_t rank);
+
+  // Asks the agent to drop every version of `run` it holds (and not to write
+  // those it has not written yet). Returns how many it dropped.
+  result<uint64_t> release(const std::string& run);
 
   fabric_context& context();
 

@@ -287,6 +287,17 @@ int cairn_divergence(cairn_t* c, cairn_divergence_t* info) {
   });
 }
 
+int cairn_probe(cairn_t* c, int* change) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (change == nullptr) return {errc::invalid_argument, "cairn_probe: change is NULL"};
+    *change = CAIRN_AGENTS_UNCHANGED;
+    if (!c->client.impl()) return {errc::invalid_argument, "cairn_probe: the handle was finalized"};
+    CAIRN_ASSIGN_OR_RETURN(*change, c->client.impl()->probe());
+    return {};
+  });
+}
+
 int cairn_rank(const cairn_t* c) { return c ? c->client.rank() : 0; }
 int cairn_size(const cairn_t* c) { return c ? c->client.size() : 1; }
 

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,7 @@
 #include "engine/stages.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
+#include "format/commit.hpp"
 #include "format/tree.hpp"
 #include "util/clock.hpp"
 #include "util/cpu.hpp"
@@ -158,6 +160,69 @@ class compare_stage final : public engine::stage {
 };
 }  // namespace
 
+namespace {
+// Agents mode (docs/design/agents.md, "Client"): hands the image to this
+// rank's agent; its completion is the PROTECTED level. A failure (no agent,
+// agent gone) is not the application's error: the level is marked failed and
+// the next stage writes the shard itself.
+class agents_stage final : public engine::stage {
+ public:
+  agents_stage(agents_data* data, storage::storage_env* env, std::string store)
+      : data_(data), env_(env), store_(std::move(store)) {}
+  const char* name() const override { return "agents"; }
+  unsigned level() const override { return CAIRN_LEVEL_PROTECTED; }
+  bool latches() const override { return false; }
+  status run(engine::version_job& job) override {
+    if (!data_->has_agent()) return {errc::not_found, "no checkpoint agent serves this rank"};
+    const double t0 = util::now_s();
+    CAIRN_RETURN_IF_ERROR(data_->checkpoint({job.image->data(), job.header.file_size}, job.header));
+    job.persistent_s = util::now_s() - t0;
+    if (!job.tree_image.empty()) {
+      // The agents keep shard images; the small hash tree goes beside the shard
+      // they will write (not durable: a missing tree only slows comparisons).
+      const auto& h = job.header;
+      const std::string dir = format::version_dir(store_, h.run, h.name, h.version);
+      status st = env_->make_dirs(dir);
+      if (st) st = env_->write_atomic(storage::join(dir, format::tree_file_name(h.rank)), job.tree_image, false);
+      if (!st) std::fprintf(stderr, "cairn: warning: hash tree of '%s' version %lld not written: %s\n", h.name.c_str(),
+                            static_cast<long long>(h.version), st.message().c_str());
+    }
+    return {};
+  }
+
+ private:
+  agents_data* data_;
+  storage::storage_env* env_;
+  std::string store_;
+};
+
+// Agents mode: a version the agent did not take is written to the persistent
+// level by the rank itself, and committed by whichever writer completes it.
+class agents_fallback_stage final : public engine::stage {
+ public:
+  agents_fallback_stage(storage::storage_env* env, std::string store, bool direct)
+      : env_(env), store_(std::move(store)), direct_(direct) {}
+  const char* name() const override { return "persistent (no agent)"; }
+  bool applies(const engine::version_job& job) const override {
+    return (job.failed & CAIRN_LEVEL_PROTECTED) != 0;  // set by the agents stage, on this thread
+  }
+  status run(engine::version_job& job) override {
+    const auto& h = job.header;
+    const double t0 = util::now_s();
+    CAIRN_RETURN_IF_ERROR(engine::write_shard_file(env_, format::shard_path(store_, h.run, h.name, h.version, h.rank),
+                                                   job.image->data(), h.file_size, direct_, true, job.tree_image));
+    job.persistent_s = util::now_s() - t0;
+    job.persistent_at = util::wall_s();
+    return format::commit_if_complete(env_, store_, h, program_invocation_short_name, "rank").take_status();
+  }
+
+ private:
+  storage::storage_env* env_;
+  std::string store_;
+  bool direct_;
+};
+}  // namespace
+
 client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
     : comm_(std::move(comm)), cfg_(std::move(cfg)), env_(storage::storage_env::posix()) {}
 
@@ -205,8 +270,15 @@ status client_impl::start() {
   std::vector<std::unique_ptr<engine::stage>> stages;
   stages.push_back(engine::make_checksum_stage());
   if (cfg_.hash_trees) stages.push_back(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
-  if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
-  stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+  if (!cfg_.agents.empty()) {
+    CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
+    stages.push_back(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
+    stages.push_back(std::make_unique<agents_fallback_stage>(env_, cfg_.persistent, cfg_.direct_io));
+    if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
+  } else {
+    if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
+    stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+  }
   if (!cfg_.reference_run.empty()) {
     if (cfg_.reference_run == cfg_.run)
       return {errc::invalid_argument, "reference_run '" + cfg_.reference_run + "' is this run itself; set CAIRN_RUN"};
@@ -222,6 +294,12 @@ status client_impl::start() {
     stages.push_back(std::make_unique<compare_stage>(online_));
   }
   CAIRN_RETURN_IF_ERROR(start_run_identity());
+  // The attempt tag of this execution's shards: rank 0 draws it.
+  std::string tag;
+  if (rank() == 0) tag = std::to_string(std::random_device{}() | 1u);
+  comm_->broadcast(&tag, 0);
+  attempt_ = static_cast<uint32_t>(std::stoul(tag));
+  if (agents_) CAIRN_RETURN_IF_ERROR(start_agents());
   int home = sched_getcpu();
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads,
                                              util::placement_cpus(cfg_.placement, home < 0 ? 0 : home),
@@ -465,6 +543,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   h.version = version;
   h.rank = static_cast<uint32_t>(rank());
   h.nranks = static_cast<uint32_t>(size());
+  h.attempt = attempt_;
   for (auto& r : regs) {
     format::region_desc d;
     d.name = r.name;
@@ -550,7 +629,9 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   int64_t n = ++count_[name];
   unsigned wanted = CAIRN_LEVEL_CAPTURED;
   if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
-  if (n % cfg_.persistent_interval == 0 || !cfg_.local_enabled) wanted |= CAIRN_LEVEL_PERSISTENT;
+  if (agents_) wanted |= CAIRN_LEVEL_PROTECTED;  // the agents (or the fallback) write the persistent level
+  else if (n % cfg_.persistent_interval == 0 || !cfg_.local_enabled) wanted |= CAIRN_LEVEL_PERSISTENT;
+  ++checkpoints_taken_;
   job->header = std::move(h);
   job->image = slot;
   job->pool = &pool_;
@@ -573,6 +654,11 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
 
   engine_->submit(job);
+  if (agents_ && cfg_.agents_blocking) {
+    // Blocking agents mode: return once the agent holds the version (or it
+    // was written by this rank instead).
+    engine_->wait_levels(*job, CAIRN_LEVEL_PROTECTED);
+  }
   if (cfg_.mode == engine_mode::sync) {
     // The baseline: the application waits for every level of this version.
     version_record* r = find(name, version);
@@ -603,17 +689,20 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
     }
   }
   v.push_back(my_first);
-  enum class entry_kind { local, durable, manifest };
+  enum class entry_kind { level, durable, manifest };
   struct entry {
     version_record* rec;
     entry_kind kind;
+    unsigned level = 0;  // entry_kind::level: LOCAL or PROTECTED
   };
   std::vector<entry> entries;
   for (version_record* rec : pending_) {
     auto& job = *rec->job;
-    if ((rec->wanted & CAIRN_LEVEL_LOCAL) && !((rec->global_done | rec->global_failed) & CAIRN_LEVEL_LOCAL)) {
-      entries.push_back({rec, entry_kind::local});
-      v.push_back(level_state(*engine_, job, CAIRN_LEVEL_LOCAL));
+    for (unsigned level : {CAIRN_LEVEL_LOCAL, CAIRN_LEVEL_PROTECTED}) {
+      if ((rec->wanted & level) && !((rec->global_done | rec->global_failed) & level)) {
+        entries.push_back({rec, entry_kind::level, level});
+        v.push_back(level_state(*engine_, job, level));
+      }
     }
     if ((rec->wanted & CAIRN_LEVEL_PERSISTENT) &&
         !((rec->global_done | rec->global_failed) & CAIRN_LEVEL_PERSISTENT)) {
@@ -635,9 +724,9 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
     int64_t s = v[kFixed + i];
     if (s == 0) continue;
     switch (entries[i].kind) {
-      case entry_kind::local:
-        if (s > 0) on_level_complete(rec, CAIRN_LEVEL_LOCAL);
-        else agree_level_failure(rec, CAIRN_LEVEL_LOCAL);
+      case entry_kind::level:
+        if (s > 0) on_level_complete(rec, entries[i].level);
+        else agree_level_failure(rec, entries[i].level);
         break;
       case entry_kind::durable:
         if (s > 0) on_durable(rec);
@@ -671,10 +760,11 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
 void client_impl::agree_level_failure(version_record& rec, unsigned level) {
   rec.global_failed |= level;
   bool mine = level_state(*engine_, *rec.job, level) < 0;
-  status e;
+  status e, soft;
   unsigned done, failed;
   bool finished;
-  engine_->levels(*rec.job, &done, &failed, &finished, &e);
+  engine_->levels(*rec.job, &done, &failed, &finished, &e, &soft);
+  if (e.is_ok()) e = soft;  // a stage that does not latch (agents)
   int64_t code = comm_->min(mine ? static_cast<int64_t>(e.code()) : 0);
   rec.level_error[level] =
       status(code < 0 ? static_cast<errc>(code) : errc::io_error, exchange_message(mine, e.message()));
@@ -811,6 +901,7 @@ void client_impl::on_durable(version_record& rec) {
 
 void client_impl::on_level_complete(version_record& rec, unsigned level) {
   rec.global_done |= level;
+  if (level == CAIRN_LEVEL_PROTECTED) return;  // the agents keep their own versions
   if (level == CAIRN_LEVEL_LOCAL) rec.local_done_at = util::wall_s();
   auto& list = complete_[{rec.name, level}];
   list.push_back(rec.version);
@@ -868,9 +959,14 @@ result<unsigned> client_impl::test(const std::string& name, int64_t version) {
   bool fin = false;
   status e;
   engine_->levels(*rec->job, &done, &failed, &fin, &e);
-  unsigned levels = CAIRN_LEVEL_CAPTURED | (done & CAIRN_LEVEL_LOCAL) | (rec->global_done & CAIRN_LEVEL_PERSISTENT);
+  unsigned levels = CAIRN_LEVEL_CAPTURED | (done & CAIRN_LEVEL_LOCAL) | (rec->global_done & CAIRN_LEVEL_PERSISTENT) |
+                    (rec->global_done & CAIRN_LEVEL_PROTECTED);
+  if (agents_ && committed_by_agents(name, version)) levels |= CAIRN_LEVEL_PERSISTENT;
   if (!e.is_ok()) return e;
-  for (auto& [lvl, err] : rec->level_error) return err;
+  // A version the agents did not take is not an error (the rank wrote it
+  // itself): the missing PROTECTED bit says so; cairn_wait reports why.
+  for (auto& [lvl, err] : rec->level_error)
+    if (lvl != CAIRN_LEVEL_PROTECTED) return err;
   return levels;
 }
 
@@ -897,18 +993,41 @@ status client_impl::wait_record(version_record& rec, unsigned level) {
 }
 
 status client_impl::wait(const std::string& name, int64_t version, unsigned level) {
-  if (level != CAIRN_LEVEL_CAPTURED && level != CAIRN_LEVEL_LOCAL && level != CAIRN_LEVEL_PERSISTENT)
-    return {errc::invalid_argument, "cairn_wait: level must be one of CAIRN_LEVEL_CAPTURED, _LOCAL, _PERSISTENT"};
+  if (level != CAIRN_LEVEL_CAPTURED && level != CAIRN_LEVEL_LOCAL && level != CAIRN_LEVEL_PROTECTED &&
+      level != CAIRN_LEVEL_PERSISTENT)
+    return {errc::invalid_argument,
+            "cairn_wait: level must be one of CAIRN_LEVEL_CAPTURED, _LOCAL, _PROTECTED, _PERSISTENT"};
   version_record* rec = find(name, version);
   if (!rec) {
     return {errc::not_found, "checkpoint '" + name + "' version " + std::to_string(version) +
                                  " was not taken by this handle (or is too old to be tracked)"};
   }
   if (level == CAIRN_LEVEL_CAPTURED) return {};
+  if (agents_ && level == CAIRN_LEVEL_PERSISTENT) {
+    // The agents write and commit in the background (or this rank did, when
+    // its agent did not take the version): wait for the commit.
+    const double limit = std::max(60.0, 4 * cfg_.agents_timeout);
+    const double deadline = util::now_s() + limit;
+    (void)wait_record(*rec, CAIRN_LEVEL_PROTECTED);  // held, or written by this rank
+    for (;;) {
+      // Ranks agree on every round, so they make the same collective calls.
+      std::vector<int64_t> v = {committed_by_agents(name, version) ? 1 : 0, util::now_s() < deadline ? 1 : 0};
+      comm_->allreduce_min(v);
+      if (v[0]) return {};
+      if (!v[1])
+        return {errc::io_error, "checkpoint '" + name + "' version " + std::to_string(version) +
+                                    ": not committed at the persistent level within " +
+                                    std::to_string(static_cast<int>(limit)) +
+                                    " s (see the agents' logs and 'cairn agents status')"};
+      CAIRN_RETURN_IF_ERROR(progress(true));
+      struct timespec ts {0, 20 * 1000 * 1000};
+      nanosleep(&ts, nullptr);
+    }
+  }
   if (!(rec->wanted & level)) {
     return {errc::not_found, std::string("checkpoint '") + name + "' version " + std::to_string(version) +
                                  " is not scheduled for the " + level_name(level) +
-                                 " level (see persistent_interval and local_enabled)"};
+                                 " level (see persistent_interval, local_enabled and agents)"};
   }
   return wait_record(*rec, level);
 }
@@ -931,6 +1050,10 @@ status client_impl::finalize(bool wait_for_pending) {
     if (!st && first.is_ok()) first = st;
   } else {
     engine_->shutdown(false);
+  }
+  if (agents_) {
+    status st = finish_agents();
+    if (!st && first.is_ok()) first = st;
   }
   if (rank() == 0 && !run_info_.executions.empty()) {
     run_info_.executions.back().ended_at = util::wall_s();

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "analytics/online.hpp"
+#include "client/agents_link.hpp"
 #include "cairn.h"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
@@ -97,6 +98,10 @@ class client_impl {
   status restart(const std::string& name, int64_t version);
   status finalize(bool wait_for_pending);
 
+  // Remote checkpoint agents: applies the controller's pending change of this
+  // application's agents; returns CAIRN_AGENTS_*. Collective.
+  result<int> probe();
+
   // Online comparison: what every rank agreed on at the last collective call.
   status divergence(cairn_divergence_t* info);
 
@@ -137,6 +142,18 @@ class client_impl {
   void wait_local(version_record& rec, unsigned level);
   status wait_record(version_record& rec, unsigned level);
   version_record* find(const std::string& name, int64_t version);
+
+  // Agents (docs/design/agents.md, "Client"). Collective: registers with the
+  // controller (rank 0), agrees on the agents, connects to this rank's one.
+  status start_agents();
+  // Collective: rank 0 reports progress (checkpoints, measured transfer and
+  // reconfiguration times) so that the controller's decisions use them.
+  void report_agents_progress(double probe_s);
+  // Collective, at finalize: releases (without agents_persist) and unregisters.
+  status finish_agents();
+  bool agents_on() const { return agents_ != nullptr; }
+  // Agents mode: the version's MANIFEST exists (the agents committed it).
+  bool committed_by_agents(const std::string& name, int64_t version);
 
   // Restart: loads and verifies this rank's shard of (name, version) into
   // restart_image_ from the fastest intact level. Local.
@@ -185,6 +202,16 @@ class client_impl {
   // Collective part of progress for the online comparison.
   void progress_divergence(int64_t global_first);
   bool finalized_ = false;
+  // Agents: null when the configuration key 'agents' is empty.
+  std::unique_ptr<agents_data> agents_;
+  std::optional<agents_control> control_;  // rank 0 only
+  agents_view agents_view_;                // the same on every rank
+  uint64_t checkpoints_taken_ = 0;
+  // This execution's shard attempt tag (format::shard_header::attempt), the
+  // same on every rank.
+  uint32_t attempt_ = 0;
+  // Restart: versions the agents hold for this rank, per checkpoint name.
+  std::map<std::string, std::vector<agent_holding>> agent_holdings_;
   format::run_info run_info_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)
 };

@@ -9,30 +9,33 @@
 #include "client/client.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
+#include "format/shard_io.hpp"
 
 namespace cairn {
 namespace {
 
-// Reads a whole shard into an aligned buffer and verifies it. `expect` (may be
-// null) is the manifest entry the shard must match.
+// Reads a whole shard (compressed or not) into an aligned buffer and
+// verifies it. `expect` (may be null) is the manifest entry the shard must
+// match; it and the shard's identity are checked before any data are read.
 status read_verified(storage::storage_env* env, const std::string& path, uint32_t rank, uint32_t nranks,
                      const std::string& name, int64_t version, const format::shard_entry* expect,
                      format::shard_header* h, engine::aligned_buffer* image) {
-  CAIRN_ASSIGN_OR_RETURN(*h, format::read_header(env, path));
-  if (h->rank != rank || h->name != name || h->version != version)
-    return {errc::corruption, path + ": header names another shard (rank " + std::to_string(h->rank) + ", '" +
-                                  h->name + "' version " + std::to_string(h->version) + ")"};
-  if (h->nranks != nranks)
-    return {errc::invalid_argument, path + ": written by " + std::to_string(h->nranks) + " ranks; this job has " +
-                                        std::to_string(nranks) + " (restart with the same number of ranks)"};
-  if (expect && (expect->header_checksum != h->header_checksum || expect->size != h->file_size))
-    return {errc::corruption, path + ": does not match the version's MANIFEST (replaced after the commit)"};
-  auto buf = engine::aligned_buffer::allocate(h->file_size);
-  if (!buf) return buf.take_status();
-  CAIRN_ASSIGN_OR_RETURN(auto f, env->open_read(path));
-  CAIRN_RETURN_IF_ERROR(f->read_at(0, buf->data(), h->file_size));
-  CAIRN_RETURN_IF_ERROR(format::verify_image(*h, {buf->data(), h->file_size}, path));
-  *image = std::move(buf).value();
+  auto check = [&](const format::shard_header& got) -> status {
+    if (got.rank != rank || got.name != name || got.version != version)
+      return {errc::corruption, path + ": header names another shard (rank " + std::to_string(got.rank) + ", '" +
+                                    got.name + "' version " + std::to_string(got.version) + ")"};
+    if (got.nranks != nranks)
+      return {errc::invalid_argument, path + ": written by " + std::to_string(got.nranks) + " ranks; this job has " +
+                                          std::to_string(nranks) + " (restart with the same number of ranks)"};
+    // The MANIFEST records the image's header checksum and size, the same
+    // for a compressed copy of the image.
+    if (expect && (expect->header_checksum != got.header_checksum || expect->size != got.file_size))
+      return {errc::corruption, path + ": does not match the version's MANIFEST (replaced after the commit)"};
+    return {};
+  };
+  CAIRN_ASSIGN_OR_RETURN(format::shard_image s, format::read_shard_image(env, path, check));
+  *h = std::move(s.header);
+  *image = std::move(s.image);
   return {};
 }
 
@@ -47,6 +50,12 @@ std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
   }
   for (int64_t v : format::list_versions(env_, cfg_.persistent, cfg_.run, name))
     if (env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, v))) out.insert(v);
+  if (agents_) {
+    // What the agents hold in memory, committed or not yet written.
+    auto& held = agent_holdings_[name];
+    held = agents_->held(cfg_.run, name, me);
+    for (const auto& h : held) out.insert(h.version);
+  }
   return {out.begin(), out.end()};
 }
 
@@ -79,6 +88,31 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
                    rank(), name.c_str(), static_cast<long long>(version), st.message().c_str());
       why = "local: " + st.message();
       worst = st;
+    }
+  }
+  if (agents_) {
+    // Agent memory next: faster than the persistent level, and it may hold
+    // versions not written yet. Newest attempt first.
+    auto& held = agent_holdings_[name];
+    std::vector<agent_holding> copies;
+    for (const auto& h : held)
+      if (h.version == version) copies.push_back(h);
+    for (const auto& h : copies) {
+      auto got = agents_->restore(h, cfg_.run, name, me, &restart_image_);
+      status st = got ? status() : got.error();
+      if (st && (got->rank != me || got->nranks != n || got->name != name))
+        st = status(errc::invalid_argument, "agent copy written by " + std::to_string(got->nranks) +
+                                                " ranks; this job has " + std::to_string(n));
+      if (st) {
+        restart_header_ = std::move(got).value();
+        restart_name_ = name;
+        restart_version_ = version;
+        return {};
+      }
+      std::fprintf(stderr, "cairn: rank %d: agent copy of '%s' version %lld unusable: %s\n", rank(), name.c_str(),
+                   static_cast<long long>(version), st.message().c_str());
+      why += (why.empty() ? "" : "; ") + std::string("agents: ") + st.message();
+      if (worst.is_ok()) worst = st;
     }
   }
   if (env_->exists(mpath)) {
@@ -130,7 +164,17 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
     cap = g;
     if (comm_->min(mine == g ? 1 : 0) == 0) continue;  // some rank lacks g: look lower
     status st = agree(load_shard(name, g));
-    if (st) return g;
+    if (st) {
+      // Every rank's copy must come from the same execution: after a failure,
+      // copies of a version number the failed execution left behind (local
+      // shards, agent memory) can differ between ranks.
+      int64_t a = restart_header_.attempt;
+      std::vector<int64_t> v = {a, -a};
+      comm_->allreduce_min(v);
+      if (v[0] == -v[1]) return g;
+      st = status(errc::corruption, "'" + name + "' version " + std::to_string(g) +
+                                        ": the ranks' copies come from different executions");
+    }
     last_failure = st;
     excluded.insert(g);
     restart_version_ = -1;

@@ -79,8 +79,12 @@ void engine::run_job(version_job& job) {
         if (ran) {
           status e = st.with_context(std::string("checkpoint '") + job.header.name + "' version " +
                                      std::to_string(job.header.version) + ", stage " + s.name());
-          if (job.error.is_ok()) job.error = e;
-          latch(e);
+          if (s.latches()) {
+            if (job.error.is_ok()) job.error = e;
+            latch(e);
+          } else if (job.soft_error.is_ok()) {
+            job.soft_error = e;
+          }
           if (s.essential()) {
             abandoned = true;
             job.failed |= job.wanted & ~job.done;
@@ -119,12 +123,14 @@ void engine::worker_main(const std::vector<int>& cpus) {
   }
 }
 
-void engine::levels(const version_job& job, unsigned* done, unsigned* failed, bool* finished, status* error) {
+void engine::levels(const version_job& job, unsigned* done, unsigned* failed, bool* finished, status* error,
+                    status* soft_error) {
   std::lock_guard lk(mu_);
   *done = job.done;
   *failed = job.failed;
   *finished = job.finished;
   if (error) *error = job.error;
+  if (soft_error) *soft_error = job.soft_error;
 }
 
 void engine::wait_levels(const version_job& job, unsigned mask) {

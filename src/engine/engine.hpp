@@ -48,7 +48,8 @@ struct version_job {
   unsigned done = 0;    // GUARDED_BY(engine::mu_)
   unsigned failed = 0;  // GUARDED_BY(engine::mu_)
   bool finished = false;  // GUARDED_BY(engine::mu_): all stages ran or were skipped
-  status error;         // GUARDED_BY(engine::mu_): first failure
+  status error;         // GUARDED_BY(engine::mu_): first failure of a latching stage
+  status soft_error;    // GUARDED_BY(engine::mu_): first failure of a stage that does not latch
 };
 
 class stage {
@@ -59,6 +60,10 @@ class stage {
   virtual unsigned level() const { return 0; }
   // A failure of an essential stage abandons the version.
   virtual bool essential() const { return false; }
+  // Whether a failure is latched (returned by the application's next call).
+  // A stage whose failure only means "this level was not reached" (and a
+  // later stage makes up for it) says no; the level is still marked failed.
+  virtual bool latches() const { return true; }
   // Whether the job needs this stage (e.g. only every k-th version persistent).
   virtual bool applies(const version_job& job) const { return level() == 0 || (job.wanted & level()); }
   virtual status run(version_job& job) = 0;
@@ -80,7 +85,8 @@ class engine {
   void submit_task(std::function<status()> task);
 
   // Levels done / failed so far for a job, and whether all its stages ended.
-  void levels(const version_job& job, unsigned* done, unsigned* failed, bool* finished, status* error = nullptr);
+  void levels(const version_job& job, unsigned* done, unsigned* failed, bool* finished, status* error = nullptr,
+              status* soft_error = nullptr);
   // Blocks until the job has resolved (done or failed) every bit of `mask` that
   // it wants, or finished.
   void wait_levels(const version_job& job, unsigned mask);

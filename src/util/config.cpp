@@ -160,6 +160,39 @@ const std::vector<key_def>& keys() {
          auto r = parse_int("compare_ulps", v, 0, INT64_MAX); if (!r) return r.take_status();
          c.compare_ulps = static_cast<uint64_t>(*r); return {}; },
        [](const config& c) { return std::to_string(c.compare_ulps); }},
+      {"agents", "controller address of remote checkpoint agents (host:port; empty = off)",
+       [](config& c, const std::string& v) -> status { c.agents = v; return {}; },
+       [](const config& c) { return c.agents; }},
+      {"agents_secret_file", "deployment secret of the agents", [](config& c, const std::string& v) -> status {
+         c.agents_secret_file = v; return {}; }, [](const config& c) { return c.agents_secret_file; }},
+      {"agents_mode", "pull or push", [](config& c, const std::string& v) {
+         return parse_enum<agents_transfer>("agents_mode", v, {{"pull", agents_transfer::pull},
+                                            {"push", agents_transfer::push}}, &c.agents_mode); },
+       [](const config& c) { return std::string(c.agents_mode == agents_transfer::push ? "push" : "pull"); }},
+      {"agents_blocking", "checkpoint returns once agents hold the data", [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("agents_blocking", v); if (!r) return r.take_status(); c.agents_blocking = *r; return {}; },
+       [](const config& c) { return std::string(c.agents_blocking ? "true" : "false"); }},
+      {"agents_persist", "agents keep (write) the checkpoints after finalize", [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("agents_persist", v); if (!r) return r.take_status(); c.agents_persist = *r; return {}; },
+       [](const config& c) { return std::string(c.agents_persist ? "true" : "false"); }},
+      {"agents_provider", "libfabric provider", [](config& c, const std::string& v) -> status {
+         if (v.empty()) return bad_value("agents_provider", v, "a provider such as tcp;ofi_rxm or verbs;ofi_rxm");
+         c.agents_provider = v; return {}; }, [](const config& c) { return c.agents_provider; }},
+      {"agents_bind", "local address of the data-plane endpoint", [](config& c, const std::string& v) -> status {
+         c.agents_bind = v; return {}; }, [](const config& c) { return c.agents_bind; }},
+      {"agents_timeout", "seconds to wait for an agent's reply", [](config& c, const std::string& v) {
+         return parse_double("agents_timeout", v, &c.agents_timeout); },
+       [](const config& c) { std::ostringstream os; os << c.agents_timeout; return os.str(); }},
+      {"agents_wait", "seconds init and probe wait for assigned agents to start", [](config& c, const std::string& v) {
+         return parse_double("agents_wait", v, &c.agents_wait); },
+       [](const config& c) { std::ostringstream os; os << c.agents_wait; return os.str(); }},
+      {"agents_interval", "hint: seconds between checkpoints", [](config& c, const std::string& v) {
+         return parse_double("agents_interval", v, &c.agents_interval); },
+       [](const config& c) { std::ostringstream os; os << c.agents_interval; return os.str(); }},
+      {"agents_checkpoints", "hint: checkpoints the run will take (0 = unknown)", [](config& c, const std::string& v) -> status {
+         auto r = parse_int("agents_checkpoints", v, 0, INT64_MAX); if (!r) return r.take_status();
+         c.agents_checkpoints = static_cast<uint64_t>(*r); return {}; },
+       [](const config& c) { return std::to_string(c.agents_checkpoints); }},
       {"fault_inject", "test hook", [](config& c, const std::string& v) -> status { c.fault_inject = v; return {}; },
        [](const config& c) { return c.fault_inject; }},
   };

@@ -16,6 +16,7 @@ enum class engine_mode { thread, sync };
 enum class placement { none, core, socket, node };
 enum class staging_policy { block, eagain };
 enum class divergence_action { cont, stop };
+enum class agents_transfer { pull, push };
 
 struct config {
   std::string run;          // run id; default: executable name
@@ -43,6 +44,18 @@ struct config {
   divergence_action on_divergence = divergence_action::cont;
   double compare_abs = 0, compare_rel = 0;
   uint64_t compare_ulps = 0;
+  // Remote checkpoint agents (docs/design/agents.md; empty agents = off).
+  std::string agents;              // controller host:port
+  std::string agents_secret_file;  // deployment secret (CAIRN_AGENTS_SECRET_FILE)
+  agents_transfer agents_mode = agents_transfer::pull;
+  bool agents_blocking = false;    // cairn_checkpoint returns when the agents hold the version
+  bool agents_persist = true;      // IC_PERSIST: at finalize the agents keep and write what they hold
+  std::string agents_provider = "tcp;ofi_rxm";
+  std::string agents_bind = "127.0.0.1";
+  double agents_timeout = 30;      // seconds for an agent's reply
+  double agents_wait = 10;         // seconds init/probe wait for assigned agents to come up
+  double agents_interval = 0;      // hints for the controller
+  uint64_t agents_checkpoints = 0;
   // Test hook (not documented for users): "level:kind[:after=N]", see fault_env.
   std::string fault_inject;
 

@@ -1,0 +1,289 @@
+#include "client/agents_link.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <mutex>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "agents/auth.hpp"
+#include "agents/protocol.hpp"
+#include "agents/wire.hpp"
+#include "cairn.h"
+#include "util/clock.hpp"
+
+#ifdef CAIRN_HAVE_FABRIC
+#include "agents/fabric.hpp"
+#include "agents/transfer.hpp"
+#endif
+
+namespace cairn {
+
+using nlohmann::json;
+
+// ---- views ----------------------------------------------------------------------
+
+bool agents_view::ready() const {
+  return std::all_of(agents.begin(), agents.end(), [](const agent_ref& a) { return !a.endpoint.empty(); });
+}
+
+std::string agents_view::encode() const {
+  json list = json::array();
+  for (const auto& a : agents) list.push_back({{"agent", a.id}, {"node", a.node}, {"endpoint", a.endpoint}});
+  return json{{"app", app}, {"generation", generation}, {"target", target}, {"agents", list}}.dump();
+}
+
+result<agents_view> agents_view::from_reply(const json& body) {
+  try {
+    agents_view v;
+    v.app = body.at("app").get<uint64_t>();
+    v.generation = body.at("generation").get<uint64_t>();
+    v.target = body.value("target", 0u);
+    for (const auto& a : body.at("agents")) {
+      agent_ref r;
+      r.id = a.at("agent").get<uint64_t>();
+      r.node = a.value("node", "");
+      r.endpoint = a.value("endpoint", "");
+      v.agents.push_back(std::move(r));
+    }
+    return v;
+  } catch (const std::exception& e) {
+    return status(errc::corruption, std::string("controller reply: malformed agent list: ") + e.what());
+  }
+}
+
+result<agents_view> agents_view::decode(const std::string& text) {
+  try {
+    return from_reply(json::parse(text));
+  } catch (const std::exception& e) {
+    return status(errc::corruption, std::string("agent list: ") + e.what());
+  }
+}
+
+int classify_change(const agents_view& before, const agents_view& after) {
+  std::set<uint64_t> a, b;
+  for (const auto& r : before.agents) a.insert(r.id);
+  for (const auto& r : after.agents) b.insert(r.id);
+  if (b.size() > a.size()) return CAIRN_AGENTS_EXPANDED;
+  if (b.size() < a.size()) return CAIRN_AGENTS_REDUCED;
+  if (a != b) return CAIRN_AGENTS_MIGRATED;
+  // Same agents; an agent restarted by its manager has a new address.
+  for (size_t i = 0; i < before.agents.size(); ++i)
+    if (before.agents[i].endpoint != after.agents[i].endpoint) return CAIRN_AGENTS_MIGRATED;
+  return CAIRN_AGENTS_UNCHANGED;
+}
+
+size_t agent_for_rank(int rank, int nranks, size_t k) {
+  if (k == 0 || nranks <= 0) return 0;
+  return static_cast<size_t>(static_cast<uint64_t>(rank) * k / static_cast<uint64_t>(nranks));
+}
+
+// ---- control plane --------------------------------------------------------------
+
+result<agents_control> agents_control::open(const config& cfg) {
+  agents_control c;
+  auto a = agents::parse_address(cfg.agents);
+  if (!a) return a.error().with_context("configuration key 'agents' (CAIRN_AGENTS)");
+  c.address_ = *a;
+  c.address_text_ = cfg.agents;
+  auto path = agents::secret_file_from(cfg.agents_secret_file);
+  if (!path) return path.take_status();
+  std::string warning;
+  auto secret = agents::load_secret(*path, &warning);
+  if (!secret) return secret.error().with_context("agents_secret_file (CAIRN_AGENTS_SECRET_FILE)");
+  c.secret_ = std::move(secret).value();
+  c.timeout_ms_ = static_cast<int>(std::clamp(cfg.agents_timeout, 1.0, 3600.0) * 1000);
+  return c;
+}
+
+result<json> agents_control::call(agents::ctl_type t, const json& body) {
+  auto r = agents::control_call(address_, secret_, "app", t, body, timeout_ms_);
+  if (!r) return r.error().with_context(std::string("controller ") + address_text_ + ", " + agents::type_name(t));
+  return r;
+}
+
+result<agents_view> agents_control::register_app(const std::string& name, const agents::app_hints& hints) {
+  CAIRN_ASSIGN_OR_RETURN(json body, call(agents::ctl_type::app_register, {{"name", name}, {"hints", agents::to_json(hints)}}));
+  return agents_view::from_reply(body);
+}
+
+result<agents_view> agents_control::fetch(uint64_t app) {
+  CAIRN_ASSIGN_OR_RETURN(json body, call(agents::ctl_type::app_agents, {{"app", app}}));
+  return agents_view::from_reply(body);
+}
+
+result<agents_view> agents_control::wait_ready(uint64_t app, double timeout_s) {
+  const double deadline = util::now_s() + timeout_s;
+  for (;;) {
+    CAIRN_ASSIGN_OR_RETURN(agents_view v, fetch(app));
+    if (v.ready() || util::now_s() >= deadline) return v;
+    struct timespec ts {0, 100 * 1000 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+}
+
+status agents_control::progress(uint64_t app, uint64_t checkpoints_done, double transfer_s, double probe_s) {
+  json body = {{"app", app}, {"checkpoints_done", checkpoints_done}};
+  if (transfer_s > 0) body["transfer_s"] = transfer_s;
+  if (probe_s > 0) body["probe_s"] = probe_s;
+  return call(agents::ctl_type::app_progress, body).take_status();
+}
+
+status agents_control::unregister(uint64_t app) {
+  return call(agents::ctl_type::app_unregister, {{"app", app}}).take_status();
+}
+
+// ---- data plane -------------------------------------------------------------------
+
+#ifdef CAIRN_HAVE_FABRIC
+namespace {
+
+class fabric_agents_data final : public agents_data {
+ public:
+  explicit fabric_agents_data(const config& cfg) {
+    opts_.fabric.provider = cfg.agents_provider;
+    opts_.fabric.node = cfg.agents_bind;
+    opts_.fabric.timeout_s = cfg.agents_timeout;
+    opts_.reply_timeout_s = cfg.agents_timeout;
+    mode_ = cfg.agents_mode == agents_transfer::push ? agents::transfer_mode::push : agents::transfer_mode::pull;
+  }
+
+  status use(const agents_view& v, int rank, int nranks) override {
+    std::lock_guard lk(mu_);
+    // Keep the connections to agents that stay at the same address.
+    std::vector<std::unique_ptr<agents::agent_client>> clients(v.agents.size());
+    for (size_t i = 0; i < v.agents.size(); ++i)
+      for (size_t j = 0; j < view_.agents.size(); ++j)
+        if (clients_[j] && view_.agents[j].id == v.agents[i].id && view_.agents[j].endpoint == v.agents[i].endpoint)
+          clients[i] = std::move(clients_[j]);
+    view_ = v;
+    clients_ = std::move(clients);
+    mine_ = v.agents.empty() ? SIZE_MAX : agent_for_rank(rank, nranks, v.agents.size());
+    failed_ = false;
+    if (mine_ == SIZE_MAX) return {};
+    auto c = client(mine_);
+    if (!c) {
+      failed_ = true;
+      return c.take_status();
+    }
+    return {};
+  }
+
+  bool has_agent() override {
+    std::lock_guard lk(mu_);
+    return mine_ != SIZE_MAX && !failed_;
+  }
+
+  status checkpoint(std::span<std::byte> image, const format::shard_header& h) override {
+    std::lock_guard lk(mu_);
+    if (mine_ == SIZE_MAX) return {errc::not_found, "no checkpoint agent is assigned to this rank"};
+    if (failed_) return {errc::io_error, "agent " + std::to_string(view_.agents[mine_].id) + " failed earlier (call cairn_probe)"};
+    auto c = client(mine_);
+    if (!c) {
+      failed_ = true;
+      return c.take_status();
+    }
+    const double t0 = util::now_s();
+    status st = (*c)->checkpoint(image, h, mode_);
+    if (!st) {
+      failed_ = true;
+      clients_[mine_].reset();  // its endpoint may be wedged; a new one next time
+      return st.with_context("agent " + std::to_string(view_.agents[mine_].id) + " on " + view_.agents[mine_].node);
+    }
+    last_s_ = util::now_s() - t0;
+    return {};
+  }
+
+  double last_transfer_s() override {
+    std::lock_guard lk(mu_);
+    return last_s_;
+  }
+
+  std::vector<agent_holding> held(const std::string& run, const std::string& name, uint32_t rank) override {
+    std::lock_guard lk(mu_);
+    std::vector<agent_holding> out;
+    for (size_t i = 0; i < view_.agents.size(); ++i) {
+      auto c = client(i);
+      if (!c) continue;
+      auto list = (*c)->held(run, name, rank);
+      if (!list) {
+        clients_[i].reset();
+        continue;  // an agent that does not answer holds nothing we can use
+      }
+      for (const auto& h : *list) out.push_back({h.version, h.length, h.attempt, i});
+    }
+    return out;
+  }
+
+  result<format::shard_header> restore(const agent_holding& h, const std::string& run, const std::string& name,
+                                       uint32_t rank, engine::aligned_buffer* image) override {
+    std::lock_guard lk(mu_);
+    if (h.agent >= view_.agents.size()) return status(errc::not_found, "agent index out of range");
+    CAIRN_ASSIGN_OR_RETURN(agents::agent_client * c, client(h.agent));
+    CAIRN_ASSIGN_OR_RETURN(engine::aligned_buffer buf, engine::aligned_buffer::allocate(h.length));
+    auto r = c->restore(run, name, rank, h.version, buf.span().first(h.length), mode_);
+    if (!r) {
+      clients_[h.agent].reset();
+      return r.error().with_context("agent " + std::to_string(view_.agents[h.agent].id));
+    }
+    if (r->version != h.version || r->header.attempt != h.attempt)
+      return status(errc::corruption, "agent " + std::to_string(view_.agents[h.agent].id) +
+                                          " returned another copy than it listed (version or attempt changed)");
+    *image = std::move(buf);
+    return r->header;
+  }
+
+  status release(size_t index, const std::string& run) override {
+    std::lock_guard lk(mu_);
+    if (index >= view_.agents.size()) return {};
+    CAIRN_ASSIGN_OR_RETURN(agents::agent_client * c, client(index));
+    return c->release(run).take_status();
+  }
+
+  size_t agent_count() override {
+    std::lock_guard lk(mu_);
+    return view_.agents.size();
+  }
+
+ private:
+  // The connection to agent i, made on first use. REQUIRES(mu_)
+  result<agents::agent_client*> client(size_t i) {
+    if (clients_[i]) return clients_[i].get();
+    const agent_ref& a = view_.agents[i];
+    if (a.endpoint.empty())
+      return status(errc::again, "agent " + std::to_string(a.id) + " on " + a.node + " is not running yet");
+    auto name = agents::from_hex(a.endpoint);
+    if (!name) return name.error().with_context("address of agent " + std::to_string(a.id));
+    auto c = agents::agent_client::create(opts_, *name);
+    if (!c) return c.error().with_context("connecting to agent " + std::to_string(a.id) + " on " + a.node);
+    clients_[i] = std::move(c).value();
+    return clients_[i].get();
+  }
+
+  std::mutex mu_;
+  agents::client_options opts_;
+  agents::transfer_mode mode_ = agents::transfer_mode::pull;
+  agents_view view_;                                          // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<agents::agent_client>> clients_;  // GUARDED_BY(mu_), one per view_.agents
+  size_t mine_ = SIZE_MAX;                                    // GUARDED_BY(mu_)
+  bool failed_ = false;                                       // GUARDED_BY(mu_)
+  double last_s_ = 0;                                         // GUARDED_BY(mu_)
+};
+
+}  // namespace
+#endif
+
+result<std::unique_ptr<agents_data>> agents_data::create(const config& cfg) {
+#ifdef CAIRN_HAVE_FABRIC
+  return std::unique_ptr<agents_data>(new fabric_agents_data(cfg));
+#else
+  (void)cfg;
+  return status(errc::not_supported,
+                "configuration key 'agents' is set but this libcairn was built without libfabric "
+                "(install libfabric-dev and rebuild with -DCAIRN_ENABLE_FABRIC=ON)");
+#endif
+}
+
+}  // namespace cairn

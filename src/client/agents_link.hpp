@@ -1,0 +1,112 @@
+// The client's side of remote checkpoint agents (docs/design/agents.md,
+// "Client"): the control plane to the controller (rank 0 only: register,
+// probe, progress, unregister) and the data plane to the agents (every rank:
+// hand a version to its agent, ask agents what they hold, restore from them).
+// The data plane needs libfabric (CAIRN_HAVE_FABRIC); without it creating one
+// fails with not_supported and a message that says how to build with it.
+#ifndef CAIRN_CLIENT_AGENTS_LINK_HPP
+#define CAIRN_CLIENT_AGENTS_LINK_HPP
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "agents/net.hpp"
+#include "agents/placement.hpp"
+#include "cairn/status.hpp"
+#include "engine/staging.hpp"
+#include "format/shard.hpp"
+#include "util/config.hpp"
+
+namespace cairn {
+
+// One agent of the application, as the controller reports it.
+struct agent_ref {
+  uint64_t id = 0;
+  std::string node;
+  std::string endpoint;  // data-plane address, hex (empty until the agent runs)
+};
+
+// The application's agents at one generation of the controller's decisions.
+struct agents_view {
+  uint64_t app = 0;
+  uint64_t generation = 0;
+  uint32_t target = 0;
+  std::vector<agent_ref> agents;
+
+  // Every agent has a data-plane address.
+  bool ready() const;
+  std::string encode() const;  // JSON, for broadcasting to the ranks
+  static result<agents_view> decode(const std::string& text);
+  static result<agents_view> from_reply(const nlohmann::json& body);
+};
+
+// What changed between two views (cairn_probe's answer).
+int classify_change(const agents_view& before, const agents_view& after);
+
+// The agent that serves `rank` among k agents: ranks are split in k
+// contiguous blocks (agent i serves ranks [i*n/k, (i+1)*n/k)).
+size_t agent_for_rank(int rank, int nranks, size_t k);
+
+// Control plane. Thread-safety: one call at a time (rank 0's application thread).
+class agents_control {
+ public:
+  static result<agents_control> open(const config& cfg);
+
+  result<agents_view> register_app(const std::string& name, const agents::app_hints& hints);
+  result<agents_view> fetch(uint64_t app);
+  // fetch() until every agent has an endpoint or `timeout_s` passed; returns
+  // the last view either way.
+  result<agents_view> wait_ready(uint64_t app, double timeout_s);
+  status progress(uint64_t app, uint64_t checkpoints_done, double transfer_s, double probe_s);
+  status unregister(uint64_t app);
+  const std::string& address() const { return address_text_; }
+
+ private:
+  result<nlohmann::json> call(agents::ctl_type t, const nlohmann::json& body);
+  agents::net_address address_;
+  std::string address_text_;
+  std::string secret_;
+  int timeout_ms_ = 10000;
+};
+
+// A version an agent holds for this rank.
+struct agent_holding {
+  int64_t version = 0;
+  uint64_t length = 0;
+  uint32_t attempt = 0;
+  size_t agent = 0;  // index into the view's agents
+};
+
+// Data plane of one rank. Thread-safety: every method may be called from any
+// thread; calls are serialised (a probe waits for a transfer in flight).
+class agents_data {
+ public:
+  static result<std::unique_ptr<agents_data>> create(const config& cfg);
+  virtual ~agents_data() = default;
+
+  // Uses `v` from now on: this rank's agent is v.agents[agent_for_rank(...)].
+  virtual status use(const agents_view& v, int rank, int nranks) = 0;
+  // Whether this rank has a usable agent (one assigned, not failed since the
+  // last use()).
+  virtual bool has_agent() = 0;
+  // Hands a checksummed image to this rank's agent and waits until it holds
+  // it. A failure marks the agent failed until the next use().
+  virtual status checkpoint(std::span<std::byte> image, const format::shard_header& h) = 0;
+  // Seconds the last successful checkpoint() took (0 before the first).
+  virtual double last_transfer_s() = 0;
+  // Versions of (run, name, rank) any agent of the view holds in memory.
+  virtual std::vector<agent_holding> held(const std::string& run, const std::string& name, uint32_t rank) = 0;
+  // Fetches one of them into *image (allocated here), verified.
+  virtual result<format::shard_header> restore(const agent_holding& h, const std::string& run, const std::string& name,
+                                               uint32_t rank, engine::aligned_buffer* image) = 0;
+  // Tells agent `index` to drop what it holds of `run`.
+  virtual status release(size_t index, const std::string& run) = 0;
+  virtual size_t agent_count() = 0;
+};
+
+}  // namespace cairn
+
+#endif

@@ -1,0 +1,151 @@
+// Remote checkpoint agents, the client's collective side (docs/design/agents.md,
+// "Client"): registration at init, cairn_probe, progress reports, finalize.
+// Rank 0 alone talks to the controller and broadcasts what it learnt; every
+// rank talks to its agent (agents_link.hpp).
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "client/client.hpp"
+#include "format/layout.hpp"
+#include "util/clock.hpp"
+
+namespace cairn {
+
+status client_impl::start_agents() {
+  status st;
+  std::string text;
+  if (rank() == 0) {
+    auto ctl = agents_control::open(cfg_);
+    if (!ctl) {
+      st = ctl.take_status();
+    } else {
+      control_ = std::move(ctl).value();
+      agents::app_hints h;
+      h.ranks = static_cast<uint32_t>(size());
+      h.nodes = run_info_.executions.empty() ? 1 : static_cast<uint32_t>(run_info_.executions.back().hosts.size());
+      h.interval_s = cfg_.agents_interval;
+      h.checkpoints = cfg_.agents_checkpoints;
+      std::error_code ec;
+      auto store = std::filesystem::absolute(cfg_.persistent, ec);
+      h.store = ec ? cfg_.persistent : store.lexically_normal().string();
+      auto v = control_->register_app(cfg_.run, h);
+      if (v && !v->ready()) v = control_->wait_ready(v->app, cfg_.agents_wait);
+      if (!v) st = v.take_status();
+      else text = v->encode();
+    }
+  }
+  CAIRN_RETURN_IF_ERROR(agree(st).with_context("agents"));
+  comm_->broadcast(&text, 0);
+  CAIRN_ASSIGN_OR_RETURN(agents_view_, agents_view::decode(text));
+  // An agent that cannot be reached now is not fatal: this rank writes its
+  // shards itself until a probe brings a working agent.
+  status mine = agents_->use(agents_view_, rank(), size());
+  if (!mine)
+    std::fprintf(stderr, "cairn: rank %d: warning: %s; writing checkpoints to the persistent level instead\n", rank(),
+                 mine.message().c_str());
+  if (rank() == 0) {
+    std::string nodes;
+    for (const auto& a : agents_view_.agents) nodes += (nodes.empty() ? "" : ", ") + std::to_string(a.id) + "@" + a.node;
+    if (agents_view_.agents.empty())
+      std::fprintf(stderr, "cairn: warning: the controller at %s has no agent for run '%s' yet; ranks write the "
+                           "persistent level themselves until cairn_probe finds agents\n",
+                   control_->address().c_str(), cfg_.run.c_str());
+    else if (!agents_view_.ready())
+      std::fprintf(stderr, "cairn: warning: some agents of run '%s' did not start within agents_wait = %g s (%s)\n",
+                   cfg_.run.c_str(), cfg_.agents_wait, nodes.c_str());
+  }
+  return {};
+}
+
+void client_impl::report_agents_progress(double probe_s) {
+  // The slowest rank's last transfer is the application's transfer time.
+  int64_t us = static_cast<int64_t>(agents_->last_transfer_s() * 1e6);
+  double transfer_s = static_cast<double>(-comm_->min(-us)) / 1e6;
+  if (rank() != 0) return;
+  status st = control_->progress(agents_view_.app, checkpoints_taken_, transfer_s, probe_s);
+  if (!st) std::fprintf(stderr, "cairn: warning: progress not reported to the agents controller: %s\n", st.message().c_str());
+}
+
+result<int> client_impl::probe() {
+  if (finalized_) return status(errc::invalid_argument, "cairn_probe: handle already finalized");
+  if (!agents_) return CAIRN_AGENTS_UNCHANGED;
+  const double t0 = util::now_s();
+  status st;
+  std::string text;
+  if (rank() == 0) {
+    auto v = control_->fetch(agents_view_.app);
+    if (v && classify_change(agents_view_, *v) != CAIRN_AGENTS_UNCHANGED && !v->ready())
+      v = control_->wait_ready(agents_view_.app, cfg_.agents_wait);
+    if (!v) st = v.take_status();
+    else if (classify_change(agents_view_, *v) != CAIRN_AGENTS_UNCHANGED) text = v->encode();
+  }
+  CAIRN_RETURN_IF_ERROR(agree(st).with_context("cairn_probe"));
+  comm_->broadcast(&text, 0);
+  int change = CAIRN_AGENTS_UNCHANGED;
+  bool reconnect = false;
+  if (!text.empty()) {
+    CAIRN_ASSIGN_OR_RETURN(agents_view nv, agents_view::decode(text));
+    change = classify_change(agents_view_, nv);
+    agents_view_ = std::move(nv);
+    reconnect = true;
+  } else {
+    // Same agents; a rank whose agent failed tries it again.
+    bool lost = !agents_view_.agents.empty() && !agents_->has_agent();
+    reconnect = lost;
+  }
+  if (reconnect) {
+    // Waits for a transfer in flight to the old agent to end.
+    status mine = agents_->use(agents_view_, rank(), size());
+    if (!mine) std::fprintf(stderr, "cairn: rank %d: warning: %s\n", rank(), mine.message().c_str());
+  }
+  report_agents_progress(change != CAIRN_AGENTS_UNCHANGED ? util::now_s() - t0 : 0);
+  return change;
+}
+
+bool client_impl::committed_by_agents(const std::string& name, int64_t version) {
+  return env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, version));
+}
+
+status client_impl::finish_agents() {
+  status first;
+  if (cfg_.agents_persist) {
+    // IC_PERSIST: the agents keep the checkpoints, i.e. write them. Wait until
+    // the newest version of every name is committed before letting the
+    // controller stop the agents (they get only a grace period to finish).
+    const double limit = std::max(60.0, 4 * cfg_.agents_timeout);
+    const double deadline = util::now_s() + limit;
+    for (const auto& [name, version] : last_version_) {
+      for (;;) {
+        std::vector<int64_t> v = {committed_by_agents(name, version) ? 1 : 0, util::now_s() < deadline ? 1 : 0};
+        comm_->allreduce_min(v);
+        if (v[0]) break;
+        if (!v[1]) {
+          first = status(errc::io_error, "finalize: '" + name + "' version " + std::to_string(version) +
+                                             " was not committed by the agents within " +
+                                             std::to_string(static_cast<int>(limit)) + " s");
+          break;
+        }
+        struct timespec ts {0, 20 * 1000 * 1000};
+        nanosleep(&ts, nullptr);
+      }
+    }
+  } else if (rank() == 0) {
+    // Without IC_PERSIST the agents drop what they hold of this run.
+    for (size_t i = 0; i < agents_->agent_count(); ++i) {
+      status st = agents_->release(i, cfg_.run);
+      if (!st) std::fprintf(stderr, "cairn: warning: agent %zu did not release run '%s': %s\n", i, cfg_.run.c_str(),
+                            st.message().c_str());
+    }
+  }
+  (void)comm_->min(0);  // every rank is done with its agent
+  if (rank() == 0) {
+    status st = control_->unregister(agents_view_.app);
+    if (!st) std::fprintf(stderr, "cairn: warning: %s\n", st.message().c_str());
+  }
+  return first;
+}
+
+}  // namespace cairn
