@@ -9,7 +9,8 @@ packages=(build-essential cmake ninja-build pkg-config git
           libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev sqlite3
           libgtest-dev python3 python3-venv
           libfabric-dev libfabric-bin
-          libsodium-dev)
+          libsodium-dev
+          libzstd-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,16 +30,17 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import pytest" 2>/dev/nul
 fi
 
 # The analysis package (bindings/python, imported as `cairn`) with numpy,
-# matplotlib and xxhash, installed editable so that .venv always runs this
-# checkout's code. Skipped when .venv already imports this checkout's package.
+# matplotlib, xxhash and zstandard (compressed shards), installed editable so
+# that .venv always runs this checkout's code. Skipped when .venv already
+# imports this checkout's package.
 if ! .venv/bin/python - "$PWD/bindings/python" 2>/dev/null <<'PY'
 import os, sys
-import numpy, matplotlib, xxhash, cairn
+import numpy, matplotlib, xxhash, zstandard, cairn
 root = os.path.realpath(sys.argv[1])
 sys.exit(0 if os.path.realpath(cairn.__file__).startswith(root + os.sep) else 1)
 PY
 then
   echo "install-deps: installing the cairn Python package (bindings/python) into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check numpy matplotlib xxhash
+  .venv/bin/pip install -q --disable-pip-version-check numpy matplotlib xxhash zstandard
   .venv/bin/pip install -q --disable-pip-version-check -e bindings/python
 fi

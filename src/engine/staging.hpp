@@ -14,27 +14,12 @@
 #include <vector>
 
 #include "cairn/status.hpp"
+#include "util/aligned_buffer.hpp"
 
 namespace cairn::engine {
 
-// A page-aligned anonymous mapping (move-only).
-class aligned_buffer {
- public:
-  aligned_buffer() = default;
-  // Maps `size` bytes (rounded to pages) and touches every page so later
-  // copies do not fault.
-  static result<aligned_buffer> allocate(size_t size);
-  ~aligned_buffer();
-  aligned_buffer(aligned_buffer&& o) noexcept { *this = std::move(o); }
-  aligned_buffer& operator=(aligned_buffer&& o) noexcept;
-  std::byte* data() const { return data_; }
-  size_t size() const { return size_; }
-  std::span<std::byte> span() const { return {data_, size_}; }
-
- private:
-  std::byte* data_ = nullptr;
-  size_t size_ = 0;
-};
+// A page-aligned anonymous mapping (move-only); see util/aligned_buffer.hpp.
+using aligned_buffer = util::aligned_buffer;
 
 class staging_pool {
  public:

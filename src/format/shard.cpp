@@ -40,12 +40,19 @@ class reader {
 };
 
 constexpr size_t kRegionFixedBytes = 8 + 4 * 8;
+// Format 3's stored table: stored_size and the image's header checksum, then
+// stored_offset and stored_length per region.
+constexpr size_t kStoredFixedBytes = 16;
+constexpr size_t kStoredRegionBytes = 16;
 
+// Bytes of the image's (format 2) header.
 size_t header_bytes(const shard_header& h) {
   size_t n = kFixedHeaderBytes + 8 + h.run.size() + h.name.size();
   for (auto& r : h.regions) n += kRegionFixedBytes + 8 * (r.dims.size() + r.global.size() + r.start.size()) + r.name.size();
   return n;
 }
+
+size_t stored_table_bytes(size_t regions) { return kStoredFixedBytes + kStoredRegionBytes * regions; }
 
 constexpr size_t kChecksumOffset = 56;
 
@@ -91,19 +98,26 @@ status plan_layout(shard_header& h) {
   for (auto& r : h.regions) {
     r.length = r.count * type_size(r.type);
     r.offset = off;
+    r.compression = kCompressNone;
+    r.stored_offset = r.offset;
+    r.stored_length = r.length;
     off = align_up(off + r.length);
   }
   h.file_size = off;
+  h.stored_size = off;
+  h.format_version = kShardFormatVersion;
   return {};
 }
 
-void encode_header(shard_header& h, std::span<std::byte> out) {
-  size_t hb = header_bytes(h);
-  std::memset(out.data(), 0, h.data_offset);
-  std::byte* p = out.data();
+namespace {
+
+// Writes the fixed header, names and region table as format `fmt` (checksum
+// field 0) and returns the position after the table. The image's header
+// (format 2) always says compression 0.
+std::byte* encode_table(const shard_header& h, uint32_t fmt, size_t hb, std::byte* p) {
   std::memcpy(p, kShardMagic, 8);
   p += 8;
-  put<uint32_t>(p, kShardFormatVersion);
+  put<uint32_t>(p, fmt);
   put<uint32_t>(p, h.flags);
   put<uint32_t>(p, static_cast<uint32_t>(hb));
   put<uint32_t>(p, static_cast<uint32_t>(h.regions.size()));
@@ -112,7 +126,7 @@ void encode_header(shard_header& h, std::span<std::byte> out) {
   put<int64_t>(p, h.version);
   put<uint32_t>(p, h.rank);
   put<uint32_t>(p, h.nranks);
-  put<uint64_t>(p, 0);  // header checksum, below
+  put<uint64_t>(p, 0);  // header checksum, filled by the caller
   put<uint16_t>(p, static_cast<uint16_t>(h.run.size()));
   put<uint16_t>(p, static_cast<uint16_t>(h.name.size()));
   put<uint32_t>(p, h.attempt);
@@ -124,7 +138,7 @@ void encode_header(shard_header& h, std::span<std::byte> out) {
     put<uint16_t>(p, static_cast<uint16_t>(r.name.size()));
     put<uint8_t>(p, r.type);
     put<uint8_t>(p, r.flags);
-    put<uint8_t>(p, r.compression);
+    put<uint8_t>(p, fmt >= kCompressedShardFormatVersion ? r.compression : uint8_t{kCompressNone});
     put<uint8_t>(p, static_cast<uint8_t>(r.dims.size()));
     put<uint16_t>(p, 0);
     put<uint64_t>(p, r.count);
@@ -137,8 +151,46 @@ void encode_header(shard_header& h, std::span<std::byte> out) {
     std::memcpy(p, r.name.data(), r.name.size());
     p += r.name.size();
   }
-  h.header_checksum = util::xxh3(out.data(), hb);
-  std::memcpy(out.data() + kChecksumOffset, &h.header_checksum, 8);
+  return p;
+}
+
+uint64_t seal(std::byte* out, size_t hb) {
+  uint64_t sum = util::xxh3(out, hb);
+  std::memcpy(out + kChecksumOffset, &sum, 8);
+  return sum;
+}
+
+}  // namespace
+
+void encode_header(shard_header& h, std::span<std::byte> out) {
+  size_t hb = header_bytes(h);
+  std::memset(out.data(), 0, h.data_offset);
+  encode_table(h, kShardFormatVersion, hb, out.data());
+  h.header_checksum = seal(out.data(), hb);
+  h.format_version = kShardFormatVersion;
+  h.stored_checksum = h.header_checksum;
+  h.stored_size = h.file_size;
+  for (auto& r : h.regions) {
+    r.compression = kCompressNone;
+    r.stored_offset = r.offset;
+    r.stored_length = r.length;
+  }
+}
+
+size_t compressed_header_bytes(const shard_header& h) { return header_bytes(h) + stored_table_bytes(h.regions.size()); }
+
+void encode_compressed_header(shard_header& h, std::span<std::byte> out) {
+  const size_t hb = compressed_header_bytes(h);
+  std::memset(out.data(), 0, hb);
+  std::byte* p = encode_table(h, kCompressedShardFormatVersion, hb, out.data());
+  put<uint64_t>(p, h.stored_size);
+  put<uint64_t>(p, h.header_checksum);  // the image's: what MANIFESTs and trees record
+  for (auto& r : h.regions) {
+    put<uint64_t>(p, r.stored_offset);
+    put<uint64_t>(p, r.stored_length);
+  }
+  h.format_version = kCompressedShardFormatVersion;
+  h.stored_checksum = seal(out.data(), hb);
 }
 
 result<shard_header> decode_header(std::span<const std::byte> buf, const std::string& where, size_t* need) {
@@ -154,11 +206,13 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
   shard_header h;
   uint32_t fmt = 0, hb = 0, nreg = 0;
   rd.get(&fmt);
-  if (fmt != 1 && fmt != kShardFormatVersion) {
+  if (fmt < 1 || fmt > kNewestShardFormatVersion) {
     return status(errc::not_supported, where + ": shard format version " + std::to_string(fmt) +
                                            " is not readable by this cairn (reads versions 1 to " +
-                                           std::to_string(kShardFormatVersion) + "; upgrade cairn)");
+                                           std::to_string(kNewestShardFormatVersion) + "; upgrade cairn)");
   }
+  const bool compressed = fmt >= kCompressedShardFormatVersion;
+  h.format_version = fmt;
   rd.get(&h.flags);
   rd.get(&hb);
   rd.get(&nreg);
@@ -168,7 +222,10 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
   rd.get(&h.rank);
   rd.get(&h.nranks);
   rd.get(&h.header_checksum);
-  if (hb < kFixedHeaderBytes || hb > h.data_offset || h.data_offset > h.file_size || hb > (64u << 20))
+  // A compressed file's header (format 3) is longer than the image's and may
+  // reach past the image's data_offset: its own data start after it.
+  if (hb < kFixedHeaderBytes || (!compressed && hb > h.data_offset) || h.data_offset > h.file_size ||
+      hb > (64u << 20))
     return corrupt("inconsistent header sizes");
   if (buf.size() < hb) {
     if (need) *need = hb;
@@ -206,32 +263,73 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
       return corrupt("region '" + r.name + "' has a layout flag in a format 1 shard");
     }
     if (!rest.get_str(nl, &r.name)) return corrupt("truncated region table");
+    const bool known_compression =
+        r.compression == kCompressNone || (compressed && r.compression == kCompressZstd);
     if (type_size(r.type) == 0 || r.length != r.count * type_size(r.type) || r.offset < h.data_offset ||
-        r.offset + r.length > h.file_size || r.compression != 0)
+        r.offset > h.file_size || r.length > h.file_size - r.offset || !known_compression)
       return corrupt("region '" + r.name + "' has an invalid table entry");
+    r.stored_offset = r.offset;
+    r.stored_length = r.length;
     h.regions.push_back(std::move(r));
+  }
+  h.stored_size = h.file_size;
+  h.stored_checksum = h.header_checksum;
+  if (!compressed) return h;
+
+  // Format 3: the stored table. The checksum at offset 56 is the file's own;
+  // the header checksum of the shard (its identity) is the image's.
+  uint64_t image_checksum = 0;
+  if (!rest.get(&h.stored_size) || !rest.get(&image_checksum)) return corrupt("truncated stored table");
+  h.stored_checksum = h.header_checksum;
+  h.header_checksum = image_checksum;
+  const uint64_t data_start = align_up(hb);
+  if (h.stored_size % kAlign != 0 || data_start > h.stored_size)
+    return corrupt("stored size " + std::to_string(h.stored_size) + " is not a multiple of 4096 past the header");
+  if (header_bytes(h) > h.data_offset) return corrupt("the image's header does not fit before its data");
+  for (auto& r : h.regions) {
+    if (!rest.get(&r.stored_offset) || !rest.get(&r.stored_length)) return corrupt("truncated stored table");
+    if (r.stored_offset % kAlign != 0 || r.stored_offset < data_start)
+      return corrupt("region '" + r.name + "': stored offset " + std::to_string(r.stored_offset) +
+                     " is not a 4096-aligned offset after the header");
+    if (r.stored_offset > h.stored_size || r.stored_length > h.stored_size - r.stored_offset)
+      return corrupt("region '" + r.name + "': stored bytes [" + std::to_string(r.stored_offset) + ", " +
+                     std::to_string(r.stored_offset + r.stored_length) + ") run past the end of the file (" +
+                     std::to_string(h.stored_size) + " bytes)");
+    if (r.compression == kCompressNone ? r.stored_length != r.length : (r.stored_length == 0 && r.length != 0))
+      return corrupt("region '" + r.name + "': stored length " + std::to_string(r.stored_length) +
+                     " does not fit its compression (length " + std::to_string(r.length) + ")");
+  }
+  if (rest.pos() != hb - kFixedHeaderBytes) return corrupt("header_bytes does not end at the stored table");
+  return h;
+}
+
+result<shard_header> read_header(const storage::readable_file& f, const std::string& path, uint64_t* bytes_read) {
+  const uint64_t size = f.size();
+  // One page holds most headers; a longer one takes a second read.
+  std::vector<std::byte> buf(std::min<uint64_t>(size, kAlign));
+  CAIRN_RETURN_IF_ERROR(f.read_at(0, buf.data(), buf.size()));
+  if (bytes_read) *bytes_read += buf.size();
+  size_t need = 0;
+  auto h = decode_header(buf, path, &need);
+  if (!h && h.error().code() == errc::again) {
+    if (need > size) return status(errc::corruption, path + ": truncated header");
+    const size_t have = buf.size();
+    buf.resize(need);
+    CAIRN_RETURN_IF_ERROR(f.read_at(have, buf.data() + have, need - have));
+    if (bytes_read) *bytes_read += need - have;
+    h = decode_header(buf, path);
+  }
+  if (!h) return h;
+  if (h->stored_size != size) {
+    return status(errc::corruption, path + ": file is " + std::to_string(size) + " bytes, header says " +
+                                        std::to_string(h->stored_size) + " (truncated or overwritten)");
   }
   return h;
 }
 
 result<shard_header> read_header(storage::storage_env* env, const std::string& path) {
   CAIRN_ASSIGN_OR_RETURN(auto f, env->open_read(path));
-  std::vector<std::byte> buf(std::min<uint64_t>(f->size(), 64 * 1024));
-  CAIRN_RETURN_IF_ERROR(f->read_at(0, buf.data(), buf.size()));
-  size_t need = 0;
-  auto h = decode_header(buf, path, &need);
-  if (!h && h.error().code() == errc::again) {
-    if (need > f->size()) return status(errc::corruption, path + ": truncated header");
-    buf.resize(need);
-    CAIRN_RETURN_IF_ERROR(f->read_at(0, buf.data(), buf.size()));
-    h = decode_header(buf, path);
-  }
-  if (!h) return h;
-  if (h->file_size != f->size()) {
-    return status(errc::corruption, path + ": file is " + std::to_string(f->size()) + " bytes, header says " +
-                                        std::to_string(h->file_size) + " (truncated or overwritten)");
-  }
-  return h;
+  return read_header(*f, path);
 }
 
 status verify_image(const shard_header& h, std::span<const std::byte> image, const std::string& where) {

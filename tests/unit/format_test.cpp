@@ -190,10 +190,10 @@ TEST(FormatShard, BadMagic) {
 
 TEST(FormatShard, NewerFormatVersionIsNotSupported) {
   test::shard_image img = image();
-  poke<uint32_t>(img.bytes, kFormatVersionAt, format::kShardFormatVersion + 1);
+  poke<uint32_t>(img.bytes, kFormatVersionAt, format::kNewestShardFormatVersion + 1);
   auto r = format::decode_header(img.bytes, "f.shard");
   EXPECT_EQ(r.error().code(), errc::not_supported);
-  EXPECT_NE(message_of(r).find("shard format version " + std::to_string(format::kShardFormatVersion + 1)),
+  EXPECT_NE(message_of(r).find("shard format version " + std::to_string(format::kNewestShardFormatVersion + 1)),
             std::string::npos)
       << message_of(r);
 }

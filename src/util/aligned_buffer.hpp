@@ -1,0 +1,36 @@
+// Page-aligned memory for shard images: staging slots (engine), images read
+// back from shard files (format), images an agent holds. Aligned so that the
+// image can be written or read with O_DIRECT.
+#ifndef CAIRN_UTIL_ALIGNED_BUFFER_HPP
+#define CAIRN_UTIL_ALIGNED_BUFFER_HPP
+
+#include <cstddef>
+#include <span>
+
+#include "cairn/status.hpp"
+
+namespace cairn::util {
+
+// A page-aligned anonymous mapping (move-only).
+class aligned_buffer {
+ public:
+  aligned_buffer() = default;
+  // Maps `size` bytes (rounded to pages, zero-filled) and, with `touch`,
+  // touches every page so later copies do not fault (without it, only the
+  // pages written use memory). no_space when the memory cannot be mapped.
+  static result<aligned_buffer> allocate(size_t size, bool touch = true);
+  ~aligned_buffer();
+  aligned_buffer(aligned_buffer&& o) noexcept { *this = std::move(o); }
+  aligned_buffer& operator=(aligned_buffer&& o) noexcept;
+  std::byte* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<std::byte> span() const { return {data_, size_}; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace cairn::util
+
+#endif

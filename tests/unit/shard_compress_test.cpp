@@ -1,0 +1,413 @@
+// Unit tests of compressed shards (format 3, src/format/shard_io): the
+// round trip to the identical image, compressible and incompressible regions,
+// partial reads, every kind of damage rejected with errc::corruption, and
+// formats 1 and 2 read through the same functions.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cairn.h"
+#include "format/shard.hpp"
+#include "format/shard_io.hpp"
+#include "storage/storage_env.hpp"
+#include "test_store.hpp"
+#include "util/hash.hpp"
+
+namespace cairn {
+namespace {
+
+using format::shard_header;
+
+// Offsets in the fixed header (docs/format/shard.md).
+constexpr size_t kFormatVersionAt = 8;
+constexpr size_t kHeaderBytesAt = 16;
+constexpr size_t kChecksumAt = 56;
+
+// An image of four regions: a smooth float64 field (compresses well), random
+// bytes (does not), a scalar, and a smooth int32 ramp.
+test::shard_image sample_image() {
+  const std::vector<test::region_spec> regions = {{"field", CAIRN_FLOAT64, 256 * 256, {256, 256}, false},
+                                                  {"noise", CAIRN_BYTE, 300000, {}, false},
+                                                  {"step", CAIRN_INT64, 1, {}, false},
+                                                  {"ramp", CAIRN_INT32, 50000, {}, true}};
+  auto made = test::make_shard_image("run1", "heat", 3, 1, 2, regions);
+  EXPECT_TRUE(made.is_ok()) << made.error().to_string();
+  test::shard_image img = std::move(made).value();
+  shard_header& h = img.header;
+  // "noise" keeps make_shard_image's pseudo-random bytes; the others get
+  // smooth data.
+  auto* field = reinterpret_cast<double*>(img.bytes.data() + h.regions[0].offset);
+  for (int i = 0; i < 256; ++i)
+    for (int j = 0; j < 256; ++j) field[i * 256 + j] = std::sin(i * 0.05) * std::cos(j * 0.03) + 300.0;
+  auto* ramp = reinterpret_cast<int32_t*>(img.bytes.data() + h.regions[3].offset);
+  for (int i = 0; i < 50000; ++i) ramp[i] = i / 7;
+  for (auto& r : h.regions) r.checksum = util::xxh3(img.bytes.data() + r.offset, r.length);
+  format::encode_header(h, img.bytes);
+  return img;
+}
+
+format::compressed_shard compress(const test::shard_image& img, format::compress_options o = {}) {
+  auto c = format::compress_shard(img.header, img.bytes, o);
+  EXPECT_TRUE(c.is_ok()) << c.error().to_string();
+  return std::move(c).value();
+}
+
+std::vector<std::byte> file_bytes(const format::compressed_shard& c) {
+  auto f = c.file();
+  return {f.begin(), f.end()};
+}
+
+uint32_t header_bytes(const std::vector<std::byte>& b) {
+  uint32_t hb = 0;
+  std::memcpy(&hb, b.data() + kHeaderBytesAt, 4);
+  return hb;
+}
+
+void reseal(std::vector<std::byte>& b) {
+  const uint32_t hb = header_bytes(b);
+  std::memset(b.data() + kChecksumAt, 0, 8);
+  const uint64_t sum = util::xxh3(b.data(), hb);
+  std::memcpy(b.data() + kChecksumAt, &sum, 8);
+}
+
+template <typename T>
+void poke(std::vector<std::byte>& b, size_t at, T v) {
+  std::memcpy(b.data() + at, &v, sizeof v);
+}
+
+// Offset of the stored table (format 3): it ends the header, 16 bytes plus
+// 16 per region.
+size_t stored_table_at(const std::vector<std::byte>& b, size_t regions) {
+  return header_bytes(b) - 16 - 16 * regions;
+}
+size_t stored_offset_at(const std::vector<std::byte>& b, size_t regions, size_t i) {
+  return stored_table_at(b, regions) + 16 + 16 * i;
+}
+
+std::string message_of(const status& st) { return st ? std::string("ok") : st.message(); }
+template <typename T>
+std::string message_of(const result<T>& r) {
+  return r ? std::string("ok") : r.error().message();
+}
+
+bool same_image(const format::shard_image& got, const test::shard_image& want) {
+  return got.header.file_size == want.bytes.size() &&
+         std::memcmp(got.image.data(), want.bytes.data(), want.bytes.size()) == 0;
+}
+
+TEST(ShardCompress, RoundTripGivesTheImageBitForBit) {
+  const test::shard_image img = sample_image();
+  const format::compressed_shard c = compress(img);
+  const shard_header& h = c.header;
+  EXPECT_EQ(h.format_version, format::kCompressedShardFormatVersion);
+  EXPECT_TRUE(h.compressed());
+  EXPECT_EQ(h.header_checksum, img.header.header_checksum);  // the identity MANIFESTs record
+  EXPECT_EQ(h.file_size, img.header.file_size);
+  EXPECT_LT(h.stored_size, img.header.file_size);
+  EXPECT_EQ(h.stored_size % format::kAlign, 0u);
+  ASSERT_EQ(h.regions.size(), 4u);
+  EXPECT_EQ(h.regions[0].compression, format::kCompressZstd);
+  EXPECT_LT(h.regions[0].stored_length, h.regions[0].length);  // float64 mantissas: little gain
+  EXPECT_LT(h.regions[3].stored_length, h.regions[3].length / 20);
+  EXPECT_EQ(h.regions[1].compression, format::kCompressNone);  // random: kept as is
+  EXPECT_EQ(h.regions[1].stored_length, h.regions[1].length);
+  EXPECT_EQ(h.regions[2].compression, format::kCompressNone);  // 8 bytes: a frame saves no page
+  EXPECT_EQ(h.regions[3].compression, format::kCompressZstd);
+  for (const auto& r : h.regions) EXPECT_EQ(r.stored_offset % format::kAlign, 0u) << r.name;
+
+  auto back = format::decode_shard_image(c.file(), "mem");
+  ASSERT_TRUE(back.is_ok()) << message_of(back);
+  EXPECT_TRUE(same_image(*back, img));
+  // The header returned describes the image: format 2, as the writer had it.
+  EXPECT_EQ(back->header.format_version, format::kShardFormatVersion);
+  EXPECT_EQ(back->header.header_checksum, img.header.header_checksum);
+  EXPECT_EQ(back->header.regions[0].compression, format::kCompressNone);
+  EXPECT_EQ(back->header.regions[0].offset, img.header.regions[0].offset);
+}
+
+TEST(ShardCompress, LevelsAndThreadsGiveTheSameImage) {
+  const test::shard_image img = sample_image();
+  for (format::compress_options o : {format::compress_options{3, 0}, format::compress_options{-5, 0},
+                                     format::compress_options{1, 2}, format::compress_options{9, 0}}) {
+    const format::compressed_shard c = compress(img, o);
+    auto back = format::decode_shard_image(c.file(), "mem");
+    ASSERT_TRUE(back.is_ok()) << "level " << o.level << ": " << message_of(back);
+    EXPECT_TRUE(same_image(*back, img)) << "level " << o.level << " threads " << o.threads;
+  }
+}
+
+TEST(ShardCompress, IncompressibleImageStaysReadable) {
+  auto made = test::make_shard_image("r", "n", 1, 0, 1, {{"a", CAIRN_BYTE, 1 << 20, {}, false},
+                                                          {"b", CAIRN_UINT64, 20000, {}, false}});
+  ASSERT_TRUE(made.is_ok());
+  const format::compressed_shard c = compress(*made);
+  for (const auto& r : c.header.regions) EXPECT_EQ(r.compression, format::kCompressNone) << r.name;
+  // Only the longer header costs: at most one page more than the image.
+  EXPECT_LE(c.header.stored_size, made->header.file_size + format::kAlign);
+  auto back = format::decode_shard_image(c.file(), "mem");
+  ASSERT_TRUE(back.is_ok()) << message_of(back);
+  EXPECT_TRUE(same_image(*back, *made));
+}
+
+TEST(ShardCompress, RefusesWhatItCannotWrite) {
+  const test::shard_image img = sample_image();
+  EXPECT_EQ(format::compress_shard(img.header, img.bytes, {0, 0}).error().code(), errc::invalid_argument);
+  EXPECT_EQ(format::compress_shard(img.header, img.bytes, {99, 0}).error().code(), errc::invalid_argument);
+  EXPECT_EQ(format::compress_shard(img.header, img.bytes, {1, -1}).error().code(), errc::invalid_argument);
+  EXPECT_EQ(format::compress_shard(img.header, std::span(img.bytes).first(100), {}).error().code(),
+            errc::invalid_argument);
+  // An already compressed header.
+  const format::compressed_shard c = compress(img);
+  EXPECT_EQ(format::compress_shard(c.header, img.bytes, {}).error().code(), errc::invalid_argument);
+  // A header that is not the image's (a format 1 image re-encodes differently).
+  shard_header other = img.header;
+  other.header_checksum ^= 1;
+  EXPECT_EQ(format::compress_shard(other, img.bytes, {}).error().code(), errc::invalid_argument);
+}
+
+TEST(ShardCompress, ReaderReadsPartsInAnyOrder) {
+  const test::shard_image img = sample_image();
+  const format::compressed_shard c = compress(img);
+  auto rd = format::shard_reader::open(c.file(), "mem");
+  ASSERT_TRUE(rd.is_ok()) << message_of(rd);
+  const auto& field = img.header.regions[0];
+  std::mt19937_64 rng(7);
+  std::vector<std::byte> buf(100000);
+  for (int i = 0; i < 40; ++i) {
+    const uint64_t len = rng() % 60000 + 1;
+    const uint64_t off = field.offset + rng() % (field.length - len);
+    ASSERT_TRUE((*rd)->read(off, buf.data(), len).is_ok()) << off;
+    EXPECT_EQ(std::memcmp(buf.data(), img.bytes.data() + off, len), 0) << "offset " << off << " length " << len;
+  }
+  // A stored region, and a read that spans two regions.
+  const auto& noise = img.header.regions[1];
+  ASSERT_TRUE((*rd)->read(noise.offset + 5, buf.data(), 1000).is_ok());
+  EXPECT_EQ(std::memcmp(buf.data(), img.bytes.data() + noise.offset + 5, 1000), 0);
+  status st = (*rd)->read(field.offset + field.length - 8, buf.data(), 16);
+  EXPECT_EQ(st.code(), errc::invalid_argument) << message_of(st);
+  // Whole regions, verified.
+  for (size_t i = 0; i < img.header.regions.size(); ++i) {
+    std::vector<std::byte> out(img.header.regions[i].length);
+    EXPECT_TRUE((*rd)->read_region(i, out).is_ok()) << i;
+  }
+}
+
+class ShardCompressFiles : public ::testing::Test {
+ protected:
+  test::temp_dir dir_;
+  storage::storage_env* env_ = storage::storage_env::posix();
+  std::string path(const std::string& name) const { return storage::join(dir_.path(), name); }
+
+  // Writes `bytes` as a file and reads it back as a whole shard.
+  result<format::shard_image> read_back(const std::vector<std::byte>& bytes, size_t len = SIZE_MAX) {
+    EXPECT_TRUE(test::write_file(path("s"), bytes.data(), std::min(len, bytes.size())).is_ok());
+    return format::read_shard_image(env_, path("s"));
+  }
+};
+
+TEST_F(ShardCompressFiles, FileRoundTripAndHeader) {
+  const test::shard_image img = sample_image();
+  const format::compressed_shard c = compress(img);
+  auto back = read_back(file_bytes(c));
+  ASSERT_TRUE(back.is_ok()) << message_of(back);
+  EXPECT_TRUE(same_image(*back, img));
+  auto h = format::read_header(env_, path("s"));
+  ASSERT_TRUE(h.is_ok()) << message_of(h);
+  EXPECT_EQ(h->format_version, 3u);
+  EXPECT_EQ(h->stored_size, c.header.stored_size);
+  EXPECT_EQ(h->stored_checksum, c.header.stored_checksum);
+  EXPECT_EQ(h->header_checksum, img.header.header_checksum);
+  EXPECT_EQ(h->file_size, img.header.file_size);
+}
+
+TEST_F(ShardCompressFiles, CheckRunsBeforeTheData) {
+  const test::shard_image img = sample_image();
+  ASSERT_TRUE(test::write_file(path("s"), img.bytes.data(), img.bytes.size()).is_ok());
+  int calls = 0;
+  auto r = format::read_shard_image(env_, path("s"), [&](const shard_header& h) {
+    ++calls;
+    return h.rank == 1 ? status(errc::invalid_argument, "wrong rank") : status();
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(r.error().code(), errc::invalid_argument);
+  EXPECT_EQ(r.error().message(), "wrong rank");
+}
+
+TEST_F(ShardCompressFiles, TruncatedFile) {
+  const std::vector<std::byte> b = file_bytes(compress(sample_image()));
+  auto r = read_back(b, b.size() - format::kAlign);
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("bytes, header says " + std::to_string(b.size()) + " (truncated"), std::string::npos)
+      << message_of(r);
+  r = read_back(b, 100);  // inside the header
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+}
+
+TEST_F(ShardCompressFiles, StoredBytesPastTheEndOfTheFile) {
+  const format::compressed_shard c = compress(sample_image());
+  std::vector<std::byte> b = file_bytes(c);
+  poke<uint64_t>(b, stored_offset_at(b, 4, 0) + 8, c.header.stored_size);  // stored_length of "field"
+  reseal(b);
+  auto r = read_back(b);
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("region 'field': stored bytes"), std::string::npos) << message_of(r);
+  EXPECT_NE(message_of(r).find("run past the end of the file"), std::string::npos) << message_of(r);
+
+  b = file_bytes(c);
+  poke<uint64_t>(b, stored_table_at(b, 4), c.header.stored_size + format::kAlign);  // stored_size itself
+  reseal(b);
+  r = read_back(b);
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("truncated or overwritten"), std::string::npos) << message_of(r);
+}
+
+TEST_F(ShardCompressFiles, DecompressedSizeNotTheLength) {
+  const test::shard_image img = sample_image();
+  const format::compressed_shard c = compress(img);
+  std::vector<std::byte> b = file_bytes(c);
+  // Region "field"'s frame replaced by a frame of 8 bytes less.
+  const auto& r0 = c.header.regions[0];
+  auto shorter = img;
+  shorter.header.regions[0].count -= 1;
+  shorter.header.regions[0].length -= 8;
+  shorter.header.regions[0].checksum =
+      util::xxh3(img.bytes.data() + r0.offset, shorter.header.regions[0].length);
+  format::encode_header(shorter.header, shorter.bytes);
+  const format::compressed_shard cs = compress(shorter);
+  const auto& s0 = cs.header.regions[0];
+  ASSERT_EQ(s0.compression, format::kCompressZstd);
+  ASSERT_LE(s0.stored_length, c.header.regions[1].stored_offset - r0.stored_offset);
+  std::memcpy(b.data() + r0.stored_offset, cs.bytes.data() + s0.stored_offset, s0.stored_length);
+  poke<uint64_t>(b, stored_offset_at(b, 4, 0) + 8, s0.stored_length);
+  reseal(b);
+  auto r = read_back(b);
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("region 'field': decompressed size " + std::to_string(r0.length - 8) +
+                               " is not the region's length " + std::to_string(r0.length)),
+            std::string::npos)
+      << message_of(r);
+}
+
+TEST_F(ShardCompressFiles, DamagedFrameTruncatedFrameTrailingBytes) {
+  const format::compressed_shard c = compress(sample_image());
+  const auto& r0 = c.header.regions[0];
+  // A flipped byte in the middle of the frame: zstd or the checksum notices.
+  std::vector<std::byte> b = file_bytes(c);
+  b[r0.stored_offset + r0.stored_length / 2] ^= std::byte{0x5a};
+  auto r = read_back(b);
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+  EXPECT_NE(message_of(r).find("region 'field'"), std::string::npos) << message_of(r);
+
+  // The frame cut short (the table says fewer bytes).
+  b = file_bytes(c);
+  poke<uint64_t>(b, stored_offset_at(b, 4, 0) + 8, r0.stored_length - 10);
+  reseal(b);
+  r = read_back(b);
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+  EXPECT_NE(message_of(r).find("region 'field'"), std::string::npos) << message_of(r);
+
+  // Bytes after the frame inside the stored length.
+  b = file_bytes(c);
+  ASSERT_LT(r0.stored_length + 8, format::align_up(r0.stored_length));
+  poke<uint64_t>(b, stored_offset_at(b, 4, 0) + 8, r0.stored_length + 8);
+  reseal(b);
+  r = read_back(b);
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+  EXPECT_NE(message_of(r).find("stored bytes after the end of its zstd frame"), std::string::npos) << message_of(r);
+}
+
+TEST_F(ShardCompressFiles, RebuiltHeaderMustMatch) {
+  const format::compressed_shard c = compress(sample_image());
+  std::vector<std::byte> b = file_bytes(c);
+  poke<uint64_t>(b, stored_table_at(b, 4) + 8, c.header.header_checksum ^ 0x100);
+  reseal(b);
+  auto r = read_back(b);
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("the rebuilt image header has checksum"), std::string::npos) << message_of(r);
+}
+
+TEST_F(ShardCompressFiles, StoredTableChecks) {
+  const format::compressed_shard c = compress(sample_image());
+  // A stored offset that is not 4 KiB aligned.
+  std::vector<std::byte> b = file_bytes(c);
+  poke<uint64_t>(b, stored_offset_at(b, 4, 1), c.header.regions[1].stored_offset + 8);
+  reseal(b);
+  auto r = format::decode_header(b, "f");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("region 'noise': stored offset"), std::string::npos) << message_of(r);
+  // A stored region whose stored length is not its length.
+  b = file_bytes(c);
+  poke<uint64_t>(b, stored_offset_at(b, 4, 1) + 8, c.header.regions[1].length - 1);
+  reseal(b);
+  r = format::decode_header(b, "f");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("does not fit its compression"), std::string::npos) << message_of(r);
+  // An unknown compression.
+  b = file_bytes(c);
+  const size_t compression_at = format::kFixedHeaderBytes + 8 + 4 + 4 + 4;  // run "run1", name "heat"
+  ASSERT_EQ(static_cast<uint8_t>(b[compression_at]), format::kCompressZstd);
+  b[compression_at] = std::byte{7};
+  reseal(b);
+  r = format::decode_header(b, "f");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("region 'field' has an invalid table entry"), std::string::npos) << message_of(r);
+  // Compression in a format 2 file.
+  b = file_bytes(c);
+  poke<uint32_t>(b, kFormatVersionAt, 2);
+  reseal(b);
+  r = format::decode_header(b, "f");
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+  // A newer format.
+  b = file_bytes(c);
+  poke<uint32_t>(b, kFormatVersionAt, format::kNewestShardFormatVersion + 1);
+  r = format::decode_header(b, "f");
+  EXPECT_EQ(r.error().code(), errc::not_supported) << message_of(r);
+}
+
+TEST(ShardCompress, EveryFlippedHeaderByteIsDetected) {
+  const std::vector<std::byte> good = file_bytes(compress(sample_image()));
+  const uint32_t hb = header_bytes(good);
+  for (size_t i = 0; i < hb; ++i) {
+    std::vector<std::byte> b = good;
+    b[i] ^= std::byte{0x01};
+    auto r = format::decode_header(b, "f");
+    EXPECT_FALSE(r.is_ok()) << "flipping header byte " << i << " went unnoticed";
+  }
+}
+
+// Formats 1 and 2 go through the same reader and come back as they are.
+TEST_F(ShardCompressFiles, OlderFormatsReadTheSameWay) {
+  auto v1 = format::read_shard_image(env_, CAIRN_TEST_DATA_DIR "/shard_v1.bin");
+  ASSERT_TRUE(v1.is_ok()) << message_of(v1);
+  EXPECT_EQ(v1->header.format_version, 1u);
+  auto raw = env_->read_all(CAIRN_TEST_DATA_DIR "/shard_v1.bin");
+  ASSERT_TRUE(raw.is_ok());
+  ASSERT_EQ(raw->size(), v1->header.file_size);
+  EXPECT_EQ(std::memcmp(raw->data(), v1->image.data(), raw->size()), 0);
+  double v[4];
+  std::memcpy(v, v1->image.data() + v1->header.regions[1].offset, sizeof v);
+  EXPECT_EQ(v[3], 1e300);
+  auto rd = format::shard_reader::open(env_, CAIRN_TEST_DATA_DIR "/shard_v1.bin");
+  ASSERT_TRUE(rd.is_ok());
+  std::vector<std::byte> region(v1->header.regions[1].length);
+  EXPECT_TRUE((*rd)->read_region(1, region).is_ok());
+
+  const test::shard_image img = sample_image();
+  auto v2 = read_back(img.bytes);
+  ASSERT_TRUE(v2.is_ok()) << message_of(v2);
+  EXPECT_EQ(v2->header.format_version, 2u);
+  EXPECT_TRUE(same_image(*v2, img));
+  // Damaged data in a format 2 file: the checksum.
+  std::vector<std::byte> bad = img.bytes;
+  bad[img.header.regions[2].offset] ^= std::byte{1};
+  auto r = read_back(bad);
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("checksum mismatch in region 'step'"), std::string::npos) << message_of(r);
+}
+
+}  // namespace
+}  // namespace cairn
