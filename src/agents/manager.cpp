@@ -118,6 +118,11 @@ void manager_service::start_agent(agent_proc& a, double now) {
   argv.push_back(nullptr);
   const std::string log_path = opt_.run_dir + "/agent-" + std::to_string(a.want.agent) + ".log";
   (void)::unlink((opt_.run_dir + "/agent-" + std::to_string(a.want.agent) + ".stats").c_str());
+  // Nothing the previous process reported (its endpoint above all) is true of the new one.
+  a.endpoint.clear();
+  a.has_stats = false;
+  a.memory_held = a.bytes = a.checkpoints = a.prev_bytes = a.prev_checkpoints = 0;
+  a.bw = a.rate = 0;
 
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
@@ -175,6 +180,7 @@ void manager_service::reap(double now) {
     if (r != a.pid) continue;
     a.pid = 0;
     a.state = "exited";
+    a.endpoint.clear();  // nobody answers there any more
     a.last_exit = describe_exit(st);
     double delay = std::min(30.0, 1.0 * (1 << std::min(a.restarts, 5)));
     a.next_start = now + delay;

@@ -99,7 +99,7 @@ result<agents_control> agents_control::open(const config& cfg) {
 }
 
 result<json> agents_control::call(agents::ctl_type t, const json& body) {
-  auto r = agents::control_call(address_, secret_, "app", t, body, timeout_ms_);
+  auto r = agents::control_call(address_, secret_, "client", t, body, timeout_ms_);
   if (!r) return r.error().with_context(std::string("controller ") + address_text_ + ", " + agents::type_name(t));
   return r;
 }

@@ -42,7 +42,9 @@ result<bool> commit_if_complete(storage::storage_env* env, const std::string& st
     }
   }
   m.committed_at = util::wall_s();
-  CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true));
+  // Other writers may commit the same version at the same moment: each has its
+  // own temporary file, and the renames replace identical content.
+  CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true));
   return true;
 }
 

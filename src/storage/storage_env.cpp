@@ -1,4 +1,5 @@
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <atomic>
@@ -28,8 +29,10 @@ result<std::string> storage_env::read_all(const std::string& path) {
   return data;
 }
 
-status storage_env::write_atomic(const std::string& path, const std::string& data, bool durable) {
-  const std::string tmp = path + ".tmp";
+status storage_env::write_atomic(const std::string& path, const std::string& data, bool durable, bool unique_tmp) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = unique_tmp ? path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++counter)
+                                     : path + ".tmp";
   auto fail = [&](status st) {
     (void)remove_file(tmp);
     return st;

@@ -59,7 +59,10 @@ class storage_env {
   // Writes to path.tmp, syncs it if `durable`, renames to path, syncs the
   // directory if `durable`. On failure removes the temporary and leaves any
   // previous file at `path` untouched.
-  status write_atomic(const std::string& path, const std::string& data, bool durable);
+  // unique_tmp: the temporary name is unique to this call (pid and a
+  // counter), for files several processes may write at once (a version's
+  // MANIFEST written by whichever writer completes it); otherwise path.tmp.
+  status write_atomic(const std::string& path, const std::string& data, bool durable, bool unique_tmp = false);
   // Removes a directory tree (files and subdirectories).
   status remove_tree(const std::string& dir);
 

@@ -28,9 +28,13 @@
  * "state.bin" between cairn_checkpoint_begin/_end and read back between
  * cairn_restart_begin/_end; no region is protected.
  *
- * --pause-after V FILE: after checkpoint V (and its --wait-persistent), each
- * rank creates FILE.ready.<rank> and waits for FILE, so a test can change the
- * levels under a running job.
+ * --pause-after V FILE (repeatable): after checkpoint V (and its
+ * --wait-persistent), each rank creates FILE.ready.<rank> and waits for FILE,
+ * so a test can change the levels (or the agents) under a running job.
+ *
+ * Agents: --wait-protected waits for CAIRN_LEVEL_PROTECTED after every
+ * checkpoint and prints per rank "rank R protected V rc=C"; --probe calls
+ * cairn_probe after every checkpoint (and pause) and prints "probe V change=C".
  *
  * --bad-restart size|type|extra: after cairn_restart_test found a version,
  * protect one region wrongly (one element more / another type / a region the
@@ -76,8 +80,11 @@ typedef struct options {
   long long variant; /* changes the evolution (not the sizes): another "timeline" */
   int wait_persistent, keep_going, serial, file_mode;
   const char *bad_restart;
-  long long pause_after; /* --pause-after V FILE */
-  const char *pause_file;
+  int npause;                         /* --pause-after V FILE, repeatable */
+  long long pause_after[MAX_DUMP_AT];
+  const char *pause_file[MAX_DUMP_AT];
+  int probe;                          /* --probe */
+  int wait_protected;                 /* --wait-protected */
 } options_t;
 
 typedef struct state {
@@ -159,9 +166,13 @@ static void parse_options(int argc, char **argv, options_t *o) {
     else if (!strcmp(a, "--bad-restart")) o->bad_restart = TAKE();
     else if (!strcmp(a, "--pause-after")) {
       if (i + 2 >= argc) fail("--pause-after needs V FILE");
-      o->pause_after = parse_ll(a, argv[++i], 1);
-      o->pause_file = argv[++i];
+      if (o->npause == MAX_DUMP_AT) fail("at most %d --pause-after options", MAX_DUMP_AT);
+      o->pause_after[o->npause] = parse_ll(a, argv[++i], 1);
+      o->pause_file[o->npause] = argv[++i];
+      ++o->npause;
     }
+    else if (!strcmp(a, "--probe")) o->probe = 1;
+    else if (!strcmp(a, "--wait-protected")) o->wait_protected = 1;
     else fail("unknown option '%s'", a);
 #undef TAKE
     if (i >= argc) fail("option '%s' needs a value", a);
@@ -508,7 +519,20 @@ int main(int argc, char **argv) {
       fflush(stdout);
       if (rc != CAIRN_OK && !o.keep_going) cairn_fail("cairn_wait", rc);
     }
-    if (o.pause_file && v == o.pause_after) pause_for_test(o.pause_file);
+    if (o.wait_protected) {
+      rc = cairn_wait(c, CKPT_NAME, v, CAIRN_LEVEL_PROTECTED);
+      printf("rank %d protected %lld rc=%d\n", g_rank, (long long)v, rc);
+      fflush(stdout);
+    }
+    for (int i = 0; i < o.npause; ++i)
+      if (v == o.pause_after[i]) pause_for_test(o.pause_file[i]);
+    if (o.probe) {
+      int change = -1;
+      rc = cairn_probe(c, &change);
+      if (rc != CAIRN_OK) cairn_fail("cairn_probe", rc);
+      if (g_rank == 0) printf("probe %lld change=%d\n", (long long)v, change);
+      fflush(stdout);
+    }
   }
 
   rc = cairn_finalize(&c, 1);

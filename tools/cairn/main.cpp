@@ -173,7 +173,8 @@ int run_cli(int argc, char** argv) {
                       "Agent executable to start per agent (none: agents are recorded, not launched)");
   mgr_cmd->add_option("--agent-arg", mgr.agent_args,
                       "Argument of the agent program (repeat; {agent} {app} {app_name} {node} {controller} "
-                      "{reserve} {run_dir} {stats_file} {secret_file} are replaced)")
+                      "{reserve} {run_dir} {stats_file} {secret_file} {store} are replaced; without it the agent gets "
+                      "--agent-id --app-id --app --node --controller --stats-file [--persistent {store}])")
       ->allow_extra_args(false);
   mgr_cmd->add_option("--run-dir", mgr.run_dir, "Directory of the agents' stats and logs (default $TMPDIR/cairn-manager-NODE)");
   mgr_cmd->add_option("--nominal-power", mgr.nominal_power,

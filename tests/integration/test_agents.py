@@ -1,0 +1,331 @@
+"""Remote checkpoint agents end to end (docs/design/agents.md, "Client").
+
+A real controller and two managers that launch real cairn-agent processes on
+127.0.0.1 (tcp;ofi_rxm), and ckpt_app under mpirun with 2 ranks configured with
+agents = <controller>. Every restored state is compared bit for bit with an
+uninterrupted run without agents (the final hash covers every byte of every
+rank's state), and with the per-version state dumps.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import harness
+
+AGENT = os.environ.get("CAIRN_TEST_AGENT")
+pytestmark = pytest.mark.skipif(not AGENT or not harness.cli_path() or not harness.mpi_enabled(),
+                                reason="needs cairn-agent (CAIRN_ENABLE_FABRIC), the cairn CLI and MPI")
+
+HEARTBEAT = 0.2
+TIMEOUT = 1.5
+STEPS, EVERY, NBYTES = 12, 2, 256 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(what, pred, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = pred()
+            if last:
+                return last
+        except (AssertionError, KeyError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
+            last = e
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+class Deployment:
+    """Controller + managers (each its own process group), killed at the end."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        self.secret = root / "secret"
+        self.secret.write_text(secrets.token_hex(32) + "\n")
+        self.secret.chmod(0o600)
+        self.address = f"127.0.0.1:{free_port()}"
+        self.procs = {}
+        self.start("controller", ["controller", "--listen", self.address, "--secret-file", self.secret,
+                                  "--journal", root / "journal", "--heartbeat-interval", HEARTBEAT,
+                                  "--heartbeat-timeout", TIMEOUT, "--capacity", 2])
+        wait_until("the controller", lambda: self.status())
+
+    def start(self, name, args):
+        log = open(self.root / f"{name}.log", "ab")
+        self.procs[name] = subprocess.Popen([str(harness.cli_path())] + [str(a) for a in args], stdout=log,
+                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            start_new_session=True, env=harness.base_env())
+
+    def add_manager(self, node: str, memory_only: bool = False):
+        args = ["manager", "--controller", self.address, "--secret-file", self.secret, "--node-id", node,
+                "--capacity", 2, "--agent-program", AGENT, "--run-dir", self.root / f"run-{node}",
+                "--stop-grace", 10]
+        if memory_only:
+            # No --persistent: the agents keep versions in memory only.
+            for a in ["--agent-id", "{agent}", "--app", "{app_name}", "--stats-file", "{stats_file}"]:
+                args += ["--agent-arg=" + a]
+        self.start("manager-" + node, args)
+        wait_until(f"node {node}", lambda: any(n["node"] == node for n in self.status()["nodes"]))
+
+    def kill(self, name, sig=signal.SIGKILL):
+        p = self.procs.pop(name)
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+        p.wait(timeout=20)
+
+    def stop_all(self):
+        for name in list(self.procs):
+            self.kill(name)
+
+    def cli(self, *args, check=True):
+        r = subprocess.run([str(harness.cli_path()), *map(str, args)], capture_output=True, text=True, timeout=30,
+                           env=harness.base_env())
+        if check:
+            assert r.returncode == 0, f"cairn {' '.join(map(str, args))}: {r.returncode}\n{r.stdout}{r.stderr}"
+        return r
+
+    def status(self):
+        r = self.cli("agents", "status", "--controller", self.address, "--secret-file", self.secret, "--json",
+                     "--timeout", "5")
+        return json.loads(r.stdout)
+
+    def app(self, name):
+        for a in self.status()["applications"]:
+            if a["name"] == name:
+                return a
+        return None
+
+    def admin(self, *args):
+        return self.cli("agents", *args, "--controller", self.address, "--secret-file", self.secret)
+
+    def log(self, name):
+        return (self.root / f"{name}.log").read_text(errors="replace")
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    d = Deployment(tmp_path / "deploy")
+    yield d
+    d.stop_all()
+
+
+def agents_cfg(d: Deployment, **extra):
+    cfg = dict(agents=d.address, agents_secret_file=d.secret, agents_timeout=5, agents_wait=15,
+               local_enabled="false")
+    cfg.update(extra)
+    return cfg
+
+
+def release(flag: Path):
+    flag.write_text("")
+
+
+def committed(job, version) -> bool:
+    return (job.store / "runs" / job.run_id / "ckpt" / f"v{version:012d}" / "MANIFEST").exists()
+
+
+def test_checkpoint_through_agents_and_restart_from_agent_memory(deployment, reference, make_job):
+    """Memory-only agents: nothing reaches the store, so a restart after the
+    application is killed can only come from the agents' memory. A second
+    application is served by the same agent nodes at the same time."""
+    d = deployment
+    d.add_manager("node-a", memory_only=True)
+    d.add_manager("node-b", memory_only=True)
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-mem")
+    other = make_job(2, run="agents-other")
+    flag = job.root / "pause8"
+    # Memory-only agents never commit: finalize must not wait for that.
+    cfg = agents_cfg(d, agents_persist="false")
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
+                  "--pause-after", 8, flag, **cfg)
+    job.wait_paused(p, flag)
+    # A second application while the first one is paused: both served at once.
+    r2 = other.run("--steps", 6, "--every", 2, "--bytes", NBYTES, "--wait-protected", **cfg).ok()
+    assert _protected(r2) and all(rc == 0 for rc in _protected(r2).values()), r2.describe()
+    app = d.app("agents-mem")
+    assert app and app["agents"], d.status()
+    os.killpg(p.pid, signal.SIGKILL)
+    first = harness.finish_process(p)
+    prot = _protected(first)
+    assert {(r, v) for r in range(2) for v in (2, 4, 6, 8)} <= set(prot), first.describe()
+    assert all(rc == 0 for rc in prot.values()), first.describe()
+    # Memory only: the store holds no shard at all.
+    assert not list(job.store.rglob("shard.*")), sorted(job.store.rglob("*"))
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg).ok()
+    assert r.restarted_from == 8, r.describe()
+    assert r.final_hash == ref.final_hash
+    assert re.search(r"restored .* v8 rank 0", d.log("manager-node-a") + _agent_logs(d)), _agent_logs(d)
+
+
+def _protected(result):
+    return {(int(m.group(1)), int(m.group(2))): int(m.group(3))
+            for m in re.finditer(r"^rank (\d+) protected (\d+) rc=(-?\d+)$", result.stdout, re.M)}
+
+
+def _agent_logs(d: Deployment) -> str:
+    return "".join(f.read_text(errors="replace") for f in d.root.glob("run-*/agent-*.log"))
+
+
+def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, reference, make_job):
+    """Agents with a store write every version compressed-or-not in cairn's
+    format; after the application and then every agent process are killed,
+    restart comes from those persistent copies."""
+    d = deployment
+    d.add_manager("node-a")
+    d.add_manager("node-b")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-store")
+    flag = job.root / "pause6"
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--pause-after", 6, flag,
+                  **agents_cfg(d))
+    job.wait_paused(p, flag)
+    wait_until("v6 committed by the agents", lambda: committed(job, 6))
+    os.killpg(p.pid, signal.SIGKILL)
+    harness.finish_process(p)
+    # Kill the agent processes: their managers restart them, empty.
+    pids = [g["pid"] for g in d.app("agents-store")["agents"]]
+    assert pids and all(pid > 0 for pid in pids)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    wait_until("agents restarted", lambda: all(g["pid"] not in pids and g["pid"] > 0 and g.get("endpoint")
+                                                for g in d.app("agents-store")["agents"]))
+    v = d.cli("verify", job.store, "--run", job.run_id, "--json", check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **agents_cfg(d)).ok()
+    assert r.restarted_from == 6, r.describe()
+    assert r.final_hash == ref.final_hash
+    # Finalize keeps the checkpoints (agents_persist): the last one is committed.
+    assert committed(job, STEPS)
+    ls = json.loads(d.cli("ls", job.store, "--json").stdout)
+    assert job.run_id in json.dumps(ls)
+
+
+def test_agent_lost_mid_run_version_falls_back_and_nothing_is_lost(deployment, reference, make_job):
+    """An agent killed while the application runs: the next version is not
+    reported as held by agents (PROTECTED fails) but the ranks write it
+    themselves and it is committed; cairn_probe picks up the restarted agent
+    and later versions are held again."""
+    d = deployment
+    d.add_manager("node-a")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-lost")
+    flag = job.root / "pause4"
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected", "--probe",
+                  "--pause-after", 4, flag, **agents_cfg(d))
+    job.wait_paused(p, flag)
+    wait_until("v4 committed by the agent", lambda: committed(job, 4))
+    pids = [g["pid"] for g in d.app("agents-lost")["agents"]]
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    # The manager restarts the agent; the application learns of it at a probe.
+    wait_until("agent restarted", lambda: all(g["pid"] not in pids and g["pid"] > 0 and g.get("endpoint")
+                                              for g in d.app("agents-lost")["agents"]))
+    release(flag)
+    r = harness.finish_process(p).ok()
+    prot = _protected(r)
+    assert r.final_hash == ref.final_hash
+    # v4 was held before the kill; the probe after v4 saw the new agent
+    # address (change 3 = migrated), so v6... are held by the new agent.
+    assert all(prot[(rank, 4)] == 0 for rank in range(2)), r.describe()
+    assert re.search(r"^probe 4 change=3$", r.stdout, re.M), r.describe()
+    assert all(prot[(rank, v)] == 0 for rank in range(2) for v in (6, 8, 10, 12)), r.describe()
+    for v in (2, 4, 6, 8, 10, 12):
+        assert committed(job, v), v
+
+
+def test_agent_unreachable_falls_back_to_the_ranks_own_writes(deployment, reference, make_job):
+    """Agents killed and their manager gone: versions are written and
+    committed by the ranks, PROTECTED is reported failed, nothing is lost."""
+    d = deployment
+    d.add_manager("node-a")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-gone")
+    flag = job.root / "pause4"
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
+                  "--pause-after", 4, flag, **agents_cfg(d))
+    job.wait_paused(p, flag)
+    d.kill("manager-node-a")  # its process group: the manager and its agents
+    release(flag)
+    r = harness.finish_process(p).ok()
+    prot = _protected(r)
+    assert r.final_hash == ref.final_hash
+    assert all(prot[(rank, 6)] != 0 for rank in range(2)), r.describe()
+    for v in (2, 4, 6, 8, 10, 12):
+        assert committed(job, v), v
+    restarted = job.run("--steps", STEPS + 2, "--every", EVERY, "--bytes", NBYTES).ok()
+    assert restarted.restarted_from == STEPS
+
+
+def test_expand_reduce_migrate_during_a_run(deployment, reference, make_job):
+    """The controller changes the application's agents while it runs; each
+    cairn_probe reports the change, and every version stays restorable bit for
+    bit (checked against the reference's per-version dumps)."""
+    d = deployment
+    d.add_manager("node-a")
+    d.add_manager("node-b")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-resize")
+    flags = {v: job.root / f"pause{v}" for v in (2, 4, 6)}
+    args = ["--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected", "--probe"]
+    for v, f in flags.items():
+        args += ["--pause-after", v, f]
+    p = job.start(*args, **agents_cfg(d))
+    job.wait_paused(p, flags[2])
+    app = d.app("agents-resize")
+    assert len(app["agents"]) == 1, app
+    d.admin("resize", "--app", app["app"], "--agents", 2, "--force")
+    wait_until("2 agents running", lambda: len(d.app("agents-resize")["agents"]) == 2 and all(
+        g.get("endpoint") for g in d.app("agents-resize")["agents"]))
+    release(flags[2])
+    job.wait_paused(p, flags[4])
+    d.admin("resize", "--app", app["app"], "--agents", 1)
+    wait_until("1 agent", lambda: len(d.app("agents-resize")["agents"]) == 1)
+    release(flags[4])
+    job.wait_paused(p, flags[6])
+    agent = d.app("agents-resize")["agents"][0]
+    d.admin("migrate", "--agent", agent["agent"])
+    wait_until("agent migrated", lambda: d.app("agents-resize")["agents"][0]["node"] != agent["node"] and
+               d.app("agents-resize")["agents"][0].get("endpoint"))
+    release(flags[6])
+    r = harness.finish_process(p).ok()
+    assert r.final_hash == ref.final_hash
+    changes = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^probe (\d+) change=(\d+)$", r.stdout, re.M)}
+    assert changes[2] == 1 and changes[4] == 2 and changes[6] == 3, r.describe()
+    prot = _protected(r)
+    assert all(rc == 0 for rc in prot.values()), r.describe()
+    # Restart from a version the new agent holds.
+    again = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **agents_cfg(d)).ok()
+    assert again.restarted_from == STEPS
+    assert again.final_hash == ref.final_hash
+
+
+def test_bad_agents_configuration_is_a_clear_error(tmp_path, make_job):
+    job = make_job(2, run="agents-bad")
+    secret = tmp_path / "secret"
+    secret.write_text(secrets.token_hex(32))
+    r = job.run("--steps", 2, agents="127.0.0.1:1", agents_secret_file=secret, agents_timeout=2)
+    assert r.rc != 0
+    assert "controller 127.0.0.1:1" in r.stderr, r.describe()
+    r = job.run("--steps", 2, agents="127.0.0.1:1", agents_secret_file=tmp_path / "missing")
+    assert r.rc != 0 and "agents_secret_file" in r.stderr, r.describe()
