@@ -9,6 +9,7 @@
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
+#include "format/shard_io.hpp"
 #include "format/tree.hpp"
 #include "util/hash.hpp"
 
@@ -79,7 +80,7 @@ struct shard_src {
   bool local = false;               // data come from local_path
   format::shard_header header;
   std::optional<format::tree_file> tree;
-  std::unique_ptr<storage::readable_file> file;  // open on data_path(), lazily
+  std::unique_ptr<format::shard_reader> file;  // open on data_path(), lazily
   const std::string& data_path() const { return local ? local_path : persistent_path; }
 };
 
@@ -219,43 +220,27 @@ class differ {
     }
   }
 
-  // Reads and validates a shard header (reading only its first pages).
-  result<format::shard_header> read_header(storage::readable_file* f, const std::string& path) {
-    const uint64_t size = f->size();
-    std::vector<std::byte> buf(static_cast<size_t>(std::min<uint64_t>(size, 4096)));
-    CAIRN_RETURN_IF_ERROR(f->read_at(0, buf.data(), buf.size()));
-    res_.io.metadata_bytes += buf.size();
-    size_t need = 0;
-    auto h = format::decode_header(buf, path, &need);
-    if (!h && h.error().code() == errc::again) {
-      if (need > size) return status(errc::corruption, path + ": truncated header");
-      const size_t have = buf.size();
-      buf.resize(need);
-      CAIRN_RETURN_IF_ERROR(f->read_at(have, buf.data() + have, need - have));
-      res_.io.metadata_bytes += need - have;
-      h = format::decode_header(buf, path);
-    }
-    if (!h) return h;
-    if (h->file_size != size) {
-      return status(errc::corruption, path + ": file is " + std::to_string(size) + " bytes, header says " +
-                                          std::to_string(h->file_size));
-    }
-    return h;
+  // Opens and validates a shard file (its header, and that the file has the
+  // size the header says), compressed or not.
+  result<std::unique_ptr<format::shard_reader>> open_reader(const std::string& path) {
+    CAIRN_ASSIGN_OR_RETURN(auto rd, format::shard_reader::open(env_, path));
+    res_.io.metadata_bytes += rd->bytes_read();
+    return rd;
   }
 
   // Opens `path` as the shard of `s` if it is the image the MANIFEST records.
   // Sets s.header unless it is already known (a header with the same checksum
   // is the same header: references into it stay valid).
   status open_shard(shard_src& s, const std::string& path, bool keep_header = false) {
-    CAIRN_ASSIGN_OR_RETURN(auto f, env_->open_read(path));
-    CAIRN_ASSIGN_OR_RETURN(format::shard_header h, read_header(f.get(), path));
+    CAIRN_ASSIGN_OR_RETURN(auto f, open_reader(path));
+    const format::shard_header& h = f->header();
     if (h.header_checksum != s.expect_checksum || h.file_size != s.expect_size) {
       return status(errc::corruption, path + ": header checksum " + util::hex64(h.header_checksum) + " / size " +
                                           std::to_string(h.file_size) + " do not match the MANIFEST (" +
                                           util::hex64(s.expect_checksum) + " / " + std::to_string(s.expect_size) +
                                           ")");
     }
-    if (!keep_header) s.header = std::move(h);
+    if (!keep_header) s.header = h;
     if (open_files_ < kMaxOpenFiles) {  // else reopened when its data are needed
       s.file = std::move(f);
       ++open_files_;
@@ -592,12 +577,13 @@ class differ {
   bool read(shard_src& s, const char* label, uint64_t offset, void* buf, size_t len) {
     if (!s.file) {
       if (open_files_ >= kMaxOpenFiles) close_idle(&s);
-      auto f = env_->open_read(s.data_path());
+      auto f = open_reader(s.data_path());
       if (!f) return fail_read(s, label, f.error().message());
       s.file = std::move(*f);
       ++open_files_;
     }
-    status st = s.file->read_at(offset, buf, len);
+    // Offsets are the image's: a compressed shard decompresses what is read.
+    status st = s.file->read(offset, buf, len);
     if (!st) return fail_read(s, label, st.message());
     res_.io.data_bytes += len;
     if (s.local) res_.io.data_bytes_local += len;

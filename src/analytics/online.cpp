@@ -6,6 +6,7 @@
 
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
+#include "format/shard_io.hpp"
 
 namespace cairn::analytics {
 namespace {
@@ -40,7 +41,10 @@ result<online_outcome> compare_with_reference(storage::storage_env* env, const o
     auto lh = format::read_header(env, local);
     if (lh && lh->header_checksum == m.shards[mine.rank].header_checksum) path = local;
   }
-  CAIRN_ASSIGN_OR_RETURN(format::shard_header rh, format::read_header(env, path));
+  // The reference shard may be compressed (written by an agent): read it
+  // through a shard_reader, by the image's offsets.
+  CAIRN_ASSIGN_OR_RETURN(auto file, format::shard_reader::open(env, path));
+  const format::shard_header& rh = file->header();
   if (rh.header_checksum != m.shards[mine.rank].header_checksum)
     return status(errc::corruption, path + ": does not match the reference's MANIFEST");
   std::optional<format::tree_file> rtree;
@@ -49,7 +53,6 @@ result<online_outcome> compare_with_reference(storage::storage_env* env, const o
     if (t && t->shard_header_checksum == rh.header_checksum && t->chunk_bytes == my_tree->chunk_bytes)
       rtree = std::move(t).value();
   }
-  CAIRN_ASSIGN_OR_RETURN(auto file, env->open_read(path));
 
   std::vector<std::byte> buf;
   for (const auto& r : mine.regions) {
@@ -76,7 +79,7 @@ result<online_outcome> compare_with_reference(storage::storage_env* env, const o
         if (tolerant && mt->tolerant[c] == rt->tolerant[c]) continue;
       }
       buf.resize(n * es);
-      CAIRN_RETURN_IF_ERROR(file->read_at(it->offset + first * es, buf.data(), n * es));
+      CAIRN_RETURN_IF_ERROR(file->read(it->offset + first * es, buf.data(), n * es));
       compare_stats s;
       compare_into(&s, image.data() + r.offset + first * es, buf.data(), n, r.type, ref.tol, first);
       if (s.mismatch > 0) {

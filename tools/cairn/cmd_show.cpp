@@ -91,6 +91,7 @@ int cmd_show(const show_options& o) {
   table timings({"RANK", "CAPTURED_AT", "CAPTURE_S", "CHECKSUM_S", "LOCAL_S", "PERSISTENT_S", "PERSISTENT_AT"},
                 {true, false, true, true, true, true, false});
   std::vector<std::string> errors;
+  uint64_t compressed_shards = 0, stored_bytes = 0, image_bytes = 0;
   for (uint32_t rank : ranks) {
     const std::string path = format::shard_path(o.store, run, o.name, o.version, rank);
     nlohmann::json js = {{"rank", rank}, {"file", format::shard_file_name(rank)}};
@@ -120,6 +121,14 @@ int cmd_show(const show_options& o) {
       js["size"] = h->file_size;
       js["header_checksum"] = util::hex64(h->header_checksum);
     }
+    // SIZE is the image's; a compressed shard (format 3) stores fewer bytes.
+    js["format_version"] = h->format_version;
+    js["stored_size"] = h->stored_size;
+    if (h->compressed()) {
+      ++compressed_shards;
+      stored_bytes += h->stored_size;
+      image_bytes += h->file_size;
+    }
     shards.add({std::to_string(rank), format::shard_file_name(rank), std::to_string(h->file_size),
                 util::hex64(h->header_checksum), e ? e->host : "-"});
     nlohmann::json jregions = nlohmann::json::array();
@@ -132,7 +141,9 @@ int cmd_show(const show_options& o) {
                           {"column_major", (r.flags & format::kColumnMajor) != 0},
                           {"offset", r.offset},
                           {"length", r.length},
-                          {"checksum", util::hex64(r.checksum)}});
+                          {"checksum", util::hex64(r.checksum)},
+                          {"compression", r.compression == format::kCompressZstd ? "zstd" : "none"},
+                          {"stored_length", r.stored_length}});
       regions.add({std::to_string(rank), r.name, format::type_name(r.type), std::to_string(r.count), shape_text(r),
                    std::to_string(r.offset), std::to_string(r.length), util::hex64(r.checksum)});
     }
@@ -178,6 +189,11 @@ int cmd_show(const show_options& o) {
     regions.print(stdout);
     std::printf("\nshards:\n");
     shards.print(stdout);
+    if (compressed_shards > 0) {
+      std::printf("compressed:  %llu of %zu shards (zstd), %s stored for %s of images\n",
+                  static_cast<unsigned long long>(compressed_shards), ranks.size(), format_bytes(stored_bytes).c_str(),
+                  format_bytes(image_bytes).c_str());
+    }
     if (!timings.empty()) {
       std::printf("\ntimings (seconds; times UTC):\n");
       timings.print(stdout);

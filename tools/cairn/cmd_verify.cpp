@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
+#include "format/shard_io.hpp"
 #include "output.hpp"
 #include "store_scan.hpp"
 #include "util/hash.hpp"
@@ -144,56 +145,64 @@ class verifier {
     };
     ++(j.level == "local" ? local_shards_ : persistent_shards_);
     storage::storage_env* env = storage::storage_env::posix();
-    auto h = format::read_header(env, j.path);  // magic, format, header checksum, table, file size
-    if (!h) {
-      problem_here(h.error().message());
+    // Magic, format, header checksum, table, file size; compressed or not.
+    auto rd = format::shard_reader::open(env, j.path);
+    if (!rd) {
+      problem_here(rd.error().message());
       progress_->advance(j.size, j.path);
       return;
     }
-    if (h->run != j.run || h->name != j.name || h->version != j.version || h->rank != j.rank) {
-      problem_here("header says " + h->run + "/" + h->name + " version " + std::to_string(h->version) + " rank " +
-                   std::to_string(h->rank) + ", which does not match its place");
+    const format::shard_header& h = (*rd)->header();
+    if (h.run != j.run || h.name != j.name || h.version != j.version || h.rank != j.rank) {
+      problem_here("header says " + h.run + "/" + h.name + " version " + std::to_string(h.version) + " rank " +
+                   std::to_string(h.rank) + ", which does not match its place");
     }
     if (j.expect) {
-      if (h->file_size != j.expect->size) {
-        problem_here("size " + std::to_string(h->file_size) + " does not match the MANIFEST (" +
+      // The MANIFEST records the image's size and header checksum, which a
+      // compressed shard's header also carries.
+      if (h.file_size != j.expect->size) {
+        problem_here("size " + std::to_string(h.file_size) + " does not match the MANIFEST (" +
                      std::to_string(j.expect->size) + ")");
       }
-      if (h->header_checksum != j.expect->header_checksum) {
-        problem_here("header checksum " + util::hex64(h->header_checksum) + " does not match the MANIFEST (" +
+      if (h.header_checksum != j.expect->header_checksum) {
+        problem_here("header checksum " + util::hex64(h.header_checksum) + " does not match the MANIFEST (" +
                      util::hex64(j.expect->header_checksum) + ")");
       }
-      if (j.nranks && h->nranks != *j.nranks) {
-        problem_here("header says " + std::to_string(h->nranks) + " ranks, the MANIFEST " +
+      if (j.nranks && h.nranks != *j.nranks) {
+        problem_here("header says " + std::to_string(h.nranks) + " ranks, the MANIFEST " +
                      std::to_string(*j.nranks));
       }
     }
-    auto f = env->open_read(j.path);
-    if (!f) {
-      problem_here(f.error().message());
-      progress_->advance(j.size, j.path);
-      return;
-    }
     if (buffer_.empty()) buffer_.resize(kChunkBytes);
-    for (const auto& r : h->regions) {
+    // Progress counts the file's bytes (j.size) as they are read: a
+    // compressed region advances by its stored bytes.
+    uint64_t advanced = 0;
+    auto advance = [&] {
+      const uint64_t now = std::min<uint64_t>((*rd)->bytes_read(), j.size);
+      if (now > advanced) progress_->advance(now - advanced, j.path);
+      advanced = std::max(advanced, now);
+    };
+    advance();
+    for (const auto& r : h.regions) {
       ++regions_;
       util::xxh3_stream hash;
       status st;
       for (uint64_t done = 0; done < r.length && st;) {
         size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, r.length - done));
-        st = (*f)->read_at(r.offset + done, buffer_.data(), n);
+        st = (*rd)->read(r.offset + done, buffer_.data(), n);
         if (st) hash.update(buffer_.data(), n);
         done += n;
         bytes_ += n;
-        progress_->advance(n, j.path);
+        advance();
       }
       if (!st) {
-        problem_here("reading region '" + r.name + "': " + st.message());
+        problem_here("reading region '" + r.name + "': " + without_prefix(st.message(), j.path));
       } else if (hash.digest() != r.checksum) {
         problem_here("checksum mismatch in region '" + r.name + "' (offset " + std::to_string(r.offset) +
                      ", length " + std::to_string(r.length) + ")");
       }
     }
+    if (advanced < j.size) progress_->advance(j.size - advanced, j.path);
   }
 
   void report() {
