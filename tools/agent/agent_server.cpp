@@ -22,6 +22,7 @@
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
+#include "format/shard_io.hpp"
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
 
@@ -97,6 +98,8 @@ struct agent_server::impl {
   std::deque<std::shared_ptr<held_version>> to_write;  // GUARDED_BY(mu)
   bool writer_stop = false;                            // GUARDED_BY(mu)
   status writer_error;                                 // GUARDED_BY(mu): first error, latched
+  uint64_t stored_bytes = 0;  // writer thread only: bytes of shard files written
+  uint64_t image_bytes = 0;   // writer thread only: bytes of the images they hold
   // Per version: the shard entries written so far (the manifest needs all ranks).
   std::map<version_key, std::map<uint32_t, format::shard_entry>> written;  // writer thread only
   std::thread writer;
@@ -270,19 +273,17 @@ struct agent_server::impl {
       if (m.version >= 0 && *v != m.version) continue;
       if (!env->exists(format::manifest_path(cfg.persistent, m.run, m.name, *v))) continue;
       const std::string path = format::shard_path(cfg.persistent, m.run, m.name, *v, m.rank);
-      auto f = env->open_read(path);
-      if (!f) continue;
-      auto buf = engine::aligned_buffer::allocate((*f)->size());
-      if (!buf) return buf.take_status();
-      CAIRN_RETURN_IF_ERROR((*f)->read_at(0, buf->data(), (*f)->size()));
-      auto h = verify_shard_image(buf->span().first((*f)->size()), path);
-      if (!h) {
-        agent_log("skipping %s: %s", path.c_str(), h.error().to_string().c_str());
+      if (!env->exists(path)) continue;
+      // Compressed or not, the image comes back as it was pulled (verified).
+      auto s = format::read_shard_image(env, path);
+      if (!s) {
+        if (s.error().code() == errc::no_space) return s.take_status();
+        agent_log("skipping %s: %s", path.c_str(), s.error().to_string().c_str());
         continue;
       }
       auto out = std::make_shared<held_version>();
-      out->header = std::move(h).value();
-      out->image = std::move(buf).value();
+      out->header = std::move(s->header);
+      out->image = std::move(s->image);
       return out;
     }
     return status(errc::not_found, describe(m) + " is neither held nor committed in " + cfg.persistent);
@@ -390,11 +391,32 @@ struct agent_server::impl {
 
   // ---- background writer ----
 
+  // Writes v's image to path: compressed (format 3) unless compression is
+  // off, or the image cannot be compressed (then as is, with a note).
+  status write_shard(held_version& v, const std::string& path) {
+    const auto& h = v.header;
+    if (cfg.compress_level != 0) {
+      format::compress_options co;
+      co.level = cfg.compress_level;
+      co.threads = cfg.compress_threads;
+      auto c = format::compress_shard(h, v.bytes(), co);
+      if (c) {
+        stored_bytes += c->header.stored_size;
+        image_bytes += h.file_size;
+        return engine::write_shard_file(env, path, c->bytes.data(), c->header.stored_size, cfg.direct_io, true);
+      }
+      agent_log("%s is written uncompressed: %s", describe(h).c_str(), c.error().to_string().c_str());
+    }
+    stored_bytes += h.file_size;
+    image_bytes += h.file_size;
+    return engine::write_shard_file(env, path, v.image.data(), h.file_size, cfg.direct_io, true);
+  }
+
   status persist(held_version& v) {
     const auto& h = v.header;
     const double t0 = util::now_s();
     const std::string path = format::shard_path(cfg.persistent, h.run, h.name, h.version, h.rank);
-    CAIRN_RETURN_IF_ERROR(engine::write_shard_file(env, path, v.image.data(), h.file_size, cfg.direct_io, true));
+    CAIRN_RETURN_IF_ERROR(write_shard(v, path));
     format::shard_entry e;
     e.rank = h.rank;
     e.size = h.file_size;
@@ -430,7 +452,15 @@ struct agent_server::impl {
     std::unique_lock lk(mu);
     while (true) {
       cv.wait(lk, [&] { return writer_stop || !to_write.empty(); });
-      if (to_write.empty()) return;  // stop requested and nothing left
+      if (to_write.empty()) {  // stop requested and nothing left
+        if (image_bytes > 0)
+          agent_log("wrote %llu bytes of shard files for %llu bytes of images (%s, ratio %.2f)",
+                    static_cast<unsigned long long>(stored_bytes), static_cast<unsigned long long>(image_bytes),
+                    cfg.compress_level != 0 ? ("zstd level " + std::to_string(cfg.compress_level)).c_str()
+                                            : "uncompressed",
+                    stored_bytes ? static_cast<double>(image_bytes) / static_cast<double>(stored_bytes) : 0.0);
+        return;
+      }
       auto v = std::move(to_write.front());
       to_write.pop_front();
       lk.unlock();
@@ -451,6 +481,8 @@ const fabric_properties& agent_server::properties() const { return impl_->ctx->p
 
 result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& config) {
   if (config.keep < 1) return status(errc::invalid_argument, "keep must be at least 1");
+  if (config.compress_level != 0)
+    CAIRN_RETURN_IF_ERROR(format::check_compress_options({config.compress_level, config.compress_threads}));
   auto p = std::make_unique<impl>();
   p->cfg = config;
   char host[256] = {0};
