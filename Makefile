@@ -1,5 +1,6 @@
 # Entry points for a fresh Debian 12 machine:
 #   make demo   install dependencies, build, run the checkpoint/kill/restart demonstration
+#               (then the same with remote checkpoint agents)
 #   make test   install dependencies, build, run every test
 #   make demo-history   runs compared version by version (cairn diff, Python report)
 BUILD ?= build
@@ -21,6 +22,7 @@ build: deps
 
 demo: build
 	@scripts/demo.sh $(BUILD)
+	@scripts/demo-agents.sh $(BUILD)
 
 demo-history: build
 	@scripts/demo-history.sh $(BUILD)

@@ -335,6 +335,15 @@ int main(int argc, char **argv) {
         printf("heat2d: checkpoint version %lld\n", it);
         fflush(stdout);
       }
+      /* With remote checkpoint agents (configuration key agents), take any
+       * change of agents the controller decided; without, this returns at once. */
+      int change = CAIRN_AGENTS_UNCHANGED;
+      if ((rc = cairn_probe(c, &change)) != CAIRN_OK) cairn_die("cairn_probe", rc);
+      if (change != CAIRN_AGENTS_UNCHANGED && rank == 0) {
+        static const char *what[] = {"unchanged", "expanded", "reduced", "migrated"};
+        printf("heat2d: agents %s\n", what[change]);
+        fflush(stdout);
+      }
     }
   }
 
