@@ -73,16 +73,19 @@ result<int> client_impl::probe() {
   if (finalized_) return status(errc::invalid_argument, "cairn_probe: handle already finalized");
   if (!agents_) return CAIRN_AGENTS_UNCHANGED;
   const double t0 = util::now_s();
-  status st;
   std::string text;
   if (rank() == 0) {
     auto v = control_->fetch(agents_view_.app);
     if (v && classify_change(agents_view_, *v) != CAIRN_AGENTS_UNCHANGED && !v->ready())
       v = control_->wait_ready(agents_view_.app, cfg_.agents_wait);
-    if (!v) st = v.take_status();
-    else if (classify_change(agents_view_, *v) != CAIRN_AGENTS_UNCHANGED) text = v->encode();
+    if (!v) {
+      // The controller restarting or unreachable must not disturb the
+      // application: it keeps its agents and asks again at the next probe.
+      std::fprintf(stderr, "cairn: warning: cairn_probe: %s; keeping the current agents\n", v.error().message().c_str());
+    } else if (classify_change(agents_view_, *v) != CAIRN_AGENTS_UNCHANGED) {
+      text = v->encode();
+    }
   }
-  CAIRN_RETURN_IF_ERROR(agree(st).with_context("cairn_probe"));
   comm_->broadcast(&text, 0);
   int change = CAIRN_AGENTS_UNCHANGED;
   bool reconnect = false;

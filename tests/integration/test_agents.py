@@ -265,6 +265,7 @@ def test_agent_unreachable_falls_back_to_the_ranks_own_writes(deployment, refere
     p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
                   "--pause-after", 4, flag, **agents_cfg(d))
     job.wait_paused(p, flag)
+    wait_until("v4 committed by the agent", lambda: committed(job, 4))
     d.kill("manager-node-a")  # its process group: the manager and its agents
     release(flag)
     r = harness.finish_process(p).ok()
@@ -329,3 +330,65 @@ def test_bad_agents_configuration_is_a_clear_error(tmp_path, make_job):
     assert "controller 127.0.0.1:1" in r.stderr, r.describe()
     r = job.run("--steps", 2, agents="127.0.0.1:1", agents_secret_file=tmp_path / "missing")
     assert r.rc != 0 and "agents_secret_file" in r.stderr, r.describe()
+
+
+def test_controller_restart_does_not_disturb_the_application(deployment, reference, make_job):
+    """The controller killed mid-run and restarted on its journal: probes in
+    between warn and keep the agents; the application finishes with the
+    right state and is still registered with the same agents."""
+    d = deployment
+    d.add_manager("node-a")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-ctl")
+    flags = {v: job.root / f"pause{v}" for v in (4, 6)}
+    args = ["--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected", "--probe"]
+    for v, f in flags.items():
+        args += ["--pause-after", v, f]
+    p = job.start(*args, **agents_cfg(d))
+    job.wait_paused(p, flags[4])
+    before = d.app("agents-ctl")["agents"]
+    d.kill("controller")
+    release(flags[4])
+    job.wait_paused(p, flags[6])  # v6 checkpointed and probed without a controller
+    d.start("controller", ["controller", "--listen", d.address, "--secret-file", d.secret,
+                           "--journal", d.root / "journal", "--heartbeat-interval", HEARTBEAT,
+                           "--heartbeat-timeout", TIMEOUT, "--capacity", 2])
+    wait_until("the node back", lambda: d.app("agents-ctl") and all(
+        g["state"] == "running" for g in d.app("agents-ctl")["agents"]))
+    # Recovered from the journal: the same agent, not a new one.
+    assert [g["agent"] for g in d.app("agents-ctl")["agents"]] == [g["agent"] for g in before]
+    release(flags[6])
+    r = harness.finish_process(p).ok()
+    assert r.final_hash == ref.final_hash
+    assert "keeping the current agents" in r.stderr, r.describe()
+    assert all(rc == 0 for rc in _protected(r).values()), r.describe()
+    assert not re.search(r"^probe \d+ change=[123]$", r.stdout, re.M), r.describe()
+
+
+def test_manager_lost_agents_reassigned(deployment, reference, make_job):
+    """The manager of the application's agent node dies with its agents: the
+    controller moves the agent to the other node after the heartbeat timeout,
+    the next probe reports it (migrated), and later versions are held again."""
+    d = deployment
+    d.add_manager("node-a")
+    d.add_manager("node-b")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-mgr")
+    flag = job.root / "pause4"
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected", "--probe",
+                  "--pause-after", 4, flag, **agents_cfg(d))
+    job.wait_paused(p, flag)
+    node = d.app("agents-mgr")["agents"][0]["node"]
+    other = "node-b" if node == "node-a" else "node-a"
+    wait_until("v4 committed", lambda: committed(job, 4))
+    d.kill("manager-" + node)
+    wait_until("agent moved", lambda: [(g["node"], bool(g.get("endpoint")))
+                                       for g in d.app("agents-mgr")["agents"]] == [(other, True)])
+    release(flag)
+    r = harness.finish_process(p).ok()
+    assert r.final_hash == ref.final_hash
+    assert re.search(r"^probe 4 change=3$", r.stdout, re.M), r.describe()
+    prot = _protected(r)
+    assert all(prot[(rank, v)] == 0 for rank in range(2) for v in (6, 8, 10, 12)), r.describe()
+    for v in (2, 4, 6, 8, 10, 12):
+        assert committed(job, v), v
