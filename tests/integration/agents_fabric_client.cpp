@@ -9,6 +9,13 @@
 //              --bytes B [--mode push|pull]
 //       asks the agent for version V (default: the newest) and checks it bit
 //       for bit against the image `checkpoint` would have built.
+//   restart    --store DIR --run R --name N [--version V] --bytes B
+//       an ordinary restart (cairn_init, cairn_protect, cairn_restart) of
+//       rank 0 of 1 from the store an agent wrote, compared with the regions
+//       `checkpoint` would have sent.
+// --data smooth (checkpoint, restore, restart) fills "data" with the bytes
+// of a float64 temperature field, which compresses; the default (random)
+// does not.
 //
 // Exit status: 0 done (held / restored and equal); 3 not held or not
 // restored (the agent's error or a timeout, on stderr); 4 restored but
@@ -20,8 +27,13 @@
 #include <cstring>
 #include <string>
 
+#include <cmath>
+#include <cstdlib>
+#include <vector>
+
 #include "agents/transfer.hpp"
 #include "cairn.h"
+#include "util/hash.hpp"
 #include "engine/staging.hpp"
 #include "storage/storage_env.hpp"
 #include "test_store.hpp"
@@ -44,16 +56,60 @@ struct args {
   std::string mode = "pull";
   int threads = 2;
   double timeout = 30;
+  std::string data = "random";
+  std::string store;
 };
 
 result<test::shard_image> build_image(const args& a, int64_t version) {
-  return test::make_shard_image(a.run, a.name, version, a.rank, a.nranks,
-                                {{"data", CAIRN_UINT8, a.bytes, {}, false}, {"step", CAIRN_INT64, 1, {}, false}});
+  auto img = test::make_shard_image(a.run, a.name, version, a.rank, a.nranks,
+                                    {{"data", CAIRN_UINT8, a.bytes, {}, false}, {"step", CAIRN_INT64, 1, {}, false}});
+  if (!img || a.data != "smooth") return img;
+  // A plate 512 wide heated from its top edge, as heat2d's early steps: the
+  // heat has reached the first 100 + version rows, the rest is still 0.
+  format::region_desc& r = img->header.regions[0];
+  std::vector<double> field(r.length / sizeof(double) + 1, 0.0);
+  const size_t front = 512 * static_cast<size_t>(100 + version);
+  for (size_t i = 0; i < field.size() && i < front; ++i)
+    field[i] = std::exp(-static_cast<double>(i / 512) / 30.0) * std::sin(static_cast<double>(i % 512) * 0.0061);
+  std::memcpy(img->bytes.data() + r.offset, field.data(), r.length);
+  r.checksum = util::xxh3(img->bytes.data() + r.offset, r.length);
+  format::encode_header(img->header, img->bytes);
+  return img;
 }
 
 int fail(int code, const std::string& what) {
   std::fprintf(stderr, "cairn_agent_test_client: %s\n", what.c_str());
   return code;
+}
+
+// Restarts rank 0 of 1 from a.store with the C API and compares the regions.
+int restart_from_store(const args& a) {
+  setenv("CAIRN_RUN", a.run.c_str(), 1);
+  setenv("CAIRN_PERSISTENT", a.store.c_str(), 1);
+  setenv("CAIRN_LOCAL_ENABLED", "false", 1);
+  setenv("CAIRN_MODE", "sync", 1);
+  cairn_t* c = nullptr;
+  if (cairn_init(nullptr, &c) != 0) return fail(2, std::string("cairn_init: ") + cairn_last_error());
+  std::vector<uint8_t> data(a.bytes, 0x5a);
+  int64_t step = -1;
+  int64_t v = a.version;
+  int rc = cairn_protect(c, "data", data.data(), data.size(), CAIRN_UINT8);
+  if (rc == 0) rc = cairn_protect(c, "step", &step, 1, CAIRN_INT64);
+  if (rc == 0 && v < 0) rc = cairn_restart_test(c, a.name.c_str(), &v);
+  if (rc == 0) rc = cairn_restart(c, a.name.c_str(), v);
+  std::string error = rc == 0 ? "" : cairn_last_error();
+  cairn_finalize(&c, 0);
+  if (rc != 0) return fail(3, "restart from " + a.store + ": " + error);
+  auto expect = build_image(a, v);
+  if (!expect) return fail(2, expect.error().to_string());
+  const auto& d = expect->header.regions[0];
+  const auto& s = expect->header.regions[1];
+  if (std::memcmp(data.data(), expect->bytes.data() + d.offset, d.length) != 0 ||
+      std::memcmp(&step, expect->bytes.data() + s.offset, s.length) != 0)
+    return fail(4, "restarted v" + std::to_string(v) + " differs from the image that was checkpointed");
+  std::printf("restarted %s/%s v%lld from the store (%llu bytes, equal)\n", a.run.c_str(), a.name.c_str(),
+              static_cast<long long>(v), static_cast<unsigned long long>(a.bytes));
+  return 0;
 }
 
 int run(int argc, char** argv) {
@@ -73,16 +129,25 @@ int run(int argc, char** argv) {
     c->add_option("--mode", a.mode)->check(CLI::IsMember({"pull", "push"}));
     c->add_option("--threads", a.threads);
     c->add_option("--timeout", a.timeout);
+    c->add_option("--data", a.data)->check(CLI::IsMember({"random", "smooth"}));
   };
   CLI::App* ckpt = app.add_subcommand("checkpoint");
   CLI::App* rest = app.add_subcommand("restore");
+  CLI::App* restart = app.add_subcommand("restart");
   common(ckpt);
   common(rest);
+  restart->add_option("--store", a.store, "the store the agent wrote")->required();
+  restart->add_option("--run", a.run);
+  restart->add_option("--name", a.name);
+  restart->add_option("--version", a.version);
+  restart->add_option("--bytes", a.bytes);
+  restart->add_option("--data", a.data)->check(CLI::IsMember({"random", "smooth"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (restart->parsed()) return restart_from_store(a);
 
   auto hex = storage::storage_env::posix()->read_all(a.agent_file);
   if (!hex) return fail(2, hex.error().to_string());

@@ -140,6 +140,72 @@ wait "$a_pid" || got=$?
 [[ $got -eq 0 ]] && grep -q "stopped" "$tmp/a.log" && pass "SIGTERM: agent stops cleanly" ||
   fail "agent exited $got on SIGTERM: $(tail -3 "$tmp/a.log")"
 
+# ---- compressed persistence: zstd shards (format 3), read by verify, ls, restart -----
+# The store above was written with the default (--compress 1) too, from
+# random data (regions kept as is). Here a smooth field that compresses.
+zstore=$tmp/zstore
+start_agent z --persistent "$zstore" --keep 1 --compress 1 --timeout 10
+z_pid=$agent_pid
+client_run z 0 checkpoint --version 1 --bytes 8388608 --data smooth && pass "smooth v1 (8 MiB) held"
+client_run z 0 checkpoint --version 2 --bytes 1048576 && pass "random v2 (1 MiB) held"
+wait_log z "committed app/state v2" && pass "compressed writes committed"
+zshard=$zstore/runs/app/state/v000000000001/shard.000000
+zsize=$(stat -c %s "$zshard")
+(( zsize < 8388608 / 4 )) && pass "v1 is stored compressed ($zsize bytes for an 8 MiB region)" ||
+  fail "v1 shard is $zsize bytes: not compressed"
+got=0
+"$cairn" show "$zstore" state 1 --json >"$tmp/out" 2>"$tmp/err" || got=$?
+shown=$(python3 -c '
+import json, sys
+s = json.load(sys.stdin)["shards"][0]
+print(s["format_version"], s["size"] > s["stored_size"], [r["compression"] for r in s["regions"]])' <"$tmp/out" 2>&1)
+[[ $got -eq 0 && $shown == "3 True ['zstd', 'none']" ]] && pass "cairn show: format 3, region data zstd" ||
+  fail "cairn show exited $got: $shown"
+got=0
+"$cairn" verify "$zstore" >"$tmp/out" 2>"$tmp/err" || got=$?
+[[ $got -eq 0 ]] && grep -q "no problems" "$tmp/out" && pass "cairn verify reads the compressed store" ||
+  { fail "cairn verify exited $got"; sed 's/^/  | /' "$tmp/out" "$tmp/err" >&2; }
+"$cairn" ls "$zstore" >"$tmp/out" 2>&1 && grep -qE "^app +state +1 +committed" "$tmp/out" &&
+  grep -qE "^app +state +2 +committed" "$tmp/out" && pass "cairn ls lists the compressed versions" ||
+  fail "cairn ls: $(cat "$tmp/out")"
+# v1 left the agent's memory (--keep 1): restore decompresses it from the store.
+client_run z 0 restore --version 1 --bytes 8388608 --data smooth --mode push &&
+  grep -q "restored app/state v1" "$tmp/out" && pass "agent restore of v1 from its compressed shard"
+# An ordinary restart (the library's restart path) from the agent's store.
+"$client" restart --store "$zstore" --version 1 --bytes 8388608 --data smooth >"$tmp/out" 2>"$tmp/err" &&
+  grep -q "restarted app/state v1 from the store" "$tmp/out" && pass "ordinary restart reads the compressed v1" ||
+  fail "restart of v1: $(cat "$tmp/out" "$tmp/err")"
+"$client" restart --store "$zstore" --version 2 --bytes 1048576 >"$tmp/out" 2>"$tmp/err" &&
+  pass "ordinary restart reads v2 (regions stored as is)" || fail "restart of v2: $(cat "$tmp/out" "$tmp/err")"
+kill -TERM "$z_pid"
+wait "$z_pid" 2>/dev/null || true
+grep -q "zstd level 1, ratio" "$tmp/z.log" && pass "agent logs its compression ratio" ||
+  fail "no compression summary in the log: $(tail -3 "$tmp/z.log")"
+# A damaged frame: verify reports the region, restart refuses the version.
+python3 -c '
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4096 + 3000)
+    b = f.read(1)
+    f.seek(4096 + 3000)
+    f.write(bytes([b[0] ^ 0x5a]))' "$zshard"
+got=0
+"$cairn" verify "$zstore" >"$tmp/out" 2>"$tmp/err" || got=$?
+[[ $got -eq 1 ]] && grep -q "v000000000001/shard.000000: .*region 'data'" "$tmp/out" &&
+  pass "cairn verify finds the damaged frame" || fail "verify of a damaged frame exited $got: $(cat "$tmp/out")"
+got=0
+"$client" restart --store "$zstore" --version 1 --bytes 8388608 --data smooth >"$tmp/out" 2>"$tmp/err" || got=$?
+[[ $got -eq 3 ]] && pass "restart refuses the damaged compressed shard" ||
+  fail "restart of a damaged shard exited $got: $(cat "$tmp/out" "$tmp/err")"
+# --compress 0: the image as is (format 2).
+ustore=$tmp/ustore
+start_agent u --persistent "$ustore" --compress 0 --timeout 10
+client_run u 0 checkpoint --version 1 --bytes 1048576 --data smooth && wait_log u "committed app/state v1" &&
+  [[ $(stat -c %s "$ustore/runs/app/state/v000000000001/shard.000000") -gt 1048576 ]] &&
+  "$cairn" show "$ustore" state 1 --json | grep -q '"format_version": 2' && pass "--compress 0 writes format 2" ||
+  fail "--compress 0: $(ls -l "$ustore/runs/app/state/v000000000001/" 2>&1)"
+kill -TERM "$agent_pid"; wait "$agent_pid" 2>/dev/null || true
+
 # ---- the manager's launch contract: no name file, a stats file -----------------------
 "$agent" --provider "$provider" --bind 127.0.0.1 --agent-id 7 --app-id 3 --app demo --node n1 \
   --controller 127.0.0.1:7420 --stats-file "$tmp/d.stats" 2>"$tmp/d.log" &

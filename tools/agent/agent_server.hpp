@@ -28,6 +28,11 @@ struct agent_config {
   int keep = 2;                // versions kept in memory per (run, name, rank)
   std::string persistent;      // store the writer fills; empty: memory only
   bool direct_io = true;       // O_DIRECT for shard files where the file system allows
+  // zstd level of the shards the writer puts in `persistent` (format 3,
+  // docs/format/shard.md); 0 writes them uncompressed. Default: level 1
+  // (format::kDefaultCompressLevel), measured in docs/benchmarks.md.
+  int compress_level = 1;
+  int compress_threads = 0;    // zstd worker threads per region; 0: the writer thread alone
   double push_timeout_s = 60;  // a push or a restore by read must finish within this
   // Counters for the manager (src/agents/manager.hpp launch contract): JSON
   // {bytes_in, bytes_out, checkpoints, memory_held, endpoint}, replaced

@@ -2,7 +2,8 @@
 //
 //   cairn-agent [--name-file FILE] [--stats-file FILE] [--provider P] [--bind ADDR]
 //               [--service PORT] [--domain NIC] [--threads N] [--keep K] [--persistent STORE]
-//               [--no-direct-io] [--chunk BYTES] [--piece BYTES] [--max-bandwidth B/S]
+//               [--no-direct-io] [--compress LEVEL] [--compress-threads N]
+//               [--chunk BYTES] [--piece BYTES] [--max-bandwidth B/S]
 //               [--timeout S] [--push-timeout S]
 //               [--agent-id ID --app-id ID --app NAME --node NODE --controller ADDR]
 //
@@ -12,7 +13,8 @@
 // application ranks until SIGTERM or SIGINT: pulls (or accepts pushes of)
 // checkpoint images when told a version is ready, verifies them, keeps the
 // last K versions per rank in memory, writes them in the background into
-// STORE in cairn's shard format, and serves restarts. On SIGTERM it finishes
+// STORE in cairn's shard format (zstd-compressed, format 3, unless
+// --compress 0), and serves restarts. On SIGTERM it finishes
 // the writes it has queued and exits 0 (1 when a background write failed).
 // Exit status 2: bad arguments or the endpoint cannot be opened.
 #include <CLI/CLI.hpp>
@@ -71,6 +73,13 @@ int run_agent(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--persistent", cfg.persistent, "Store written in the background (cairn's format); none: memory only");
   app.add_flag("--no-direct-io", no_direct, "Buffered writes to the store instead of O_DIRECT");
+  app.add_option("--compress", cfg.compress_level,
+                 "zstd level of the shards written to the store (on by default; 0: uncompressed; "
+                 "negative: faster levels). Restart, cairn verify and the readers read either")
+      ->capture_default_str()->check(CLI::Range(-131072, 22));
+  app.add_option("--compress-threads", cfg.compress_threads,
+                 "zstd worker threads per region (0: compress in the writer thread)")
+      ->capture_default_str()->check(CLI::Range(0, 256));
   app.add_option("--chunk", chunk, "Largest single RMA operation (0: the provider's limit; suffix K, M, G)")
       ->capture_default_str();
   app.add_option("--piece", piece, "Work unit handed to a transfer thread (suffix K, M, G)")->capture_default_str();
@@ -115,10 +124,13 @@ int run_agent(int argc, char** argv) {
     std::fprintf(stderr, "cairn-agent: agent %s of application %s (%s) on node %s, controller %s\n",
                  agent_id.c_str(), app_id.c_str(), app_name.c_str(), node_id.c_str(), controller.c_str());
   std::fprintf(stderr,
-               "cairn-agent: provider %s, domain %s, mr_mode %s, %s progress, %d thread(s), keep %d, store %s\n",
+               "cairn-agent: provider %s, domain %s, mr_mode %s, %s progress, %d thread(s), keep %d, store %s%s\n",
                pr.provider.c_str(), pr.domain.c_str(), pr.mr_mode_text.c_str(),
                pr.manual_progress ? "manual" : "auto", cfg.threads, cfg.keep,
-               cfg.persistent.empty() ? "(none)" : cfg.persistent.c_str());
+               cfg.persistent.empty() ? "(none)" : cfg.persistent.c_str(),
+               cfg.persistent.empty()       ? ""
+               : cfg.compress_level == 0    ? " (uncompressed)"
+                                            : (" (zstd level " + std::to_string(cfg.compress_level) + ")").c_str());
   cairn::status st;
   if (!name_file.empty()) {
     st = cairn::storage::storage_env::posix()->write_atomic(name_file, to_hex((*server)->name()) + "\n", false);
