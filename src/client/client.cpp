@@ -174,9 +174,7 @@ class agents_stage final : public engine::stage {
   bool latches() const override { return false; }
   status run(engine::version_job& job) override {
     if (!data_->has_agent()) return {errc::not_found, "no checkpoint agent serves this rank"};
-    const double t0 = util::now_s();
     CAIRN_RETURN_IF_ERROR(data_->checkpoint({job.image->data(), job.header.file_size}, job.header));
-    job.persistent_s = util::now_s() - t0;
     if (!job.tree_image.empty()) {
       // The agents keep shard images; the small hash tree goes beside the shard
       // they will write (not durable: a missing tree only slows comparisons).

@@ -92,7 +92,8 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
   }
   if (agents_) {
     // Agent memory next: faster than the persistent level, and it may hold
-    // versions not written yet. Newest attempt first.
+    // versions not written yet.
+    if (!agent_holdings_.count(name)) agent_holdings_[name] = agents_->held(cfg_.run, name, me);
     auto& held = agent_holdings_[name];
     std::vector<agent_holding> copies;
     for (const auto& h : held)
