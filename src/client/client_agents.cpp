@@ -135,6 +135,16 @@ status client_impl::finish_agents() {
         nanosleep(&ts, nullptr);
       }
     }
+    // The agents committed these versions; the catalog learns of them here
+    // (`cairn reindex` would find them too).
+    if (rank() == 0) {
+      std::lock_guard lk(catalog_mu_);
+      for (const auto& [key, rec] : records_) {
+        if (!catalog_ || !committed_by_agents(key.first, key.second)) continue;
+        status st = catalog_->index_version(env_, cfg_.run, key.first, key.second);
+        if (!st) std::fprintf(stderr, "cairn: warning: catalog: %s\n", st.message().c_str());
+      }
+    }
   } else if (rank() == 0) {
     // Without IC_PERSIST the agents drop what they hold of this run.
     for (size_t i = 0; i < agents_->agent_count(); ++i) {

@@ -15,6 +15,7 @@ import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -217,6 +218,11 @@ def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, 
     assert r.final_hash == ref.final_hash
     # Finalize keeps the checkpoints (agents_persist): the last one is committed.
     assert committed(job, STEPS)
+    # ... and indexed in the catalog by the application's rank 0.
+    with sqlite3.connect(job.store / "catalog.sqlite") as db:
+        rows = db.execute("SELECT version, mode FROM checkpoints WHERE run = ? ORDER BY version",
+                          (job.run_id,)).fetchall()
+    assert (STEPS, "agent") in rows, rows
     ls = json.loads(d.cli("ls", job.store, "--json").stdout)
     assert job.run_id in json.dumps(ls)
 
