@@ -3,7 +3,11 @@
  * (tests/python/test_cairn_python.py). Configured by the environment
  * (CAIRN_PERSISTENT, CAIRN_SCRATCH, CAIRN_RUN, ...).
  *
- * usage: region_writer VERSION...   checkpoints "w" once per version given
+ * usage: region_writer [--big] VERSION...   checkpoints "w" once per version given
+ *
+ * --big adds a region that compresses (tests of compressed shards):
+ *   big     float64 256 x 256                a plate heated from its first row:
+ *           exp(-i / 20) * sin(j / 40) + v for the first 64 rows, 0 below
  *
  * Values (k = linear index in memory order, v = the version):
  *   u8      uint8   [10]                     k + v
@@ -23,9 +27,11 @@
  *           count 3 x 2, from a 5 x 3 (Fortran) buffer at (1, 1);
  *           buffer[k] = 2000 + k + v, element (i, j) at k = i + 5 j
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cairn.h"
 
@@ -39,10 +45,14 @@
   } while (0)
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: region_writer VERSION...\n");
+  int first = 1;
+  const int big = argc > 1 && strcmp(argv[1], "--big") == 0;
+  if (big) first = 2;
+  if (argc <= first) {
+    fprintf(stderr, "usage: region_writer [--big] VERSION...\n");
     return 2;
   }
+  static double big_mem[256 * 256];
   static uint8_t u8[10], bytes[16];
   static int16_t i16[6];
   static uint16_t u16[5];
@@ -77,8 +87,15 @@ int main(int argc, char **argv) {
     CHECK(cairn_protect_block(c, "fblock", fblock_mem, CAIRN_FLOAT64, 2, g, s, n, ms, m0, 1));
   }
 
-  for (int a = 1; a < argc; ++a) {
+  if (big) {
+    const uint64_t d[2] = {256, 256};
+    CHECK(cairn_protect_shaped(c, "big", big_mem, CAIRN_FLOAT64, 2, d, 0));
+  }
+
+  for (int a = first; a < argc; ++a) {
     const int64_t v = strtoll(argv[a], NULL, 10);
+    for (int k = 0; k < 256 * 256; ++k)
+      big_mem[k] = k / 256 < 64 ? exp(-(double)(k / 256) / 20.0) * sin((double)(k % 256) / 40.0) + (double)v : 0.0;
     for (int k = 0; k < 10; ++k) u8[k] = (uint8_t)(k + v);
     for (int k = 0; k < 16; ++k) bytes[k] = (uint8_t)(255 - k);
     for (int k = 0; k < 6; ++k) i16[k] = (int16_t)(-(k + v));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "format/layout.hpp"
+#include "format/shard_io.hpp"
 #include "storage/storage_env.hpp"
 #include "util/hash.hpp"
 
@@ -43,6 +44,20 @@ result<shard_image> make_shard_image(const std::string& run, const std::string& 
   }
   format::encode_header(h, img.bytes);
   return img;
+}
+
+status compress_shard_file(const std::string& path, int level) {
+  storage::storage_env* env = storage::storage_env::posix();
+  CAIRN_ASSIGN_OR_RETURN(format::shard_image img, format::read_shard_image(env, path));
+  format::compress_options o;
+  o.level = level;
+  CAIRN_ASSIGN_OR_RETURN(format::compressed_shard c,
+                         format::compress_shard(img.header, img.image.span().first(img.header.file_size), o));
+  const std::string tmp = path + ".tmp";
+  CAIRN_ASSIGN_OR_RETURN(auto f, env->create(tmp, false));
+  CAIRN_RETURN_IF_ERROR(f->write_at(0, c.bytes.data(), c.header.stored_size));
+  CAIRN_RETURN_IF_ERROR(f->close());
+  return env->rename(tmp, path);
 }
 
 status write_file(const std::string& path, const void* data, size_t len) {

@@ -52,6 +52,10 @@ struct version_spec {
 // store layout, creating directories. *out (if given) receives the manifest.
 status write_version(const std::string& root, const version_spec& spec, format::manifest* out = nullptr);
 
+// Rewrites the shard file at path compressed (format 3, zstd `level`), as a
+// checkpoint agent writes it; the MANIFEST entry stays valid.
+status compress_shard_file(const std::string& path, int level = 1);
+
 // Writes bytes to path (creating its directory), replacing any file there.
 status write_file(const std::string& path, const void* data, size_t len);
 

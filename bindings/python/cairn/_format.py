@@ -1,5 +1,6 @@
 """Readers of cairn's on-disk formats: shard (docs/format/shard.md, versions 1
-and 2) and the sealed JSON files, MANIFEST (manifest.md) and RUN (run.md).
+to 3; version 3 is compressed with zstd, read with the `zstandard` package) and
+the sealed JSON files, MANIFEST (manifest.md) and RUN (run.md).
 
 Everything here validates what it parses and raises CorruptionError (or
 NotSupportedError for a newer format) naming the file.
@@ -7,7 +8,7 @@ NotSupportedError for a newer format) naming the file.
 import json
 import os
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Tuple
 
 import numpy as np
@@ -16,7 +17,11 @@ from ._hash import xxh3_64
 from .errors import CorruptionError, NotSupportedError
 
 SHARD_MAGIC = b"CAIRNSHD"
-SHARD_VERSIONS = (1, 2)
+SHARD_VERSIONS = (1, 2, 3)
+COMPRESSED_VERSION = 3
+ALIGN = 4096
+COMPRESS_NONE = 0
+COMPRESS_ZSTD = 1
 FIXED_HEADER = 64
 CHECKSUM_OFFSET = 56
 MAX_DIMS = 8
@@ -59,6 +64,12 @@ class RegionInfo:
     offset: int
     length: int
     checksum: int
+    # Where the bytes are in the file: offset and length unless the shard is
+    # compressed (format 3), where a zstd frame (compression 1) of
+    # stored_length bytes holds the region's `length` bytes.
+    compression: int = COMPRESS_NONE
+    stored_offset: int = 0
+    stored_length: int = 0
 
     @property
     def order(self) -> str:
@@ -79,9 +90,14 @@ class ShardHeader:
     rank: int
     nranks: int
     data_offset: int
-    file_size: int
-    header_checksum: int
+    file_size: int          # the uncompressed image's size (what MANIFESTs record)
+    header_checksum: int    # the image's header checksum (what MANIFESTs record)
     regions: List[RegionInfo] = field(default_factory=list)
+    stored_size: int = 0    # the file's size (file_size unless compressed)
+
+    @property
+    def compressed(self) -> bool:
+        return self.format_version >= COMPRESSED_VERSION
 
     def region(self, name: str) -> Optional[RegionInfo]:
         for r in self.regions:
@@ -130,7 +146,10 @@ def read_shard_header(path: str) -> ShardHeader:
             if fmt not in SHARD_VERSIONS:
                 raise NotSupportedError(f"{path}: shard format version {fmt} is not readable by this "
                                         f"package (reads {SHARD_VERSIONS}); upgrade cairn")
-            if hb < FIXED_HEADER or hb > data_offset or data_offset > file_size:
+            compressed = fmt >= COMPRESSED_VERSION
+            # A compressed file's header may reach past the image's data_offset.
+            if hb < FIXED_HEADER or (not compressed and hb > data_offset) or data_offset > file_size \
+                    or hb > (64 << 20):
                 raise _corrupt(path, "inconsistent header sizes")
             if hb > len(buf):
                 if hb > size:
@@ -143,7 +162,7 @@ def read_shard_header(path: str) -> ShardHeader:
     head[CHECKSUM_OFFSET:CHECKSUM_OFFSET + 8] = b"\0" * 8
     if xxh3_64(bytes(head)) != hcs:
         raise _corrupt(path, "header checksum mismatch")
-    if size != file_size:
+    if not compressed and size != file_size:
         raise _corrupt(path, f"file is {size} bytes, header says {file_size} (truncated or overwritten)")
     rd = _Reader(buf[:hb], FIXED_HEADER, path)
     run_len, name_len, _ = rd.take("<HHI")
@@ -165,7 +184,8 @@ def read_shard_header(path: str) -> ShardHeader:
         if type_code not in TYPES:
             raise _corrupt(path, f"region '{rname}' has unknown type {type_code}")
         tname, dtype = TYPES[type_code]
-        if length != count * dtype.itemsize or offset < data_offset or offset + length > file_size or compression:
+        known = compression == COMPRESS_NONE or (compressed and compression == COMPRESS_ZSTD)
+        if length != count * dtype.itemsize or offset < data_offset or offset + length > file_size or not known:
             raise _corrupt(path, f"region '{rname}' has an invalid table entry")
         if dims and int(np.prod(dims, dtype=np.uint64)) != count:
             raise _corrupt(path, f"region '{rname}': shape {list(dims)} does not hold {count} elements")
@@ -177,24 +197,83 @@ def read_shard_header(path: str) -> ShardHeader:
             shape=tuple(dims) if dims else (count,), column_major=bool(rflags & FLAG_COLUMN_MAJOR),
             global_shape=tuple(gshape) if gshape is not None else None,
             start=tuple(start) if start is not None else None,
-            offset=offset, length=length, checksum=checksum))
+            offset=offset, length=length, checksum=checksum, compression=compression,
+            stored_offset=offset, stored_length=length))
+    stored_size = file_size
+    if compressed:
+        # The stored table (format 3): the file's size, the image's header
+        # checksum, and where each region's bytes are.
+        stored_size, hcs = rd.take("<QQ")
+        data_start = (hb + ALIGN - 1) // ALIGN * ALIGN
+        if stored_size % ALIGN or data_start > stored_size:
+            raise _corrupt(path, f"stored size {stored_size} is not a multiple of 4096 past the header")
+        for i, r in enumerate(regions):
+            soff, slen = rd.take("<QQ")
+            if soff % ALIGN or soff < data_start:
+                raise _corrupt(path, f"region '{r.name}': stored offset {soff} is not a 4096-aligned offset "
+                                     "after the header")
+            if soff > stored_size or slen > stored_size - soff:
+                raise _corrupt(path, f"region '{r.name}': stored bytes [{soff}, {soff + slen}) run past the end "
+                                     f"of the file ({stored_size} bytes)")
+            if (slen != r.length) if r.compression == COMPRESS_NONE else (slen == 0 and r.length != 0):
+                raise _corrupt(path, f"region '{r.name}': stored length {slen} does not fit its compression")
+            regions[i] = replace(r, stored_offset=soff, stored_length=slen)
+        if rd.pos != hb:
+            raise _corrupt(path, "header_bytes does not end at the stored table")
+        if size != stored_size:
+            raise _corrupt(path, f"file is {size} bytes, header says {stored_size} (truncated or overwritten)")
     return ShardHeader(path=path, format_version=fmt, run=run, name=name, version=version, rank=rank,
                        nranks=nranks, data_offset=data_offset, file_size=file_size, header_checksum=hcs,
-                       regions=regions)
+                       regions=regions, stored_size=stored_size)
+
+
+def _decompress(path: str, region: RegionInfo, frame: bytes) -> bytearray:
+    """A zstd frame holding exactly the region's length bytes, and nothing after it."""
+    try:
+        import zstandard
+    except ImportError as e:
+        raise NotSupportedError(f"{path}: region '{region.name}' is compressed (zstd): install the "
+                                "'zstandard' package to read it") from e
+    what = f"{path}: region '{region.name}'"
+    try:
+        size = zstandard.frame_content_size(frame)
+    except zstandard.ZstdError as e:
+        raise CorruptionError(f"{what}: not a zstd frame ({e})") from e
+    if size != region.length:
+        raise CorruptionError(f"{what}: decompressed size {size} is not the region's length {region.length}")
+    d = zstandard.ZstdDecompressor().decompressobj()
+    try:
+        out = d.decompress(frame)
+    except zstandard.ZstdError as e:
+        raise CorruptionError(f"{what}: zstd: {e}") from e
+    if not d.eof:
+        raise CorruptionError(f"{what}: zstd frame is truncated")
+    if len(out) != region.length:
+        raise CorruptionError(f"{what}: decompressed {len(out)} bytes, the region has {region.length}")
+    if d.unused_data:
+        raise CorruptionError(f"{what}: {len(d.unused_data)} stored bytes after the end of its zstd frame")
+    return bytearray(out)
 
 
 def read_region_data(path: str, region: RegionInfo, verify: bool = True) -> np.ndarray:
     """The region's block as a writable numpy array of its dtype and shape
-    (order 'F' for column-major regions), after verifying its checksum."""
-    buf = bytearray(region.length)
+    (order 'F' for column-major regions), after verifying its checksum. A
+    compressed region (format 3) is decompressed."""
+    if region.stored_offset:  # set by read_shard_header (a RegionInfo made by hand may lack it)
+        start, stored = region.stored_offset, region.stored_length
+    else:
+        start, stored = region.offset, region.length
+    buf = bytearray(stored)
     try:
         with open(path, "rb") as f:
-            f.seek(region.offset)
+            f.seek(start)
             got = f.readinto(buf)
     except OSError as e:
         raise CorruptionError(f"{path}: cannot read region '{region.name}': {e}") from e
-    if got != region.length:
-        raise CorruptionError(f"{path}: region '{region.name}' is truncated ({got} of {region.length} bytes)")
+    if got != stored:
+        raise CorruptionError(f"{path}: region '{region.name}' is truncated ({got} of {stored} bytes)")
+    if region.compression == COMPRESS_ZSTD:
+        buf = _decompress(path, region, bytes(buf))
     if verify and xxh3_64(buf) != region.checksum:
         raise CorruptionError(f"{path}: checksum mismatch in region '{region.name}' (the data are damaged)")
     arr = np.frombuffer(buf, dtype=region.dtype, count=region.count)
