@@ -1,6 +1,10 @@
 #include "client/agents_link.hpp"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <mutex>
@@ -137,6 +141,32 @@ status agents_control::unregister(uint64_t app) {
 
 // ---- data plane -------------------------------------------------------------------
 
+std::string route_source_address(const std::string& controller) {
+  auto a = agents::parse_address(controller);
+  if (!a) return "127.0.0.1";
+  struct addrinfo hints {};
+  hints.ai_socktype = SOCK_DGRAM;
+  struct addrinfo* res = nullptr;
+  if (getaddrinfo(a->host.c_str(), std::to_string(a->port).c_str(), &hints, &res) != 0 || res == nullptr)
+    return "127.0.0.1";
+  std::string out = "127.0.0.1";
+  // A UDP connect sends nothing; it only picks the route and its source address.
+  int fd = ::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    struct sockaddr_storage ss {};
+    socklen_t len = sizeof ss;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      const void* src = ss.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr)
+                                                 : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&ss)->sin_addr);
+      if (inet_ntop(ss.ss_family, src, buf, sizeof buf)) out = buf;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  freeaddrinfo(res);
+  return out;
+}
+
 #ifdef CAIRN_HAVE_FABRIC
 namespace {
 
@@ -144,7 +174,7 @@ class fabric_agents_data final : public agents_data {
  public:
   explicit fabric_agents_data(const config& cfg) {
     opts_.fabric.provider = cfg.agents_provider;
-    opts_.fabric.node = cfg.agents_bind;
+    opts_.fabric.node = cfg.agents_bind == "auto" ? route_source_address(cfg.agents) : cfg.agents_bind;
     opts_.fabric.timeout_s = cfg.agents_timeout;
     opts_.reply_timeout_s = cfg.agents_timeout;
     mode_ = cfg.agents_mode == agents_transfer::push ? agents::transfer_mode::push : agents::transfer_mode::pull;

@@ -46,6 +46,12 @@ struct agents_view {
 // What changed between two views (cairn_probe's answer).
 int classify_change(const agents_view& before, const agents_view& after);
 
+// The local address this host uses to reach `controller` (HOST:PORT): the
+// default data-plane address of the ranks (agents_bind = auto), on the
+// assumption that agents sit on the network the controller is reached by.
+// 127.0.0.1 when it cannot be determined.
+std::string route_source_address(const std::string& controller);
+
 // The agent that serves `rank` among k agents: ranks are split in k
 // contiguous blocks (agent i serves ranks [i*n/k, (i+1)*n/k)).
 size_t agent_for_rank(int rank, int nranks, size_t k);

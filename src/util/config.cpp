@@ -178,7 +178,7 @@ const std::vector<key_def>& keys() {
       {"agents_provider", "libfabric provider", [](config& c, const std::string& v) -> status {
          if (v.empty()) return bad_value("agents_provider", v, "a provider such as tcp;ofi_rxm or verbs;ofi_rxm");
          c.agents_provider = v; return {}; }, [](const config& c) { return c.agents_provider; }},
-      {"agents_bind", "local address of the data-plane endpoint", [](config& c, const std::string& v) -> status {
+      {"agents_bind", "local address of the data-plane endpoint (auto: the route to the controller)", [](config& c, const std::string& v) -> status {
          c.agents_bind = v; return {}; }, [](const config& c) { return c.agents_bind; }},
       {"agents_timeout", "seconds to wait for an agent's reply", [](config& c, const std::string& v) {
          return parse_double("agents_timeout", v, &c.agents_timeout); },

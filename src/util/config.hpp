@@ -51,7 +51,7 @@ struct config {
   bool agents_blocking = false;    // cairn_checkpoint returns when the agents hold the version
   bool agents_persist = true;      // IC_PERSIST: at finalize the agents keep and write what they hold
   std::string agents_provider = "tcp;ofi_rxm";
-  std::string agents_bind = "127.0.0.1";
+  std::string agents_bind = "auto";  // auto: the address this host reaches the controller from
   double agents_timeout = 30;      // seconds for an agent's reply
   double agents_wait = 10;         // seconds init/probe wait for assigned agents to come up
   double agents_interval = 0;      // hints for the controller

@@ -207,8 +207,9 @@ def test_agents_in_other_namespaces_hold_and_restore_a_run(netns, deployment, re
     job = make_job(2, run=APP)
     flag = job.root / "pause8"
     # Memory-only agents never commit: finalize must not wait for that. The
-    # ranks' endpoints bind to the bridge address, which the agents reach.
-    cfg = agents_cfg(d, agents_persist="false", agents_bind=netns.host)
+    # ranks' endpoints bind to the bridge address, which the agents reach:
+    # agents_bind = auto (the default) finds it as the route to the controller.
+    cfg = agents_cfg(d, agents_persist="false")
     p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
                   "--pause-after", 8, flag, **cfg)
     job.wait_paused(p, flag)

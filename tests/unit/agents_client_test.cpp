@@ -79,6 +79,11 @@ TEST(AgentsView, RanksAreSplitInContiguousBlocks) {
   }
 }
 
+TEST(AgentsView, AutoBindAddressIsTheRouteToTheController) {
+  EXPECT_EQ(route_source_address("127.0.0.1:7420"), "127.0.0.1");
+  EXPECT_EQ(route_source_address("not an address"), "127.0.0.1");
+}
+
 #ifdef CAIRN_HAVE_FABRIC
 TEST(AgentsHolding, CodecRoundTripsAndRejectsGarbage) {
   std::vector<agents::held_info> v = {{4, 8192, 17}, {6, 4096, 4294967295u}};
