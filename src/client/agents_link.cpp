@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <set>
 
@@ -220,7 +221,11 @@ class fabric_agents_data final : public agents_data {
     if (!st) {
       failed_ = true;
       clients_[mine_].reset();  // its endpoint may be wedged; a new one next time
-      return st.with_context("agent " + std::to_string(view_.agents[mine_].id) + " on " + view_.agents[mine_].node);
+      st = st.with_context("agent " + std::to_string(view_.agents[mine_].id) + " on " + view_.agents[mine_].node);
+      // Said once per failure: the rank now writes its shards itself.
+      std::fprintf(stderr, "cairn: rank %u: warning: %s; writing checkpoints to the persistent level until "
+                           "cairn_probe brings a working agent\n", h.rank, st.message().c_str());
+      return st;
     }
     last_s_ = util::now_s() - t0;
     return {};
