@@ -69,11 +69,16 @@ result<compressed_shard> compress_shard(const shard_header& h, std::span<const s
   // The reader rebuilds the image's header with encode_header: only an image
   // whose header that function writes as is can be compressed.
   shard_header plain = h;
-  std::vector<std::byte> head(h.data_offset);
-  if (h.compressed() || h.data_offset > h.file_size) {
+  bool laid_out = h.data_offset <= h.file_size;
+  for (const auto& r : h.regions)
+    laid_out = laid_out && r.offset >= h.data_offset && r.offset <= h.file_size && r.length <= h.file_size - r.offset;
+  if (h.compressed() || !laid_out) {
     return status(errc::invalid_argument, "shard " + h.run + "/" + h.name + " v" + std::to_string(h.version) +
                                               " is already compressed or has no valid layout");
   }
+  // Room for the header even when data_offset is too small for it (then the
+  // checksums below differ and the image is refused).
+  std::vector<std::byte> head(std::max<uint64_t>(h.data_offset, compressed_header_bytes(h)));
   encode_header(plain, head);
   if (plain.header_checksum != h.header_checksum ||
       std::memcmp(head.data(), image.data(), std::min<size_t>(head.size(), kFixedHeaderBytes)) != 0) {
