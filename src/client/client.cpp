@@ -19,6 +19,7 @@
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/commit.hpp"
+#include "format/shard_io.hpp"
 #include "format/tree.hpp"
 #include "util/clock.hpp"
 #include "util/cpu.hpp"
@@ -127,17 +128,15 @@ struct online_state {
     for (auto& [name, version] : todo) {
       std::string path = format::shard_path(my_scratch, my_run, name, version, rank);
       if (my_scratch.empty() || !env->exists(path)) path = format::shard_path(my_store, my_run, name, version, rank);
-      auto h = format::read_header(env, path);
-      auto f = h ? env->open_read(path) : result<std::unique_ptr<storage::readable_file>>(h.error());
-      if (!h || !f) {
-        std::fprintf(stderr, "cairn: warning: version %lld of '%s' is gone before it could be compared\n",
-                     static_cast<long long>(version), name.c_str());
+      // Compressed (written by an agent) or not, verified.
+      auto s = format::read_shard_image(env, path);
+      if (!s) {
+        std::fprintf(stderr, "cairn: warning: version %lld of '%s' cannot be compared: %s\n",
+                     static_cast<long long>(version), name.c_str(), s.error().message().c_str());
         continue;
       }
-      std::vector<std::byte> image(h->file_size);
-      if (!(*f)->read_at(0, image.data(), image.size())) continue;
       auto tree = env->read_all(storage::join(storage::dirname_of(path), format::tree_file_name(rank)));
-      compare(*h, image, tree ? *tree : std::string());
+      compare(s->header, {s->image.data(), s->header.file_size}, tree ? *tree : std::string());
     }
     std::lock_guard lk(mu);
     retrying = false;

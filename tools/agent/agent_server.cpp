@@ -19,6 +19,7 @@
 
 #include "engine/stages.hpp"
 #include "engine/staging.hpp"
+#include "format/commit.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
@@ -52,7 +53,6 @@ struct held_version {
 };
 
 using stream_key = std::tuple<std::string, std::string, uint32_t>;  // run, name, rank
-using version_key = std::tuple<std::string, std::string, int64_t>;  // run, name, version
 
 std::string describe(const format::shard_header& h) {
   return h.run + "/" + h.name + " v" + std::to_string(h.version) + " rank " + std::to_string(h.rank) + "/" +
@@ -100,8 +100,6 @@ struct agent_server::impl {
   status writer_error;                                 // GUARDED_BY(mu): first error, latched
   uint64_t stored_bytes = 0;  // writer thread only: bytes of shard files written
   uint64_t image_bytes = 0;   // writer thread only: bytes of the images they hold
-  // Per version: the shard entries written so far (the manifest needs all ranks).
-  std::map<version_key, std::map<uint32_t, format::shard_entry>> written;  // writer thread only
   std::thread writer;
 
   ~impl() {
@@ -115,7 +113,7 @@ struct agent_server::impl {
   }
 
   status reply(fabric_addr peer, const data_message& req, data_msg type, const status& st, uint64_t addr = 0,
-               uint64_t key = 0, uint64_t length = 0, int64_t version = 0) {
+               uint64_t key = 0, uint64_t length = 0, int64_t version = 0, const std::string& text = {}) {
     data_message r;
     r.type = type;
     r.mode = req.mode;
@@ -129,7 +127,7 @@ struct agent_server::impl {
     r.key = key;
     r.length = length;
     r.code = static_cast<int32_t>(st.code());
-    r.text = st.message();
+    r.text = st.is_ok() ? text : st.message();
     r.reply_to = ctx->name();
     status s = ctx->send(peer, encode_data_message(r));
     if (!s) agent_log("cannot reply %s to %s: %s", data_msg_name(type), describe(req).c_str(), s.to_string().c_str());
@@ -341,6 +339,36 @@ struct agent_server::impl {
     pendings.erase(it);
   }
 
+  void handle_query(const data_message& m, fabric_addr peer) {
+    std::vector<held_info> out;
+    auto it = held.find({m.run, m.name, m.rank});
+    if (it != held.end())
+      for (const auto& v : it->second) out.push_back({v->header.version, v->header.file_size, v->header.attempt});
+    (void)reply(peer, m, data_msg::holding, {}, 0, 0, 0, 0, encode_held(out));
+  }
+
+  // The application ends without keeping its checkpoints (finalize without
+  // IC_PERSIST): forget them, and do not write those still queued.
+  void handle_release(const data_message& m, fabric_addr peer) {
+    int64_t dropped = 0;
+    for (auto it = held.begin(); it != held.end();) {
+      if (std::get<0>(it->first) == m.run && (m.name.empty() || std::get<1>(it->first) == m.name)) {
+        dropped += static_cast<int64_t>(it->second.size());
+        it = held.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    {
+      std::lock_guard lk(mu);
+      std::erase_if(to_write, [&](const std::shared_ptr<held_version>& v) {
+        return v->header.run == m.run && (m.name.empty() || v->header.name == m.name);
+      });
+    }
+    agent_log("released %lld version(s) of run %s", static_cast<long long>(dropped), m.run.c_str());
+    (void)reply(peer, m, data_msg::released, {}, 0, 0, 0, dropped);
+  }
+
   void expire_pendings() {
     auto now = clock_type::now();
     for (auto it = pendings.begin(); it != pendings.end();) {
@@ -385,6 +413,8 @@ struct agent_server::impl {
       case data_msg::push_done: handle_push_done(*m, *peer); break;
       case data_msg::restore: handle_restore(*m, *peer); break;
       case data_msg::restore_done: handle_restore_done(*m); break;
+      case data_msg::query: handle_query(*m, *peer); break;
+      case data_msg::release: handle_release(*m, *peer); break;
       default: agent_log("ignoring unexpected %s", data_msg_name(m->type)); break;
     }
   }
@@ -417,34 +447,13 @@ struct agent_server::impl {
     const double t0 = util::now_s();
     const std::string path = format::shard_path(cfg.persistent, h.run, h.name, h.version, h.rank);
     CAIRN_RETURN_IF_ERROR(write_shard(v, path));
-    format::shard_entry e;
-    e.rank = h.rank;
-    e.size = h.file_size;
-    e.header_checksum = h.header_checksum;
-    e.captured_at = v.held_at;
-    e.persistent_s = util::now_s() - t0;
-    e.persistent_at = util::wall_s();
-    e.host = host;
-    auto& ranks = written[{h.run, h.name, h.version}];
-    ranks[h.rank] = e;
-    if (ranks.size() < h.nranks) return {};
-    // Every rank of the version went through this agent: commit it.
-    // (With several agents per application the controller must gather the
-    // entries instead; see the report of this module.)
-    format::manifest m;
-    m.run = h.run;
-    m.name = h.name;
-    m.version = h.version;
-    m.nranks = h.nranks;
-    m.executable = "cairn-agent";
-    m.mode = "agent";
-    for (auto& [rank, entry] : ranks) m.shards.push_back(entry);
-    m.committed_at = util::wall_s();
-    CAIRN_RETURN_IF_ERROR(env->write_atomic(format::manifest_path(cfg.persistent, h.run, h.name, h.version),
-                                            format::encode_manifest(m), true));
-    written.erase({h.run, h.name, h.version});
-    agent_log("committed %s/%s v%lld to %s", h.run.c_str(), h.name.c_str(), static_cast<long long>(h.version),
-        cfg.persistent.c_str());
+    // The last shard of a version to arrive (from whichever agent or rank
+    // wrote it) commits the version.
+    auto committed = format::commit_if_complete(env, cfg.persistent, h, "cairn-agent", "agent");
+    if (!committed) return committed.take_status().with_context("commit of " + describe(h));
+    if (*committed)
+      agent_log("committed %s/%s v%lld to %s (%.3f s)", h.run.c_str(), h.name.c_str(),
+                static_cast<long long>(h.version), cfg.persistent.c_str(), util::now_s() - t0);
     return {};
   }
 
