@@ -398,3 +398,38 @@ def test_manager_lost_agents_reassigned(deployment, reference, make_job):
     assert all(prot[(rank, v)] == 0 for rank in range(2) for v in (6, 8, 10, 12)), r.describe()
     for v in (2, 4, 6, 8, 10, 12):
         assert committed(job, v), v
+
+
+def test_node_joining_gives_an_application_without_agents_its_agent(deployment, reference, make_job):
+    """No agent node at first: the application starts anyway, its ranks write
+    their own shards; an agent node joins mid-run, the controller fills the
+    shortfall, the probe reports the expansion and later versions are held.
+    Then that node leaves gracefully (SIGTERM) for another: migrated."""
+    d = deployment
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-join")
+    flags = {v: job.root / f"pause{v}" for v in (4, 8)}
+    args = ["--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected", "--probe"]
+    for v, f in flags.items():
+        args += ["--pause-after", v, f]
+    p = job.start(*args, **agents_cfg(d, agents_wait=1))
+    job.wait_paused(p, flags[4])
+    d.add_manager("node-a")
+    wait_until("an agent for the application", lambda: [g["node"] for g in d.app("agents-join")["agents"]
+                                                         if g.get("endpoint")] == ["node-a"])
+    release(flags[4])
+    job.wait_paused(p, flags[8])
+    d.add_manager("node-b")
+    d.kill("manager-node-a", signal.SIGTERM)  # graceful leave: its agent moves to node-b
+    wait_until("agent moved to node-b", lambda: [(g["node"], bool(g.get("endpoint")))
+                                                 for g in d.app("agents-join")["agents"]] == [("node-b", True)])
+    release(flags[8])
+    r = harness.finish_process(p).ok()
+    assert r.final_hash == ref.final_hash
+    prot = _protected(r)
+    changes = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^probe (\d+) change=(\d+)$", r.stdout, re.M)}
+    assert changes[4] == 1 and changes[8] == 3, r.describe()
+    assert all(prot[(rank, v)] != 0 for rank in range(2) for v in (2, 4)), r.describe()
+    assert all(prot[(rank, v)] == 0 for rank in range(2) for v in (6, 8, 10, 12)), r.describe()
+    for v in (2, 4, 6, 8, 10, 12):
+        assert committed(job, v), v
