@@ -45,11 +45,23 @@
  * background tasks that follow a commit (catalog update, retention) then finish
  * before the next capture instead of competing with it. 0 = back to back.
  *
+ * Remote checkpoint agents (CAIRN_AGENTS set in the environment; used by
+ * bench/run_agents.py): per mode also
+ *     protected_s      from the start of cairn_checkpoint until
+ *                      cairn_wait(PROTECTED) returns, i.e. the agents hold the
+ *                      version (or, where an agent did not take it, the rank
+ *                      wrote it itself: counted in protected_failed)
+ * and cairn_wait(PERSISTENT) waits for the agents' commit. --no-wait-persistent
+ * skips that wait (agents that keep versions in memory only), --no-restart the
+ * restart measurements, --run NAME sets the run (the application's name at the
+ * controller), and --until-file F ends the timed checkpoints early once F
+ * exists (a background load that runs as long as a measurement next to it).
+ *
  * Output: a human-readable table on rank 0, or with --json one JSON object.
  * The restored contents are verified (the benchmark fails if they are wrong).
  *
  * Environment: CAIRN_PERSISTENT, CAIRN_SCRATCH, CAIRN_RUN and CAIRN_MODE are set by
- * the program from --store, --scratch and --modes; CAIRN_KEEP_PERSISTENT
+ * the program from --store, --scratch, --run and --modes; CAIRN_KEEP_PERSISTENT
  * defaults to 2 (bounded disk use) unless set. Other CAIRN_* variables pass
  * through to cairn.
  */
@@ -74,13 +86,17 @@
 #include "cairn.h"
 #include "cairn_mpi.h"
 
-#define RUN_ID "cairn_bench"
+#define RUN_ID "cairn_bench" /* default of --run */
 #define IO_CHUNK (8u << 20)       /* reads */
 #define WRITE_CHUNK (1u << 30)   /* writes: as cairn's posix storage env */
 #define MAX_MODES 4
 
 static int g_rank = 0, g_size = 1;
 static int g_settle_ms = 0; /* pause before each timed checkpoint (--settle-ms) */
+static const char *g_run = RUN_ID;       /* --run */
+static int g_agents = 0;                 /* CAIRN_AGENTS is set: wait for PROTECTED too */
+static int g_wait_persistent = 1;        /* --no-wait-persistent clears it */
+static const char *g_until_file = NULL;  /* --until-file */
 
 static void die(const char *fmt, const char *a, const char *b) {
   fprintf(stderr, "cairn_bench: rank %d: ", g_rank);
@@ -106,6 +122,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: cairn_bench --store DIR --scratch DIR [--bytes B] [--checkpoints N]\n"
           "                   [--reps R] [--settle-ms T] [--modes thread,sync] [--drop-caches]\n"
+          "                   [--run NAME] [--no-restart] [--no-wait-persistent] [--until-file F]\n"
           "                   [--json]\n"
           "  --store DIR       persistent level; reference files are written here too\n"
           "  --scratch DIR     local level (e.g. under /dev/shm)\n"
@@ -115,6 +132,10 @@ static void usage(FILE *f) {
           "  --settle-ms T     pause before each timed checkpoint (default 0)\n"
           "  --modes LIST      comma-separated engine modes (default thread,sync)\n"
           "  --drop-caches     drop the page cache before persistent-level reads\n"
+          "  --run NAME        run name, CAIRN_RUN (default cairn_bench)\n"
+          "  --no-restart      skip the restart measurements\n"
+          "  --no-wait-persistent  do not wait for the persistent level after each checkpoint\n"
+          "  --until-file F    end the timed checkpoints early once file F exists\n"
           "  --json            print one JSON object\n");
 }
 
@@ -269,7 +290,7 @@ static stage_times manifest_times(const char *store, const char *name, int64_t v
   stage_times t = {0, 0, 0, 0, 0, 0};
   if (g_rank != 0) return t;
   char path[8192];
-  snprintf(path, sizeof path, "%s/runs/%s/%s/v%012" PRId64 "/MANIFEST", store, RUN_ID, name, version);
+  snprintf(path, sizeof path, "%s/runs/%s/%s/v%012" PRId64 "/MANIFEST", store, g_run, name, version);
   FILE *f = fopen(path, "r");
   if (!f) return t;
   static char text[1 << 20];
@@ -281,7 +302,9 @@ static stage_times manifest_times(const char *store, const char *name, int64_t v
   t.hash = json_max(text, "hash_s"); /* hash-tree stage (hash_trees = true) */
   t.local = json_max(text, "local_s");
   t.persistent = json_max(text, "persistent_s");
-  t.commit_latency = json_max(text, "committed_at") - json_max(text, "persistent_at");
+  /* Manifests committed by agents carry no stage times: latency unknown (0). */
+  const double persistent_at = json_max(text, "persistent_at");
+  t.commit_latency = persistent_at > 0 ? json_max(text, "committed_at") - persistent_at : 0;
   return t;
 }
 
@@ -294,6 +317,8 @@ typedef struct mode_result {
   int local_enabled;
   double background_cpu; /* CPU seconds of cairn's threads per checkpoint (max over ranks) */
   double *blocked, *local, *persistent;
+  double *protected_; /* agents only: until cairn_wait(PROTECTED) returned */
+  int protected_failed; /* versions some rank's agent did not take (agents only) */
   stage_times *stages;
 } mode_result;
 
@@ -327,6 +352,8 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   out->blocked = calloc((size_t)n, sizeof(double));
   out->local = calloc((size_t)n, sizeof(double));
   out->persistent = calloc((size_t)n, sizeof(double));
+  out->protected_ = calloc((size_t)n, sizeof(double));
+  out->protected_failed = 0;
   out->stages = calloc((size_t)n, sizeof(stage_times));
 
   /* Warm-up: the first checkpoint allocates and faults in the staging slots. */
@@ -335,15 +362,22 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   double t0 = MPI_Wtime();
   check("cairn_checkpoint", cairn_checkpoint(c, name, 0));
   out->first_blocked = gmax(MPI_Wtime() - t0);
-  check("cairn_wait", cairn_wait(c, name, 0, CAIRN_LEVEL_PERSISTENT));
+  if (g_agents) (void)cairn_wait(c, name, 0, CAIRN_LEVEL_PROTECTED);
+  if (g_wait_persistent) check("cairn_wait", cairn_wait(c, name, 0, CAIRN_LEVEL_PERSISTENT));
 
   /* CPU time of every thread but this one over the timed checkpoints, up to
    * the end of cairn_finalize (which joins cairn's threads, whose time stays
    * in RUSAGE_SELF): the CPU that cairn's background work takes from the
    * application's cores. The main thread's fill and waits are excluded. */
   const double self0 = cpu_s(RUSAGE_SELF), main0 = cpu_s(RUSAGE_THREAD);
+  int done = 0;
   for (int k = 0; k < n; ++k) {
     const int64_t v = k + 1;
+    if (g_until_file) {
+      int stop = g_rank == 0 && access(g_until_file, F_OK) == 0;
+      MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
+      if (stop) break;
+    }
     fill(data, bytes, v);
     if (g_settle_ms > 0) {
       struct timespec ts = {g_settle_ms / 1000, (long)(g_settle_ms % 1000) * 1000000L};
@@ -358,13 +392,26 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
     if (lrc != CAIRN_ENOTFOUND) check("cairn_wait(LOCAL)", lrc);
     out->local_enabled = lrc != CAIRN_ENOTFOUND;
     double t2 = MPI_Wtime();
-    check("cairn_wait(PERSISTENT)", cairn_wait(c, name, v, CAIRN_LEVEL_PERSISTENT));
+    double tp = t2;
+    if (g_agents) {
+      /* Fails where an agent did not take the version (the rank wrote it
+       * itself): counted, not fatal. Ranks agree on the level's outcome. */
+      int prc = cairn_wait(c, name, v, CAIRN_LEVEL_PROTECTED), all_ok = 0, ok = prc == CAIRN_OK;
+      tp = MPI_Wtime();
+      MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      if (!all_ok) ++out->protected_failed;
+    }
+    if (g_wait_persistent) check("cairn_wait(PERSISTENT)", cairn_wait(c, name, v, CAIRN_LEVEL_PERSISTENT));
     double t3 = MPI_Wtime();
     out->blocked[k] = gmax(t1 - t0);
     out->local[k] = gmax(t2 - t0);
-    out->persistent[k] = gmax(t3 - t0);
-    out->stages[k] = manifest_times(store, name, v);
+    out->protected_[k] = gmax(tp - t0);
+    out->persistent[k] = g_wait_persistent ? gmax(t3 - t0) : 0;
+    out->stages[k] = g_wait_persistent ? manifest_times(store, name, v) : (stage_times){0, 0, 0, 0, 0, 0};
+    ++done;
   }
+  if (done == 0) die("no timed checkpoint was taken (--until-file existed from the start)%s%s", NULL, NULL);
+  out->n = n = done;
   check("cairn_finalize", cairn_finalize(&c, 1));
   const double background = (cpu_s(RUSAGE_SELF) - self0) - (cpu_s(RUSAGE_THREAD) - main0);
   out->background_cpu = gmax(background / n);
@@ -446,7 +493,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
 
   uint64_t bytes = 64u << 20;
-  int n = 5, reps = 3, json = 0, want_drop = 0;
+  int n = 5, reps = 3, json = 0, want_drop = 0, no_restart = 0;
   const char *store = NULL, *scratch = NULL, *modes_arg = "thread,sync";
   for (int i = 1; i < argc; ++i) {
     const char *a = argv[i];
@@ -459,6 +506,14 @@ int main(int argc, char **argv) {
       json = 1;
     } else if (!strcmp(a, "--drop-caches")) {
       want_drop = 1;
+    } else if (!strcmp(a, "--no-restart")) {
+      no_restart = 1;
+    } else if (!strcmp(a, "--no-wait-persistent")) {
+      g_wait_persistent = 0;
+    } else if (v && !strcmp(a, "--run")) {
+      g_run = v, ++i;
+    } else if (v && !strcmp(a, "--until-file")) {
+      g_until_file = v, ++i;
     } else if (v && !strcmp(a, "--bytes")) {
       bytes = parse_size(v), ++i;
     } else if (v && !strcmp(a, "--checkpoints")) {
@@ -504,7 +559,11 @@ int main(int argc, char **argv) {
   char local_dir[4096];
   snprintf(local_dir, sizeof local_dir, "%s", path);
   snprintf(empty_scratch, sizeof empty_scratch, "%s/empty", scratch);
-  set_env("CAIRN_RUN", RUN_ID);
+  set_env("CAIRN_RUN", g_run);
+  {
+    const char *agents = getenv("CAIRN_AGENTS");
+    g_agents = agents && *agents;
+  }
   if (!getenv("CAIRN_KEEP_PERSISTENT")) set_env("CAIRN_KEEP_PERSISTENT", "2");
   snprintf(ref_persistent, sizeof ref_persistent, "%s/ref.%06d", store, g_rank);
   snprintf(ref_local, sizeof ref_local, "%s/ref.%06d", scratch, g_rank);
@@ -546,12 +605,14 @@ int main(int argc, char **argv) {
    * the persistent level with the local one hidden. */
   char name0[32];
   snprintf(name0, sizeof name0, "bench_%.16s", modes[0]);
-  restart_result rl = {0, 0, 0, 0, 0}, rp;
-  set_env("CAIRN_MODE", modes[0]);
-  if (res[0].local_enabled) run_restart(name0, n, data, bytes, ref_local, 0, reps, &rl);
-  set_env("CAIRN_SCRATCH", empty_scratch);
-  run_restart(name0, n, data, bytes, ref_persistent, want_drop, reps, &rp);
-  set_env("CAIRN_SCRATCH", local_dir);
+  restart_result rl = {0, 0, 0, 0, 0}, rp = {0, 0, 0, 0, 0};
+  if (!no_restart) {
+    set_env("CAIRN_MODE", modes[0]);
+    if (res[0].local_enabled) run_restart(name0, res[0].n, data, bytes, ref_local, 0, reps, &rl);
+    set_env("CAIRN_SCRATCH", empty_scratch);
+    run_restart(name0, res[0].n, data, bytes, ref_persistent, want_drop, reps, &rp);
+    set_env("CAIRN_SCRATCH", local_dir);
+  }
 
   unlink(ref_persistent);
   unlink(ref_local);
@@ -572,14 +633,20 @@ int main(int argc, char **argv) {
         const mode_result *r = &res[m];
         printf("%s\"%s\": {\"first_blocked_s\": %.6g, \"background_cpu_s\": %.6g", m ? ", " : "", r->mode,
                r->first_blocked, r->background_cpu);
-        printf(", \"blocked_s\": %.6g, \"local_s\": %.6g, \"persistent_s\": %.6g", median(r->blocked, n),
-               median(r->local, n), median(r->persistent, n));
+        printf(", \"checkpoints\": %d", r->n);
+        printf(", \"blocked_s\": %.6g, \"local_s\": %.6g, \"persistent_s\": %.6g", median(r->blocked, r->n),
+               median(r->local, r->n), median(r->persistent, r->n));
         printf(", \"blocked_all_s\": ");
-        print_array(r->blocked, n);
+        print_array(r->blocked, r->n);
         printf(", \"local_all_s\": ");
-        print_array(r->local, n);
+        print_array(r->local, r->n);
         printf(", \"persistent_all_s\": ");
-        print_array(r->persistent, n);
+        print_array(r->persistent, r->n);
+        if (g_agents) {
+          printf(", \"protected_s\": %.6g, \"protected_failed\": %d, \"protected_all_s\": ",
+                 median(r->protected_, r->n), r->protected_failed);
+          print_array(r->protected_, r->n);
+        }
         printf(", \"stage_capture_s\": %.6g, \"stage_checksum_s\": %.6g, \"stage_hash_s\": %.6g"
                ", \"stage_local_s\": %.6g, \"stage_persistent_s\": %.6g, \"commit_latency_s\": %.6g}",
                stage_median(r, offsetof(stage_times, capture)), stage_median(r, offsetof(stage_times, checksum)),
@@ -588,12 +655,14 @@ int main(int argc, char **argv) {
                stage_median(r, offsetof(stage_times, commit_latency)));
       }
       printf("}");
-      printf(", \"restart_local\": {\"test_s\": %.6g, \"restart_s\": %.6g, \"total_s\": %.6g, "
-             "\"reference_read_s\": %.6g, \"cold\": false, \"level\": \"local\"}",
-             rl.test_s, rl.restart_s, rl.total_s, rl.reference_s);
-      printf(", \"restart_persistent\": {\"test_s\": %.6g, \"restart_s\": %.6g, \"total_s\": %.6g, "
-             "\"reference_read_s\": %.6g, \"cold\": %s, \"level\": \"persistent\"}",
-             rp.test_s, rp.restart_s, rp.total_s, rp.reference_s, rp.cold ? "true" : "false");
+      if (!no_restart) {
+        printf(", \"restart_local\": {\"test_s\": %.6g, \"restart_s\": %.6g, \"total_s\": %.6g, "
+               "\"reference_read_s\": %.6g, \"cold\": false, \"level\": \"local\"}",
+               rl.test_s, rl.restart_s, rl.total_s, rl.reference_s);
+        printf(", \"restart_persistent\": {\"test_s\": %.6g, \"restart_s\": %.6g, \"total_s\": %.6g, "
+               "\"reference_read_s\": %.6g, \"cold\": %s, \"level\": \"persistent\"}",
+               rp.test_s, rp.restart_s, rp.total_s, rp.reference_s, rp.cold ? "true" : "false");
+      }
       printf("}\n");
     } else {
       printf("cairn_bench: %d ranks x %.1f MiB, %d checkpoints per mode (median, max over ranks)\n", g_size,
@@ -605,10 +674,13 @@ int main(int argc, char **argv) {
              mib * g_size / (wr > 0 ? wr : 1));
       for (int m = 0; m < nmodes; ++m) {
         const mode_result *r = &res[m];
-        double b = median(r->blocked, n), l = median(r->local, n), p = median(r->persistent, n);
+        double b = median(r->blocked, r->n), l = median(r->local, r->n), p = median(r->persistent, r->n);
         printf("  mode %-6s first checkpoint      %9.4f s (staging allocation)\n", r->mode, r->first_blocked);
         printf("  mode %-6s blocked               %9.4f s  = %.2f x memcpy\n", r->mode, b, ratio(b, mc));
         printf("  mode %-6s until local           %9.4f s\n", r->mode, l);
+        if (g_agents)
+          printf("  mode %-6s until held by agents  %9.4f s  (%d version(s) not taken)\n", r->mode,
+                 median(r->protected_, r->n), r->protected_failed);
         printf("  mode %-6s until persistent      %9.4f s  = %.2f x O_DIRECT write\n", r->mode, p, ratio(p, wr));
         printf("  mode %-6s background CPU        %9.4f s per checkpoint (other threads)\n", r->mode,
                r->background_cpu);
@@ -619,11 +691,13 @@ int main(int argc, char **argv) {
                stage_median(r, offsetof(stage_times, persistent)),
                stage_median(r, offsetof(stage_times, commit_latency)));
       }
-      printf("  restart from local (tmpfs)         %9.4f s  (test %.4f + restart %.4f) = %.2f x read %.4f s\n",
-             rl.total_s, rl.test_s, rl.restart_s, ratio(rl.total_s, rl.reference_s), rl.reference_s);
-      printf("  restart from persistent (%s)      %9.4f s  (test %.4f + restart %.4f) = %.2f x read %.4f s\n",
-             rp.cold ? "cold" : "warm", rp.total_s, rp.test_s, rp.restart_s, ratio(rp.total_s, rp.reference_s),
-             rp.reference_s);
+      if (!no_restart) {
+        printf("  restart from local (tmpfs)         %9.4f s  (test %.4f + restart %.4f) = %.2f x read %.4f s\n",
+               rl.total_s, rl.test_s, rl.restart_s, ratio(rl.total_s, rl.reference_s), rl.reference_s);
+        printf("  restart from persistent (%s)      %9.4f s  (test %.4f + restart %.4f) = %.2f x read %.4f s\n",
+               rp.cold ? "cold" : "warm", rp.total_s, rp.test_s, rp.restart_s, ratio(rp.total_s, rp.reference_s),
+               rp.reference_s);
+      }
     }
     fflush(stdout);
   }
@@ -632,6 +706,7 @@ int main(int argc, char **argv) {
     free(res[m].blocked);
     free(res[m].local);
     free(res[m].persistent);
+    free(res[m].protected_);
     free(res[m].stages);
   }
   free(memcpy_s);
