@@ -25,12 +25,13 @@ physical references measured in the same run:
               agent) checkpoints while --interferers other applications
               checkpoint continuously; their agents either stacked on A's
               agent node (moved there with `cairn agents migrate`) or spread
-              by the controller's `activity` strategy over 3 managers; twice
-              (--pin-nodes): with each manager and its agents pinned to a
-              CPU of their own (node-a alone on CPU 0), so that an agent node
-              stands for a share of the machine, which on one machine is all
-              a "node" can mean, and unpinned, where the placement can change
-              nothing (the control experiment).
+              by the controller's `activity` strategy over 3 managers. What a
+              "node" is on one machine (--placement-variants): netns, a
+              network namespace whose link from the applications is limited
+              to --node-link-rate (its agents share that link as they would
+              share a NIC; needs root, ip and tc); pinned, a CPU of its own
+              for the node's manager and agents; loopback, nothing, where the
+              placement can change nothing (the control experiment).
 
 Every timing is the median over --checkpoints checkpoints after one warm-up
 (which allocates the staging slots and, at the agent, the first buffers),
@@ -72,10 +73,92 @@ HEARTBEAT_TIMEOUT_S = 3.0
 HELD_RE = re.compile(r"held (\S+)/(\S+) v(\d+) rank (\d+)/(\d+) \(([\d.]+) MB/s\)")
 
 
-def free_port():
+def free_port(host="127.0.0.1"):
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def run_ip(*args, ns=None, check=True):
+    cmd = ["ip"] + (["netns", "exec", ns, "ip"] if ns else []) + [str(a) for a in args]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    if check and r.returncode != 0:
+        raise RuntimeError("%s: exit status %d: %s" % (" ".join(cmd), r.returncode, r.stderr.strip()))
+    return r
+
+
+def netns_usable():
+    """Whether this process may make network namespaces with rate-limited
+    links (root, iproute2's ip and tc)."""
+    return os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
+
+
+class Netns:
+    """Agent nodes as network namespaces: each has a veth pair whose root end
+    is a port of one bridge (which holds the root namespace's address), and
+    that root end gets a token-bucket qdisc of `rate`: everything the node's
+    agents pull from the applications crosses it, so agents on one node share
+    its link as they share a NIC. Names carry the pid; close() removes what
+    was made, also after a failure."""
+
+    def __init__(self, letters, rate):
+        pid = os.getpid()
+        self.rate = rate
+        self.bridge = "cab%dbr" % pid  # interface names: at most 15 characters
+        self.namespaces, self.veths, self.made_bridge = [], [], False
+        used = run_ip("-4", "-o", "addr").stdout + run_ip("-4", "route").stdout
+        net = None
+        for i in range(254):
+            n = (pid + i) % 254 + 1
+            if "10.232.%d." % n not in used:
+                net = "10.232.%d" % n
+                break
+        if net is None:
+            raise RuntimeError("no free 10.232.N.0/24 subnet")
+        self.host = net + ".1"
+        self.nodes = {"node-" + c: ("cairn-b%d-%s" % (pid, c), "%s.%d" % (net, i + 2), "cab%d%s" % (pid, c))
+                      for i, c in enumerate(letters)}
+
+    def open(self):
+        run_ip("link", "add", self.bridge, "type", "bridge")
+        self.made_bridge = True
+        run_ip("addr", "add", self.host + "/24", "dev", self.bridge)
+        run_ip("link", "set", self.bridge, "up")
+        for ns, addr, veth in self.nodes.values():
+            run_ip("netns", "add", ns)
+            self.namespaces.append(ns)
+            run_ip("link", "add", veth, "type", "veth", "peer", "name", veth + "n")
+            self.veths.append(veth)
+            run_ip("link", "set", veth + "n", "netns", ns)
+            run_ip("link", "set", veth, "master", self.bridge)
+            run_ip("link", "set", veth, "up")
+            run_ip("link", "set", "lo", "up", ns=ns)
+            run_ip("addr", "add", addr + "/24", "dev", veth + "n", ns=ns)
+            run_ip("link", "set", veth + "n", "up", ns=ns)
+            if self.rate:
+                # Bridge -> node: the direction of the agents' pulls.
+                r = subprocess.run(["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", self.rate, "burst",
+                                    "4mb", "latency", "100ms"], capture_output=True, text=True, timeout=20)
+                if r.returncode != 0:
+                    raise RuntimeError("tc qdisc add dev %s: %s" % (veth, r.stderr.strip()))
+        return self
+
+    def close(self):
+        for ns in self.namespaces:
+            # Only this driver's managers and agents live in these namespaces.
+            for pid in run_ip("netns", "pids", ns, check=False).stdout.split():
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        for ns in self.namespaces:
+            run_ip("netns", "del", ns, check=False)
+        for veth in self.veths:
+            if run_ip("link", "show", veth, check=False).returncode == 0:
+                run_ip("link", "del", veth, check=False)
+        if self.made_bridge:
+            run_ip("link", "del", self.bridge, check=False)
+        self.namespaces, self.veths, self.made_bridge = [], [], False
 
 
 def kill_group(p, timeout=15.0):
@@ -103,10 +186,11 @@ def kill_group(p, timeout=15.0):
 
 
 class Deployment:
-    """A controller and its managers on 127.0.0.1, each in its own process
-    group (a manager's agents are in its group)."""
+    """A controller and its managers on 127.0.0.1 (or on `host`, the bridge of
+    a Netns), each in its own process group (a manager's agents are in its
+    group)."""
 
-    def __init__(self, args, root, env, strategy=None, distribution=None, capacity=4):
+    def __init__(self, args, root, env, strategy=None, distribution=None, capacity=4, host="127.0.0.1"):
         self.args = args
         self.root = root
         self.env = env
@@ -115,7 +199,7 @@ class Deployment:
         with open(self.secret, "w") as f:
             f.write(secrets.token_hex(32) + "\n")
         os.chmod(self.secret, 0o600)
-        self.address = "127.0.0.1:%d" % free_port()
+        self.address = "%s:%d" % (host, free_port(host))
         self.procs = {}
         self.nodes = {}
         cmd = ["controller", "--listen", self.address, "--secret-file", self.secret, "--journal",
@@ -128,7 +212,9 @@ class Deployment:
         self.start("controller", [args.cli] + cmd)
         self.wait_until("the controller", lambda: self.status(check=False))
 
-    def start(self, name, cmd):
+    def start(self, name, cmd, ns=None):
+        if ns:
+            cmd = ["ip", "netns", "exec", ns] + cmd  # ip execs the command: same pid
         logf = open(os.path.join(self.root, name + ".log"), "ab")
         if self.args.verbose:
             log("+ " + " ".join(shlex.quote(str(c)) for c in cmd))
@@ -136,10 +222,11 @@ class Deployment:
                                             stdin=subprocess.DEVNULL, start_new_session=True, env=self.env)
         logf.close()
 
-    def add_manager(self, node, capacity=4, store=None, threads=None, cpu=None):
+    def add_manager(self, node, capacity=4, store=None, threads=None, cpu=None, ns=None, addr=None):
         """A manager whose agents keep versions in memory and, with `store`,
         write them to it (the agent arguments are given explicitly because
-        applications registered by hand carry no store)."""
+        applications registered by hand carry no store); on CPU `cpu`, or in
+        network namespace `ns` serving on `addr`."""
         run_dir = os.path.join(self.root, "run-" + node)
         agent_args = ["--agent-id", "{agent}", "--app-id", "{app}", "--app", "{app_name}", "--node", "{node}",
                       "--controller", "{controller}", "--stats-file", "{stats_file}"]
@@ -147,12 +234,16 @@ class Deployment:
             agent_args += ["--persistent", store]
         if threads:
             agent_args += ["--threads", str(threads)]
+        if addr:
+            agent_args += ["--bind", addr]
         cmd = [self.args.cli, "manager", "--controller", self.address, "--secret-file", self.secret, "--node-id",
                node, "--capacity", str(capacity), "--agent-program", self.args.agent, "--run-dir", run_dir,
                "--stop-grace", "10"] + ["--agent-arg=" + a for a in agent_args]
+        if addr:
+            cmd += ["--listen", addr + ":0"]
         if cpu is not None:
             cmd = ["taskset", "-c", str(cpu)] + cmd
-        self.start("manager-" + node, cmd)
+        self.start("manager-" + node, cmd, ns=ns)
         self.nodes[node] = {"cpu": cpu, "run_dir": run_dir}
         self.wait_until("node " + node, lambda: any(n["node"] == node for n in self.status()["nodes"]))
 
@@ -428,16 +519,24 @@ def measure_agent_counts(b, pdir, sdir):
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def pin_modes(a):
-    """Placement variants: "pinned" (each agent node's manager and agents on
-    their own CPU) and/or "unpinned" (every process anywhere: on one machine
-    the placement can then change nothing, the control experiment)."""
-    ncpu = os.cpu_count() or 1
-    if a.pin_nodes == "on":
-        return ["pinned"]
-    if a.pin_nodes == "off" or ncpu < 2:
-        return ["unpinned"]
-    return ["pinned", "unpinned"]
+def placement_variants(a):
+    """What an agent node is in the placement experiment: "netns" a network
+    namespace whose link from the applications is limited to
+    --node-link-rate (agents on one node share it, as they share a NIC);
+    "pinned" a CPU of its own for the node's manager and agents; "loopback"
+    nothing (every process anywhere, all traffic over lo: on one machine the
+    placement can then change nothing, the control experiment)."""
+    if a.placement_variants != "auto":
+        out = [v for v in a.placement_variants.split(",") if v]
+        bad = [v for v in out if v not in ("netns", "pinned", "loopback")]
+        if bad:
+            sys.exit("run_agents.py: unknown placement variant(s) %s (netns, pinned, loopback)" % ", ".join(bad))
+        if "netns" in out and not netns_usable():
+            sys.exit("run_agents.py: the netns variant needs root, ip and tc")
+        return out
+    if netns_usable():
+        return ["netns", "loopback"]
+    return ["pinned", "loopback"] if (os.cpu_count() or 1) >= 2 else ["loopback"]
 
 
 def node_cpus(pinned):
@@ -449,7 +548,7 @@ def node_cpus(pinned):
     return {"node-a": 0, "node-b": 1 % ncpu, "node-c": (2 % ncpu) if ncpu > 2 else (1 % ncpu)}
 
 
-def measure_placement(b, pdir, sdir, case, pinned, tag):
+def measure_placement(b, pdir, sdir, case, variant, tag):
     """Application A (a.ranks ranks, one agent) measured while a.interferers
     one-rank applications checkpoint back to back; their agents stacked on
     A's node or spread by the activity strategy. Memory-only agents."""
@@ -460,12 +559,15 @@ def measure_placement(b, pdir, sdir, case, pinned, tag):
     os.makedirs(os.path.join(store_parent, "store"), exist_ok=True)
     os.makedirs(scratch, exist_ok=True)
     stop_file = os.path.join(root, "stop")
-    cpus = node_cpus(pinned)
+    cpus = node_cpus(variant == "pinned")
     noise = run_core.ForeignLoad()
-    dep = Deployment(a, root, b.env, strategy="activity", capacity=4)
+    net = Netns("abc", a.node_link_rate).open() if variant == "netns" else None
+    dep = None
     try:
+        dep = Deployment(a, root, b.env, strategy="activity", capacity=4, host=net.host if net else "127.0.0.1")
         for node in ("node-a", "node-b", "node-c"):
-            dep.add_manager(node, capacity=4, threads=a.agent_threads, cpu=cpus[node])
+            ns, addr = (net.nodes[node][0], net.nodes[node][1]) if net else (None, None)
+            dep.add_manager(node, capacity=4, threads=a.agent_threads, cpu=cpus[node], ns=ns, addr=addr)
         interval = (a.settle_ms + 100) / 1000.0
         app_a = dep.register("placement-A", a.ranks, agents=1, interval=interval)
         others = ["placement-I%d" % (i + 1) for i in range(a.interferers)]
@@ -522,7 +624,8 @@ def measure_placement(b, pdir, sdir, case, pinned, tag):
         t = r["modes"]["thread"]
         pulls = [x[4] for x in dep.held_lines("placement-A") if x[2] >= 1]
         res = {
-            "case": case, "pinned": pinned, "placement": placement,
+            "case": case, "variant": variant, "placement": placement,
+            "node_link_rate": a.node_link_rate if net else None,
             "node_cpus": {n: cpus[n] for n in sorted(set(placement.values()))},
             "memcpy_s": r["memcpy_s"], "blocked_s": t["blocked_s"], "protected_s": t.get("protected_s", 0.0),
             "protected_failed": t.get("protected_failed", 0), "blocked_all_s": t["blocked_all_s"],
@@ -536,25 +639,28 @@ def measure_placement(b, pdir, sdir, case, pinned, tag):
         return res
     finally:
         b.stop_children()
-        dep.stop()
+        if dep is not None:
+            dep.stop()
+        if net is not None:
+            net.close()
         if not a.keep:
             shutil.rmtree(store_parent, ignore_errors=True)
             shutil.rmtree(scratch, ignore_errors=True)
 
 
 def measure_placements(b, pdir, sdir):
-    """Every variant (pinned, unpinned) x case (spread, stacked), --placement-rounds
-    times, the cases alternating so that slow drifts of the machine hit both;
-    per variant and case the medians over every timed checkpoint of A."""
+    """Every variant (placement_variants) x case (spread, stacked),
+    --placement-rounds times, the cases alternating so that slow drifts of
+    the machine hit both; per variant and case the medians over every timed
+    checkpoint of A."""
     a = b.args
     out = {}
-    for mode in pin_modes(a):
+    for mode in placement_variants(a):
         rounds = {"spread": [], "stacked": []}
         for rnd in range(a.placement_rounds):
             for case in (("spread", "stacked") if rnd % 2 == 0 else ("stacked", "spread")):
                 log("run_agents: placement, %s, %s, round %d" % (mode, case, rnd + 1))
-                rounds[case].append(measure_placement(b, pdir, sdir, case, mode == "pinned",
-                                                      "%s-%s-%d" % (mode, case, rnd)))
+                rounds[case].append(measure_placement(b, pdir, sdir, case, mode, "%s-%s-%d" % (mode, case, rnd)))
         out[mode] = {}
         for case, runs in rounds.items():
             blocked = [x for r in runs for x in r["blocked_all_s"]]
@@ -675,6 +781,10 @@ def print_report(doc):
         print("placement: A (%d ranks, 1 agent) while %d one-rank applications checkpoint back to back; medians "
               "over %d rounds x %d checkpoints [s]" % (a["ranks"], a["interferers"], a["placement_rounds"],
                                                       a["checkpoints"]))
+        if "netns" in pl:
+            print("  netns: each agent node a network namespace, its link from the applications limited to %s "
+                  "(tc tbf)" % a["node_link_rate"])
+        print("  I pulls: the interferers' pulls while A ran, per round")
         print("  %-18s %-26s %8s %8s %8s %8s %17s %7s" % ("case", "agent nodes (A first)", "blocked", "held",
                                                         "held min", "held max", "pull MB/s (range)", "I pulls"))
         for mode, cases in pl.items():
@@ -738,11 +848,14 @@ def main():
     ap.add_argument("--interferers", type=int, default=2, help="other applications in the placement experiment")
     ap.add_argument("--interferer-settle-ms", type=int, default=50,
                     help="pause between the interferers' checkpoints (default 50)")
-    ap.add_argument("--pin-nodes", choices=("auto", "on", "off"), default="auto",
-                    help="placement with each agent node's manager and agents on its own CPU (on), with no "
-                         "pinning (off), or both (auto, with 2+ CPUs)")
-    ap.add_argument("--placement-rounds", type=int, default=3,
-                    help="repetitions of each placement case, alternating (default 3)")
+    ap.add_argument("--placement-variants", default="auto",
+                    help="what an agent node is in the placement experiment, comma-separated: netns (network "
+                         "namespace with a rate-limited link), pinned (a CPU of its own), loopback (nothing); "
+                         "auto: netns,loopback as root with ip and tc, else pinned,loopback")
+    ap.add_argument("--node-link-rate", default="2gbit",
+                    help="tc rate of each agent node's link in the netns variant (default 2gbit)")
+    ap.add_argument("--placement-rounds", type=int, default=2,
+                    help="repetitions of each placement case, alternating (default 2)")
     ap.add_argument("--no-placement", action="store_true", help="skip the placement experiment")
     ap.add_argument("--no-counts", action="store_true", help="skip the 1/2/4-agent measurements")
     ap.add_argument("--no-rma", action="store_true", help="skip agents_rma_bench")
