@@ -630,13 +630,12 @@ def measure_placement(b, pdir, sdir, case, variant, tag):
             "memcpy_s": r["memcpy_s"], "blocked_s": t["blocked_s"], "protected_s": t.get("protected_s", 0.0),
             "protected_failed": t.get("protected_failed", 0), "blocked_all_s": t["blocked_all_s"],
             "protected_all_s": t.get("protected_all_s", []), "agent_pull_mbps": stats(pulls),
-            "agent_pull_all_mbps": pulls, "interferers": inter, "noise": noise.stop(),
+            "agent_pull_all_mbps": pulls, "interferers": inter,
         }
         log("    A: blocked %.4f s, held after %.4f s (min %.4f, max %.4f), pull %.0f MB/s; interferer pulls meanwhile "
             "%s" % (res["blocked_s"], res["protected_s"], min(res["protected_all_s"] or [0]),
                     max(res["protected_all_s"] or [0]), res["agent_pull_mbps"]["median"],
                     ", ".join(str(v) for v in during.values())))
-        return res
     finally:
         b.stop_children()
         if dep is not None:
@@ -646,6 +645,10 @@ def measure_placement(b, pdir, sdir, case, variant, tag):
         if not a.keep:
             shutil.rmtree(store_parent, ignore_errors=True)
             shutil.rmtree(scratch, ignore_errors=True)
+    # Only now are this case's processes reaped, their CPU time counted as
+    # this driver's children's and not as other processes' load.
+    res["noise"] = noise.stop()
+    return res
 
 
 def measure_placements(b, pdir, sdir):
