@@ -175,14 +175,15 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       return json{{"app", id}};
     }
     case ctl_type::app_progress: {
-      uint64_t id = 0, done = 0;
+      uint64_t id = 0, done = 0, bytes = 0;
       double transfer = 0, probe = 0;
       f.u64("app", &id);
       f.u64("checkpoints_done", &done);
       f.num("transfer_s", &transfer, false, 0, 1e7);
       f.num("probe_s", &probe, false, 0, 1e7);
+      f.u64("checkpoint_bytes", &bytes, false, uint64_t{1} << 56);
       if (!f.ok()) return f.error();
-      CAIRN_RETURN_IF_ERROR(state_.app_progress(id, done, transfer, probe));
+      CAIRN_RETURN_IF_ERROR(state_.app_progress(id, done, transfer, probe, bytes));
       return state_.app_agents_json(id);
     }
     case ctl_type::app_resize: {

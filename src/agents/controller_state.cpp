@@ -464,11 +464,13 @@ status controller_state::app_unregister(uint64_t id) {
   return fill_shortfalls();  // its room may serve others
 }
 
-status controller_state::app_progress(uint64_t id, uint64_t checkpoints_done, double transfer_s, double probe_s) {
+status controller_state::app_progress(uint64_t id, uint64_t checkpoints_done, double transfer_s, double probe_s,
+                                      uint64_t checkpoint_bytes) {
   auto it = apps_.find(id);
   if (it == apps_.end()) return {errc::not_found, "application " + std::to_string(id) + " is not registered"};
   app& a = it->second;
   a.checkpoints_done = checkpoints_done;
+  if (checkpoint_bytes > 0) a.hints.checkpoint_bytes = checkpoint_bytes;
   if (transfer_s > 0) {
     a.transfer_s = transfer_s;
     a.transfer_agents = static_cast<uint32_t>(agents_of(id).size());
@@ -484,6 +486,11 @@ result<controller_state::resize_decision> controller_state::app_resize(uint64_t 
     return status(errc::invalid_argument, "agent count must be 1..65536 (unregister to release every agent)");
   }
   const app& a = it->second;
+  // Each rank talks to one agent: agents beyond the rank count would serve nobody.
+  if (a.hints.ranks > 0 && count > a.hints.ranks) {
+    return status(errc::invalid_argument, "application " + std::to_string(id) + " has " +
+                                              std::to_string(a.hints.ranks) + " ranks: at most that many agents");
+  }
   std::vector<const agent*> mine = agents_of(id);
   uint32_t have = static_cast<uint32_t>(mine.size());
   resize_decision d;

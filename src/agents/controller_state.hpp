@@ -136,7 +136,10 @@ class controller_state {
   // Progress an application reports: checkpoints done so far; measured
   // transfer time of one checkpoint (with its current agents) and of its last
   // reconfiguration, 0 when not measured.
-  status app_progress(uint64_t id, uint64_t checkpoints_done, double transfer_s, double probe_s);
+  // checkpoint_bytes (all ranks together, 0 = not known) replaces the hint
+  // the application registered with (it rarely knows its size at init).
+  status app_progress(uint64_t id, uint64_t checkpoints_done, double transfer_s, double probe_s,
+                      uint64_t checkpoint_bytes = 0);
   // Changes the target count to `count`. Expansion is applied only when the
   // break-even rule says it pays off for the checkpoints left, unless `force`;
   // reduction is always applied (it frees resources; the rule cannot justify

@@ -629,6 +629,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   if (agents_) wanted |= CAIRN_LEVEL_PROTECTED;  // the agents (or the fallback) write the persistent level
   else if (n % cfg_.persistent_interval == 0 || !cfg_.local_enabled) wanted |= CAIRN_LEVEL_PERSISTENT;
   ++checkpoints_taken_;
+  last_image_bytes_ = h.file_size;
   job->header = std::move(h);
   job->image = slot;
   job->pool = &pool_;

@@ -207,6 +207,7 @@ class client_impl {
   std::optional<agents_control> control_;  // rank 0 only
   agents_view agents_view_;                // the same on every rank
   uint64_t checkpoints_taken_ = 0;
+  uint64_t last_image_bytes_ = 0;  // this rank's last shard image
   // This execution's shard attempt tag (format::shard_header::attempt), the
   // same on every rank.
   uint32_t attempt_ = 0;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include "client/client.hpp"
@@ -64,8 +65,19 @@ void client_impl::report_agents_progress(double probe_s) {
   // The slowest rank's last transfer is the application's transfer time.
   int64_t us = static_cast<int64_t>(agents_->last_transfer_s() * 1e6);
   double transfer_s = static_cast<double>(-comm_->min(-us)) / 1e6;
+  // The size of one checkpoint of all ranks (the last one taken), which the
+  // controller's count rule and memory reservations need.
+  int64_t mine = static_cast<int64_t>(last_image_bytes_);
+  std::vector<std::byte> all;
+  comm_->gather(std::as_bytes(std::span<const int64_t>(&mine, 1)), &all);
   if (rank() != 0) return;
-  status st = control_->progress(agents_view_.app, checkpoints_taken_, transfer_s, probe_s);
+  uint64_t total = 0;
+  for (size_t i = 0; i + sizeof(int64_t) <= all.size(); i += sizeof(int64_t)) {
+    int64_t x = 0;
+    std::memcpy(&x, all.data() + i, sizeof x);
+    total += static_cast<uint64_t>(std::max<int64_t>(0, x));
+  }
+  status st = control_->progress(agents_view_.app, checkpoints_taken_, transfer_s, probe_s, total);
   if (!st) std::fprintf(stderr, "cairn: warning: progress not reported to the agents controller: %s\n", st.message().c_str());
 }
 

@@ -664,6 +664,25 @@ TEST(agents_controller_state, graceful_leave_moves_agents_first) {
   EXPECT_EQ(f.state.node_leave("a").error().code(), errc::not_found);
 }
 
+TEST(agents_controller_state, agents_are_capped_by_ranks_and_sizes_come_with_progress) {
+  controller_policy p;
+  state_fixture f(p);
+  ASSERT_TRUE(f.state.node_register("a", "h:1", 8, metrics(64ull << 30, 0), {}, 0));
+  auto app = f.state.app_register("x", app_hints{.ranks = 2, .nodes = 1}, std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_TRUE(app);
+  // Each rank talks to one agent: a third one would serve nobody.
+  auto d = f.state.app_resize(*app, 3, true);
+  ASSERT_FALSE(d);
+  EXPECT_EQ(d.error().code(), errc::invalid_argument);
+  EXPECT_TRUE(f.state.app_resize(*app, 2, true));
+  // The application learns its checkpoint size after init and reports it.
+  EXPECT_EQ(f.state.apps().at(*app).hints.checkpoint_bytes, 0u);
+  ASSERT_TRUE(f.state.app_progress(*app, 1, 0.5, 0, 128ull << 20));
+  EXPECT_EQ(f.state.apps().at(*app).hints.checkpoint_bytes, 128ull << 20);
+  ASSERT_TRUE(f.state.app_progress(*app, 2, 0.5, 0));  // 0: unchanged
+  EXPECT_EQ(f.state.apps().at(*app).hints.checkpoint_bytes, 128ull << 20);
+}
+
 TEST(agents_controller_state, expansion_follows_the_break_even_rule) {
   controller_policy p;
   p.count.agent_bandwidth = 1e9;

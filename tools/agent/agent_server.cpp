@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
 #include <cstdarg>
 #include <condition_variable>
 #include <cstdio>
@@ -40,7 +41,12 @@ void agent_log(const char* fmt, ...) {
   va_start(ap, fmt);
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "cairn-agent: %s\n", buf);
+  struct timespec ts {};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  struct tm tm {};
+  gmtime_r(&ts.tv_sec, &tm);
+  std::fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ cairn-agent: %s\n", tm.tm_year + 1900, tm.tm_mon + 1,
+               tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, buf);
 }
 
 // One version of one rank, verified, in the agent's memory.
@@ -86,6 +92,9 @@ struct agent_server::impl {
   // Held versions, newest last. Touched by the serving thread only.
   std::map<stream_key, std::deque<std::shared_ptr<held_version>>> held;
   std::map<std::pair<std::string, uint64_t>, pending> pendings;  // (peer name, request)
+  // Memory of evicted versions, reused by the next pulls (serving thread only).
+  static constexpr size_t kSpareBuffers = 4;
+  std::vector<engine::aligned_buffer> spare;
   // Counters (serving thread only).
   uint64_t bytes_in = 0;    // images pulled or pushed into the agent
   uint64_t bytes_out = 0;   // images written back or read for restarts
@@ -134,6 +143,18 @@ struct agent_server::impl {
     return s;
   }
 
+  // A buffer of at least `length` bytes: a spare one if any fits (the smallest
+  // that does), else new memory.
+  result<engine::aligned_buffer> take_buffer(uint64_t length) {
+    size_t best = spare.size();
+    for (size_t i = 0; i < spare.size(); ++i)
+      if (spare[i].size() >= length && (best == spare.size() || spare[i].size() < spare[best].size())) best = i;
+    if (best == spare.size()) return engine::aligned_buffer::allocate(length);
+    engine::aligned_buffer b = std::move(spare[best]);
+    spare.erase(spare.begin() + static_cast<std::ptrdiff_t>(best));
+    return b;
+  }
+
   // Keeps a verified version: newest `keep` per stream stay in memory, and the
   // writer gets it for the store.
   void hold(std::shared_ptr<held_version> v) {
@@ -147,7 +168,13 @@ struct agent_server::impl {
     auto pos = list.begin();
     while (pos != list.end() && (*pos)->header.version < v->header.version) ++pos;
     list.insert(pos, v);
-    while (static_cast<int>(list.size()) > cfg.keep) list.pop_front();  // the writer keeps its own reference
+    while (static_cast<int>(list.size()) > cfg.keep) {
+      // An evicted version the writer is done with gives its memory to the
+      // next pull: fresh pages cost the kernel a zeroing pass each time.
+      std::shared_ptr<held_version> old = std::move(list.front());
+      list.pop_front();
+      if (old.use_count() == 1 && spare.size() < kSpareBuffers) spare.push_back(std::move(old->image));
+    }
     if (!cfg.persistent.empty()) {
       {
         std::lock_guard lk(mu);
@@ -163,7 +190,7 @@ struct agent_server::impl {
                   status(errc::invalid_argument, "READY: bad length, rank or nranks"));
       return;
     }
-    auto buf = engine::aligned_buffer::allocate(m.length);
+    auto buf = take_buffer(m.length);
     if (!buf) {
       (void)reply(peer, m, m.mode == transfer_mode::pull ? data_msg::held : data_msg::push_target,
                   buf.error().with_context("agent memory for " + describe(m)));
@@ -243,6 +270,9 @@ struct agent_server::impl {
       (void)reply(peer, m, data_msg::held, h.error());
       return;
     }
+    // The rank wrote the header and the regions only; a reused buffer still
+    // has old bytes in the alignment padding, which the format says is zero.
+    zero_padding(*h, p.buffer.span().first(p.request.length));
     auto v = std::make_shared<held_version>();
     v->header = std::move(h).value();
     v->image = std::move(p.buffer);
@@ -389,6 +419,7 @@ struct agent_server::impl {
     for (const auto& [key, list] : held)
       for (const auto& v : list) held_bytes += v->image.size();
     for (const auto& [key, p] : pendings) held_bytes += p.buffer.size();
+    for (const auto& b : spare) held_bytes += b.size();
     nlohmann::json j = {{"bytes_in", bytes_in},       {"bytes_out", bytes_out}, {"checkpoints", checkpoints},
                         {"memory_held", held_bytes},  {"endpoint", to_hex(ctx->name())},
                         {"provider", ctx->properties().provider}};

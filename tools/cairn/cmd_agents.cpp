@@ -126,7 +126,7 @@ int cmd_agents(const agents_cli_options& o) {
     type = agents::ctl_type::app_register;
     body = {{"name", o.name},
             {"hints", {{"ranks", o.ranks}, {"nodes", o.nodes}, {"checkpoint_bytes", *bytes},
-                       {"interval_s", o.interval}, {"checkpoints", o.checkpoints}}}};
+                       {"interval_s", o.interval}, {"checkpoints", o.checkpoints}, {"store", o.store}}}};
     if (!o.strategy.empty()) body["strategy"] = o.strategy;
     if (!o.distribution.empty()) body["distribution"] = o.distribution;
     if (o.block_size > 0) body["block_size"] = o.block_size;

@@ -116,6 +116,7 @@ struct agents_cli_options {
   std::string checkpoint_bytes = "0";
   double interval = 0;
   uint64_t checkpoints = 0;
+  std::string store;  // the application's persistent level (its agents write there)
   std::string strategy, distribution;
   uint32_t block_size = 0;
   // unregister, resize, migrate

@@ -205,6 +205,8 @@ int run_cli(int argc, char** argv) {
   ag_reg->add_option("--checkpoint-bytes", ag.checkpoint_bytes, "Hint: bytes per checkpoint (K/M/G suffixes)");
   ag_reg->add_option("--interval", ag.interval, "Hint: seconds between checkpoints")->check(CLI::NonNegativeNumber);
   ag_reg->add_option("--checkpoints", ag.checkpoints, "Hint: checkpoints the whole run takes");
+  ag_reg->add_option("--store", ag.store,
+                     "The application's persistent level: its agents write there (default: none, memory only)");
   ag_reg->add_option("--strategy", ag.strategy, "Override: bandwidth, memory, activity, power");
   ag_reg->add_option("--distribution", ag.distribution, "Override: block, round_robin, fill");
   ag_reg->add_option("--block-size", ag.block_size, "Override: block size");
