@@ -40,7 +40,7 @@ maximum over ranks. Progress lines go to stderr, the table to stdout, and
 the end (SIGTERM, then SIGKILL of its process group); the temporary
 directories are deleted unless --keep.
 
-Usage:  bench/run_agents.py [--size 64M] [--json FILE] [--build DIR] [--quick] ...
+Usage:  bench/run_agents.py [--size 32M] [--ranks 4] [--json FILE] [--build DIR] [--quick] ...
 Only the standard library is used (and bench/run_core.py's helpers).
 """
 
@@ -470,6 +470,10 @@ def measure_agent_counts(b, pdir, sdir):
         for node in ("node-a", "node-b"):
             dep.add_manager(node, capacity=4, store=store, threads=a.agent_threads)
         for k in a.agent_counts:
+            if k > a.ranks:
+                # Each rank talks to one agent; the controller refuses more agents than ranks.
+                log("  %d agents: skipped (more than the %d ranks; use --ranks %d)" % (k, a.ranks, k))
+                continue
             for blocking in (False, True):
                 name = "agents-%d-%s" % (k, "blocking" if blocking else "nonblocking")
                 log("  %d agent(s), %s" % (k, "blocking" if blocking else "non-blocking"))
@@ -839,8 +843,8 @@ def fmt_size_any(b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", default="64M", help="checkpoint bytes per rank (default 64M)")
-    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--size", default="32M", help="checkpoint bytes per rank (default 32M)")
+    ap.add_argument("--ranks", type=int, default=4, help="ranks (default 4: one per agent at most)")
     ap.add_argument("--agents", default="1,2,4", help="agent counts to measure (default 1,2,4)")
     ap.add_argument("--checkpoints", type=int, default=7, help="timed checkpoints per configuration (default 7)")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of the memcpy, O_DIRECT and dd references")
@@ -875,7 +879,7 @@ def main():
     ap.add_argument("-v", "--verbose", action="store_true", help="print the commands")
     args = ap.parse_args()
     if args.quick:
-        args.size = "4M" if args.size == "64M" else args.size
+        args.size = "4M" if args.size == "32M" else args.size
         args.checkpoints = min(args.checkpoints, 3)
         args.reps = 1
         args.rma_reps = 3
