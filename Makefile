@@ -30,8 +30,11 @@ demo-history: build
 test: build
 	@ctest --test-dir $(BUILD) --output-on-failure -j 1
 
+# Benchmarks (results and their reading: docs/benchmarks.md).
 bench: build
-	@bench/run_core.sh $(BUILD)
+	@python3 bench/run_core.py --build $(BUILD)
+	@python3 bench/run_history.py --build $(BUILD)
+	@python3 bench/run_agents.py --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
