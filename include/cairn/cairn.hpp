@@ -51,6 +51,9 @@ class client {
   result<int64_t> restart_test(std::string_view name);
   status restart(std::string_view name, int64_t version);
 
+  // Remote checkpoint agents: see cairn_probe; the CAIRN_AGENTS_* change.
+  result<int> probe();
+
   status set_code_version(std::string_view code_version);
   status tag(std::string_view key, std::string_view value);
 

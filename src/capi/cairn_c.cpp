@@ -85,6 +85,7 @@ status client::checkpoint(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL();
 result<unsigned> client::test(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->test(std::string(n), v); }
 status client::wait(std::string_view n, int64_t v, unsigned l) { CAIRN_IMPL_OR_FAIL(); return impl_->wait(std::string(n), v, l); }
 result<int64_t> client::restart_test(std::string_view n) { CAIRN_IMPL_OR_FAIL(); return impl_->restart_test(std::string(n)); }
+result<int> client::probe() { CAIRN_IMPL_OR_FAIL(); return impl_->probe(); }
 status client::restart(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart(std::string(n), v); }
 status client::set_code_version(std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->set_code_version(std::string(v)); }
 status client::tag(std::string_view k, std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->tag(std::string(k), std::string(v)); }
@@ -292,8 +293,7 @@ int cairn_probe(cairn_t* c, int* change) {
     CAIRN_CHECK_HANDLE(c);
     if (change == nullptr) return {errc::invalid_argument, "cairn_probe: change is NULL"};
     *change = CAIRN_AGENTS_UNCHANGED;
-    if (!c->client.impl()) return {errc::invalid_argument, "cairn_probe: the handle was finalized"};
-    CAIRN_ASSIGN_OR_RETURN(*change, c->client.impl()->probe());
+    CAIRN_ASSIGN_OR_RETURN(*change, c->client.probe());
     return {};
   });
 }

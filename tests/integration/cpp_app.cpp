@@ -63,6 +63,10 @@ int write() {
     s.advance();
     if (auto st = c->checkpoint("cpp", v); !st) return fail("checkpoint", st);
     if (auto st = c->wait("cpp", v, CAIRN_LEVEL_PERSISTENT); !st) return fail("wait", st);
+    // Without agents configured a probe changes nothing and costs nothing.
+    auto change = c->probe();
+    if (!change) return fail("probe", change.error());
+    if (*change != CAIRN_AGENTS_UNCHANGED) return fail("probe without agents reported a change");
     auto levels = c->test("cpp", v);
     if (!levels) return fail("test", levels.error());
     if (!(*levels & CAIRN_LEVEL_PERSISTENT) || !(*levels & CAIRN_LEVEL_LOCAL))
