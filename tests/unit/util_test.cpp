@@ -61,7 +61,9 @@ TEST(config, bad_values_name_the_key) {
   struct bad { const char* key; const char* value; };
   for (auto b : {bad{"CAIRN_MODE", "async"}, bad{"CAIRN_IO_THREADS", "0"}, bad{"CAIRN_IO_THREADS", "two"},
                  bad{"CAIRN_STAGING_LIMIT", "12Q"}, bad{"CAIRN_DIRECT_IO", "maybe"},
-                 bad{"CAIRN_RUN", "a/b"}, bad{"CAIRN_PERSISTENT_INTERVAL", "-1"}}) {
+                 bad{"CAIRN_RUN", "a/b"}, bad{"CAIRN_PERSISTENT_INTERVAL", "-1"},
+                 bad{"CAIRN_AGENTS_MODE", "rdma"}, bad{"CAIRN_AGENTS_BLOCKING", "sometimes"},
+                 bad{"CAIRN_AGENTS_TIMEOUT", "-3"}, bad{"CAIRN_AGENTS_PROVIDER", ""}}) {
     auto c = config::load("", {{b.key, b.value}});
     ASSERT_FALSE(c) << b.key << "=" << b.value;
     EXPECT_EQ(c.error().code(), errc::invalid_argument);
@@ -69,6 +71,26 @@ TEST(config, bad_values_name_the_key) {
     for (auto& ch : key) ch = static_cast<char>(tolower(ch));
     EXPECT_NE(c.error().message().find("'" + key + "'"), std::string::npos) << c.error().message();
   }
+}
+
+TEST(config, agents_keys) {
+  auto d = config::load("", {});
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->agents.empty());  // agent mode off
+  EXPECT_EQ(d->agents_mode, agents_transfer::pull);
+  EXPECT_FALSE(d->agents_blocking);
+  EXPECT_TRUE(d->agents_persist);
+  EXPECT_EQ(d->agents_bind, "auto");
+  auto c = config::load("", {{"CAIRN_AGENTS", "ctl:7420"}, {"CAIRN_AGENTS_MODE", "push"},
+                             {"CAIRN_AGENTS_BLOCKING", "true"}, {"CAIRN_AGENTS_PERSIST", "false"},
+                             {"CAIRN_AGENTS_PROVIDER", "verbs;ofi_rxm"}, {"CAIRN_AGENTS_SECRET_FILE", "/s"}});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->agents, "ctl:7420");
+  EXPECT_EQ(c->agents_mode, agents_transfer::push);
+  EXPECT_TRUE(c->agents_blocking);
+  EXPECT_FALSE(c->agents_persist);
+  EXPECT_EQ(c->agents_provider, "verbs;ofi_rxm");
+  EXPECT_EQ(c->agents_secret_file, "/s");
 }
 
 TEST(config, syntax_error_gives_line) {
