@@ -652,6 +652,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
 
   engine_->submit(job);
+  if (agents_) schedule_agents_retention(name);
   if (agents_ && cfg_.agents_blocking) {
     // Blocking agents mode: return once the agent holds the version (or it
     // was written by this rank instead).
@@ -929,20 +930,37 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
       return {};
     });
   } else if (rank() == 0) {
-    const std::string root = cfg_.persistent;
-    engine_->submit_task([this, root, run, name, threshold]() -> status {
-      for (int64_t v : format::list_versions(env_, root, run, name)) {
-        if (v >= threshold) break;
-        // Withdraw the commit first, so no reader ever sees a manifest without its shards.
-        std::string dir = format::version_dir(root, run, name, v);
-        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::kManifestName)));
-        CAIRN_RETURN_IF_ERROR(env_->remove_tree(dir));
-        std::lock_guard lk(catalog_mu_);
-        if (catalog_) (void)catalog_->remove_version(run, name, v);
-      }
-      return {};
-    });
+    engine_->submit_task([this, name, threshold]() -> status { return remove_persistent_below(name, threshold); });
   }
+}
+
+status client_impl::remove_persistent_below(const std::string& name, int64_t threshold) {
+  const std::string& root = cfg_.persistent;
+  for (int64_t v : format::list_versions(env_, root, cfg_.run, name)) {
+    if (v >= threshold) break;
+    // Withdraw the commit first, so no reader ever sees a manifest without its shards.
+    std::string dir = format::version_dir(root, cfg_.run, name, v);
+    CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::kManifestName)));
+    CAIRN_RETURN_IF_ERROR(env_->remove_tree(dir));
+    std::lock_guard lk(catalog_mu_);
+    if (catalog_) (void)catalog_->remove_version(cfg_.run, name, v);
+  }
+  return {};
+}
+
+void client_impl::schedule_agents_retention(const std::string& name) {
+  if (rank() != 0 || cfg_.keep_persistent <= 0) return;
+  const size_t keep = static_cast<size_t>(cfg_.keep_persistent);
+  engine_->submit_task([this, name, keep]() -> status {
+    // The agents commit in the background: what is committed now decides.
+    // Every writer writes versions in order, so none still writes a version
+    // older than a committed one.
+    std::vector<int64_t> committed;
+    for (int64_t v : format::list_versions(env_, cfg_.persistent, cfg_.run, name))
+      if (committed_by_agents(name, v)) committed.push_back(v);
+    if (committed.size() <= keep) return {};
+    return remove_persistent_below(name, committed[committed.size() - keep]);
+  });
 }
 
 result<unsigned> client_impl::test(const std::string& name, int64_t version) {

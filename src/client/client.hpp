@@ -138,6 +138,10 @@ class client_impl {
   void agree_level_failure(version_record& rec, unsigned level);
   void on_level_complete(version_record& rec, unsigned level);
   void schedule_retention(const std::string& name, unsigned level);
+  // Rank 0, engine task: deletes the persistent versions of `name` below `threshold`.
+  status remove_persistent_below(const std::string& name, int64_t threshold);
+  // Agents mode: keep_persistent applied to what the agents committed so far.
+  void schedule_agents_retention(const std::string& name);
   // Blocks until this rank can contribute a final state for rec's level.
   void wait_local(version_record& rec, unsigned level);
   status wait_record(version_record& rec, unsigned level);

@@ -433,3 +433,19 @@ def test_node_joining_gives_an_application_without_agents_its_agent(deployment, 
     assert all(prot[(rank, v)] == 0 for rank in range(2) for v in (6, 8, 10, 12)), r.describe()
     for v in (2, 4, 6, 8, 10, 12):
         assert committed(job, v), v
+
+
+def test_keep_persistent_applies_to_what_the_agents_committed(deployment, reference, make_job):
+    """keep_persistent = 2 in agent mode: at each checkpoint, committed versions
+    older than the two newest go (with --wait-persistent every earlier version
+    is committed by then, so the outcome is exact)."""
+    d = deployment
+    d.add_manager("node-a")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-keep")
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-persistent",
+                **agents_cfg(d, keep_persistent=2)).ok()
+    assert r.final_hash == ref.final_hash
+    vdir = job.store / "runs" / job.run_id / "ckpt"
+    assert sorted(p.name for p in vdir.iterdir()) == [f"v{v:012d}" for v in (8, 10, 12)], sorted(vdir.iterdir())
+    assert all(committed(job, v) for v in (8, 10, 12))
