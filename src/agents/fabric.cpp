@@ -1,5 +1,7 @@
 #include "agents/fabric.hpp"
 
+#include "agents/auth.hpp"
+
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -71,33 +73,14 @@ status fabric_error(int ret, std::string_view what) {
   return status(code, std::string(what) + ": " + fi_strerror(err) + " (" + std::to_string(-err) + ")");
 }
 
-std::string to_hex(std::string_view bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char c : bytes) {
-    out.push_back(digits[c >> 4]);
-    out.push_back(digits[c & 15]);
-  }
-  return out;
-}
+std::string to_hex(std::string_view bytes) { return hex_encode(bytes); }
 
 result<std::string> from_hex(std::string_view hex) {
-  auto val = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
   while (!hex.empty() && (hex.back() == '\n' || hex.back() == ' ' || hex.back() == '\r')) hex.remove_suffix(1);
   if (hex.empty() || hex.size() % 2 != 0)
     return status(errc::invalid_argument, "endpoint name: expected an even number of hex digits");
-  std::string out(hex.size() / 2, '\0');
-  for (size_t i = 0; i < out.size(); ++i) {
-    int hi = val(hex[2 * i]), lo = val(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return status(errc::invalid_argument, "endpoint name: not a hex digit");
-    out[i] = static_cast<char>(hi * 16 + lo);
-  }
+  std::string out;
+  if (!hex_decode(hex, hex.size() / 2, &out)) return status(errc::invalid_argument, "endpoint name: not a hex digit");
   return out;
 }
 
