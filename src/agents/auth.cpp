@@ -50,6 +50,12 @@ result<std::string> secret_file_from(const std::string& option) {
                 "(every controller, manager and client of a deployment must use the same secret)");
 }
 
+result<std::string> load_deployment_secret(const std::string& option, std::string* warning, std::string* path) {
+  CAIRN_ASSIGN_OR_RETURN(std::string file, secret_file_from(option));
+  if (path) *path = file;
+  return load_secret(file, warning);
+}
+
 std::string hmac(std::string_view key, std::string_view data) {
   crypto_auth_hmacsha512256_state st;
   crypto_auth_hmacsha512256_init(&st, reinterpret_cast<const unsigned char*>(key.data()), key.size());

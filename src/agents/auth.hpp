@@ -34,6 +34,11 @@ result<std::string> load_secret(const std::string& path, std::string* warning);
 // invalid_argument naming both when neither is set (services refuse to start).
 result<std::string> secret_file_from(const std::string& option);
 
+// Both: the secret of the file `option` names (else
+// $CAIRN_AGENTS_SECRET_FILE). *path (if given) receives the file's path.
+result<std::string> load_deployment_secret(const std::string& option, std::string* warning,
+                                           std::string* path = nullptr);
+
 // HMAC-SHA-512-256 of data under key (any key length): 32 bytes.
 std::string hmac(std::string_view key, std::string_view data);
 // Constant-time comparison of two tags (false when the sizes differ).

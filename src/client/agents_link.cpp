@@ -93,10 +93,8 @@ result<agents_control> agents_control::open(const config& cfg) {
   if (!a) return a.error().with_context("configuration key 'agents' (CAIRN_AGENTS)");
   c.address_ = *a;
   c.address_text_ = cfg.agents;
-  auto path = agents::secret_file_from(cfg.agents_secret_file);
-  if (!path) return path.take_status();
   std::string warning;
-  auto secret = agents::load_secret(*path, &warning);
+  auto secret = agents::load_deployment_secret(cfg.agents_secret_file, &warning);
   if (!secret) return secret.error().with_context("agents_secret_file (CAIRN_AGENTS_SECRET_FILE)");
   c.secret_ = std::move(secret).value();
   c.timeout_ms_ = static_cast<int>(std::clamp(cfg.agents_timeout, 1.0, 3600.0) * 1000);

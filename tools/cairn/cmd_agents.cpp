@@ -96,12 +96,7 @@ void print_agents(const json& j) {
 }  // namespace
 
 int cmd_agents(const agents_cli_options& o) {
-  auto secret_path = agents::secret_file_from(o.secret_file);
-  if (!secret_path) {
-    print_error(secret_path.error());
-    return kExitUsage;
-  }
-  auto secret = agents::load_secret(*secret_path, nullptr);
+  auto secret = agents::load_deployment_secret(o.secret_file, nullptr);
   if (!secret) {
     print_error(secret.error());
     return kExitUsage;

@@ -1,35 +1,21 @@
 // cairn controller: the agents controller service (src/agents/controller.hpp).
-#include <signal.h>
-
-#include <atomic>
-#include <cstring>
+#include <algorithm>
 
 #include "agents/auth.hpp"
 #include "agents/controller.hpp"
 #include "agents/log.hpp"
 #include "commands.hpp"
 #include "output.hpp"
-#include "store_scan.hpp"
+#include "service.hpp"
 #include "util/config.hpp"
 
 namespace cairn::cli {
-namespace {
-
-std::atomic<bool> g_stop{false};
-void on_stop_signal(int) { g_stop.store(true); }
-
-}  // namespace
 
 int cmd_controller(const controller_cli_options& o) {
   agents::set_log_name("controller");
   if (o.verbose) agents::set_log_level(agents::log_level::debug);
-  auto secret_path = agents::secret_file_from(o.secret_file);
-  if (!secret_path) {
-    print_error(secret_path.error());
-    return kExitUsage;
-  }
   std::string warning;
-  auto secret = agents::load_secret(*secret_path, &warning);
+  auto secret = agents::load_deployment_secret(o.secret_file, &warning);
   if (!secret) {
     print_error(secret.error());
     return kExitUsage;
@@ -76,24 +62,7 @@ int cmd_controller(const controller_cli_options& o) {
   // timeouts is dead even if TCP has not noticed.
   co.limits.idle_timeout_s = std::max(60.0, 4 * o.heartbeat_timeout);
 
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-
-  auto c = agents::controller_service::open(std::move(co));
-  if (!c) {
-    print_error(c.error());
-    return exit_code_for(c.error());
-  }
-  status st = (*c)->run(&g_stop);
-  if (!st) {
-    print_error(st);
-    return kExitFailure;
-  }
-  return kExitOk;
+  return run_service(agents::controller_service::open(std::move(co)));
 }
 
 }  // namespace cairn::cli
