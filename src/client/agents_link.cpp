@@ -127,13 +127,14 @@ result<agents_view> agents_control::wait_ready(uint64_t app, double timeout_s) {
   }
 }
 
-status agents_control::progress(uint64_t app, uint64_t checkpoints_done, double transfer_s, double probe_s,
-                                uint64_t checkpoint_bytes) {
+result<agents_view> agents_control::progress(uint64_t app, uint64_t checkpoints_done, double transfer_s,
+                                             double probe_s, uint64_t checkpoint_bytes) {
   json body = {{"app", app}, {"checkpoints_done", checkpoints_done}};
   if (checkpoint_bytes > 0) body["checkpoint_bytes"] = checkpoint_bytes;
   if (transfer_s > 0) body["transfer_s"] = transfer_s;
   if (probe_s > 0) body["probe_s"] = probe_s;
-  return call(agents::ctl_type::app_progress, body).take_status();
+  CAIRN_ASSIGN_OR_RETURN(json reply, call(agents::ctl_type::app_progress, body));
+  return agents_view::from_reply(reply);
 }
 
 status agents_control::unregister(uint64_t app) {

@@ -66,8 +66,9 @@ class agents_control {
   // fetch() until every agent has an endpoint or `timeout_s` passed; returns
   // the last view either way.
   result<agents_view> wait_ready(uint64_t app, double timeout_s);
-  status progress(uint64_t app, uint64_t checkpoints_done, double transfer_s, double probe_s,
-                  uint64_t checkpoint_bytes);
+  // Reports progress; the reply is the application's agents (as fetch()).
+  result<agents_view> progress(uint64_t app, uint64_t checkpoints_done, double transfer_s, double probe_s,
+                               uint64_t checkpoint_bytes);
   status unregister(uint64_t app);
   const std::string& address() const { return address_text_; }
 

@@ -977,7 +977,9 @@ result<unsigned> client_impl::test(const std::string& name, int64_t version) {
   engine_->levels(*rec->job, &done, &failed, &fin, &e);
   unsigned levels = CAIRN_LEVEL_CAPTURED | (done & CAIRN_LEVEL_LOCAL) | (rec->global_done & CAIRN_LEVEL_PERSISTENT) |
                     (rec->global_done & CAIRN_LEVEL_PROTECTED);
-  if (agents_ && committed_by_agents(name, version)) levels |= CAIRN_LEVEL_PERSISTENT;
+  // Agents mode: the MANIFEST is looked for until it is seen once.
+  if (agents_ && !rec->agents_committed) rec->agents_committed = committed_by_agents(name, version);
+  if (rec->agents_committed) levels |= CAIRN_LEVEL_PERSISTENT;
   if (!e.is_ok()) return e;
   // A version the agents did not take is not an error (the rank wrote it
   // itself): the missing PROTECTED bit says so; cairn_wait reports why.

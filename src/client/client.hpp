@@ -60,6 +60,7 @@ struct version_record {
   unsigned global_done = CAIRN_LEVEL_CAPTURED;
   unsigned global_failed = 0;
   bool shards_durable = false;  // every rank's shard is durable; manifest commit started
+  bool agents_committed = false;  // agents mode: this rank saw the MANIFEST (it stays)
   std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
   double local_done_at = 0;
   // Rank 0: result of the manifest commit task (0 running, 1 ok, -1 failed).
@@ -150,9 +151,11 @@ class client_impl {
   // Agents (docs/design/agents.md, "Client"). Collective: registers with the
   // controller (rank 0), agrees on the agents, connects to this rank's one.
   status start_agents();
-  // Collective: rank 0 reports progress (checkpoints, measured transfer and
-  // reconfiguration times) so that the controller's decisions use them.
-  void report_agents_progress(double probe_s);
+  // Collective: rank 0 reports progress (checkpoints, checkpoint size,
+  // measured transfer and reconfiguration times) so that the controller's
+  // decisions use them, and gets the application's agents back (rank 0's
+  // result; the other ranks get their current view).
+  result<agents_view> report_agents_progress();
   // Collective, at finalize: releases (without agents_persist) and unregisters.
   status finish_agents();
   bool agents_on() const { return agents_ != nullptr; }
@@ -212,6 +215,7 @@ class client_impl {
   agents_view agents_view_;                // the same on every rank
   uint64_t checkpoints_taken_ = 0;
   uint64_t last_image_bytes_ = 0;  // this rank's last shard image
+  double last_probe_s_ = 0;        // duration of the last probe that changed the agents
   // This execution's shard attempt tag (format::shard_header::attempt), the
   // same on every rank.
   uint32_t attempt_ = 0;

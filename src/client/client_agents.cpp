@@ -61,7 +61,7 @@ status client_impl::start_agents() {
   return {};
 }
 
-void client_impl::report_agents_progress(double probe_s) {
+result<agents_view> client_impl::report_agents_progress() {
   // The slowest rank's last transfer is the application's transfer time.
   int64_t us = static_cast<int64_t>(agents_->last_transfer_s() * 1e6);
   double transfer_s = static_cast<double>(-comm_->min(-us)) / 1e6;
@@ -70,24 +70,24 @@ void client_impl::report_agents_progress(double probe_s) {
   int64_t mine = static_cast<int64_t>(last_image_bytes_);
   std::vector<std::byte> all;
   comm_->gather(std::as_bytes(std::span<const int64_t>(&mine, 1)), &all);
-  if (rank() != 0) return;
+  if (rank() != 0) return agents_view_;
   uint64_t total = 0;
   for (size_t i = 0; i + sizeof(int64_t) <= all.size(); i += sizeof(int64_t)) {
     int64_t x = 0;
     std::memcpy(&x, all.data() + i, sizeof x);
     total += static_cast<uint64_t>(std::max<int64_t>(0, x));
   }
-  status st = control_->progress(agents_view_.app, checkpoints_taken_, transfer_s, probe_s, total);
-  if (!st) std::fprintf(stderr, "cairn: warning: progress not reported to the agents controller: %s\n", st.message().c_str());
+  return control_->progress(agents_view_.app, checkpoints_taken_, transfer_s, last_probe_s_, total);
 }
 
 result<int> client_impl::probe() {
   if (finalized_) return status(errc::invalid_argument, "cairn_probe: handle already finalized");
   if (!agents_) return CAIRN_AGENTS_UNCHANGED;
   const double t0 = util::now_s();
+  // One request does both: progress goes to the controller, the agents come back.
+  auto v = report_agents_progress();
   std::string text;
   if (rank() == 0) {
-    auto v = control_->fetch(agents_view_.app);
     if (v && classify_change(agents_view_, *v) != CAIRN_AGENTS_UNCHANGED && !v->ready())
       v = control_->wait_ready(agents_view_.app, cfg_.agents_wait);
     if (!v) {
@@ -100,23 +100,19 @@ result<int> client_impl::probe() {
   }
   comm_->broadcast(&text, 0);
   int change = CAIRN_AGENTS_UNCHANGED;
-  bool reconnect = false;
   if (!text.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_view nv, agents_view::decode(text));
     change = classify_change(agents_view_, nv);
     agents_view_ = std::move(nv);
-    reconnect = true;
-  } else {
-    // Same agents; a rank whose agent failed tries it again.
-    bool lost = !agents_view_.agents.empty() && !agents_->has_agent();
-    reconnect = lost;
   }
-  if (reconnect) {
+  // A new set of agents, or (same agents) a rank whose agent failed tries again.
+  if (change != CAIRN_AGENTS_UNCHANGED || (!agents_view_.agents.empty() && !agents_->has_agent())) {
     // Waits for a transfer in flight to the old agent to end.
     status mine = agents_->use(agents_view_, rank(), size());
     if (!mine) std::fprintf(stderr, "cairn: rank %d: warning: %s\n", rank(), mine.message().c_str());
   }
-  report_agents_progress(change != CAIRN_AGENTS_UNCHANGED ? util::now_s() - t0 : 0);
+  // The cost of a reconfiguration (t_probe of the break-even rule) goes with the next report.
+  if (change != CAIRN_AGENTS_UNCHANGED) last_probe_s_ = util::now_s() - t0;
   return change;
 }
 
