@@ -8,6 +8,21 @@ namespace {
 
 using nlohmann::json;
 
+// The node's state a manager sends with node_register and heartbeat.
+struct node_report {
+  node_metrics metrics;
+  std::vector<agent_report> agents;
+};
+result<node_report> parse_node_report(fields& f) {
+  const json* mj = f.object("metrics");
+  const json* aj = f.array("agents", false, kMaxAgentsPerMessage);
+  if (!f.ok()) return f.error();
+  node_report r;
+  CAIRN_ASSIGN_OR_RETURN(r.metrics, parse_metrics(*mj));
+  CAIRN_ASSIGN_OR_RETURN(r.agents, parse_reports(aj));
+  return r;
+}
+
 }  // namespace
 
 controller_service::controller_service(controller_options o)
@@ -93,19 +108,13 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       f.str("node", &id, true, kMaxNameLength);
       f.str("address", &address, true, 256);
       f.u32("capacity", &capacity, false, 1u << 16);
-      const json* mj = f.object("metrics");
-      const json* aj = f.array("agents", false, kMaxAgentsPerMessage);
-      if (!f.ok()) return f.error();
-      auto metrics = parse_metrics(*mj);
-      if (!metrics) return metrics.take_status();
-      auto reports = parse_reports(aj);
-      if (!reports) return reports.take_status();
+      CAIRN_ASSIGN_OR_RETURN(node_report report, parse_node_report(f));
       auto held = conn_of_node_.find(id);
       if (held != conn_of_node_.end() && held->second != conn) {
         return status(errc::again, "node id " + id + " is in use by another connected manager");
       }
       bool known = state_.nodes().count(id) > 0;
-      CAIRN_RETURN_IF_ERROR(state_.node_register(id, address, capacity, *metrics, *reports, now));
+      CAIRN_RETURN_IF_ERROR(state_.node_register(id, address, capacity, report.metrics, report.agents, now));
       conn_of_node_[id] = conn;
       node_of_conn_[conn] = id;
       log_info(std::string(known ? "node came back: " : "node joined: ") + id + " at " + address + ", capacity " +
@@ -116,14 +125,8 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
     case ctl_type::heartbeat: {
       auto bound = node_of_conn_.find(conn);
       if (bound == node_of_conn_.end()) return status(errc::not_found, "heartbeat before node_register");
-      const json* mj = f.object("metrics");
-      const json* aj = f.array("agents", false, kMaxAgentsPerMessage);
-      if (!f.ok()) return f.error();
-      auto metrics = parse_metrics(*mj);
-      if (!metrics) return metrics.take_status();
-      auto reports = parse_reports(aj);
-      if (!reports) return reports.take_status();
-      CAIRN_RETURN_IF_ERROR(state_.node_heartbeat(bound->second, *metrics, *reports, now));
+      CAIRN_ASSIGN_OR_RETURN(node_report report, parse_node_report(f));
+      CAIRN_RETURN_IF_ERROR(state_.node_heartbeat(bound->second, report.metrics, report.agents, now));
       return to_json(state_.desired_for(bound->second));
     }
     case ctl_type::node_leave: {

@@ -1,5 +1,7 @@
 #include "agents/net.hpp"
 
+#include <signal.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -567,6 +569,21 @@ result<json> control_call(const net_address& a, const std::string& secret, const
       }
     }
   }
+}
+
+namespace {
+std::atomic<bool> g_stop_requested{false};
+void on_stop_signal(int) { g_stop_requested.store(true); }
+}  // namespace
+
+const std::atomic<bool>* install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return &g_stop_requested;
 }
 
 }  // namespace cairn::agents

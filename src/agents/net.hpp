@@ -13,6 +13,7 @@
 #ifndef CAIRN_AGENTS_NET_HPP
 #define CAIRN_AGENTS_NET_HPP
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -187,6 +188,11 @@ class service_loop {
 errc errc_from_name(std::string_view name);
 // The body of an error message for s.
 nlohmann::json error_body(const status& s);
+
+// For the services' main functions (controller, manager, agent): SIGTERM and
+// SIGINT set the returned flag; SIGPIPE is ignored (a peer that goes away is
+// an error of that connection, not of the service).
+const std::atomic<bool>* install_stop_signals();
 
 // Blocking request/reply for tools: connects, handshakes as `role`, sends one
 // message and returns the body of the reply; an error reply becomes its

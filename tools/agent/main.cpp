@@ -19,21 +19,16 @@
 // Exit status 2: bad arguments or the endpoint cannot be opened.
 #include <CLI/CLI.hpp>
 
-#include <signal.h>
-
 #include <atomic>
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include "agent_server.hpp"
+#include "agents/net.hpp"
 #include "storage/storage_env.hpp"
 
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-void on_signal(int) { g_stop.store(true); }
 
 uint64_t parse_bytes(const std::string& s) {
   size_t pos = 0;
@@ -107,12 +102,7 @@ int run_agent(int argc, char** argv) {
     return 2;
   }
 
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  const std::atomic<bool>* stop = install_stop_signals();
 
   auto server = agent_server::create(cfg);
   if (!server) {
@@ -140,7 +130,7 @@ int run_agent(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "cairn-agent: ready, endpoint %s\n", to_hex((*server)->name()).c_str());
-  st = (*server)->run(g_stop);
+  st = (*server)->run(*stop);
   if (!st) {
     std::fprintf(stderr, "cairn-agent: %s\n", st.to_string().c_str());
     return 1;
