@@ -255,15 +255,20 @@ static void write_file(const char *path, const unsigned char *data, size_t n) {
   if (fclose(f) != 0) fail("cannot close %s: %s", path, strerror(errno));
 }
 
-static void dump_state(const state_t *st, const char *file) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s.%d", file, g_rank);
+/* The serialized state (the bytes the final hash covers) into `path`. */
+static void write_state(const state_t *st, const char *path) {
   size_t n = state_size(st);
   unsigned char *buf = malloc(n);
   if (!buf) fail("out of memory");
   state_serialize(st, buf);
   write_file(path, buf, n);
   free(buf);
+}
+
+static void dump_state(const state_t *st, const char *file) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.%d", file, g_rank);
+  write_state(st, path);
 }
 
 static uint64_t fnv1a(const unsigned char *p, size_t n, uint64_t h) {
@@ -340,12 +345,7 @@ static int take_checkpoint(cairn_t *c, const options_t *o, state_t *st, int64_t 
   char path[4096];
   rc = cairn_route_file(c, "state.bin", path, sizeof path);
   if (rc != CAIRN_OK) cairn_fail("cairn_route_file", rc);
-  size_t n = state_size(st);
-  unsigned char *buf = malloc(n);
-  if (!buf) fail("out of memory");
-  state_serialize(st, buf);
-  write_file(path, buf, n);
-  free(buf);
+  write_state(st, path);
   /* A second, small file, to check that several files round-trip. */
   rc = cairn_route_file(c, "dir/step.txt", path, sizeof path);
   if (rc != CAIRN_OK) cairn_fail("cairn_route_file", rc);
