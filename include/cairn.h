@@ -41,7 +41,10 @@ enum {
   CAIRN_ECANCELLED = -7,   /* operation cancelled (e.g. finalize without wait) */
   CAIRN_ENOTSUP = -8,      /* not supported in this build or configuration */
   CAIRN_EINTERNAL = -9,    /* a bug in cairn: please report the message */
-  CAIRN_EDIVERGED = -10    /* the run diverged from its reference run (on_divergence = stop) */
+  CAIRN_EDIVERGED = -10,   /* the run diverged from its reference run (on_divergence = stop) */
+  CAIRN_EUNUSABLE = -11,   /* checkpoints exist but this job cannot restore them (other rank count,
+                              damaged copies, agents that do not answer): not the same as ENOTFOUND */
+  CAIRN_EEXIST = -12       /* the version is already committed in this run by an earlier execution */
 };
 
 /* Element types of protected regions. Values are stored on disk: never renumber. */
@@ -109,7 +112,11 @@ int cairn_unprotect(cairn_t *c, const char *region);
  * returns: in mode "thread" once the copy to staging memory is complete, in
  * mode "sync" once the local and (when due) persistent levels are written.
  * A latched background error is returned instead of capturing; the error is
- * then cleared and the call can be repeated. */
+ * then cleared and the call can be repeated.
+ * Versions grow across the executions of a run: a version at or below one an
+ * earlier execution committed (or left complete in agent memory, or wrote at
+ * the local level with another rank count) gives CAIRN_EEXIST and changes
+ * nothing, so a job relaunched by mistake cannot overwrite good checkpoints. */
 int cairn_checkpoint(cairn_t *c, const char *name, int64_t version);
 
 /* Local. Sets *levels_reached to the CAIRN_LEVEL_* bits this rank's part of
@@ -125,7 +132,11 @@ int cairn_wait(cairn_t *c, const char *name, int64_t version, unsigned level);
 
 /* Collective. Finds the newest version of `name` that every rank has complete,
  * committed and intact (all checksums verified) at some level; the same on all
- * ranks. CAIRN_ENOTFOUND if there is none. */
+ * ranks. CAIRN_ENOTFOUND if the run has no checkpoint of `name`;
+ * CAIRN_EUNUSABLE if it has some that this job cannot restore (written by
+ * another rank count, every copy damaged, or checkpoint agents that may hold
+ * them do not answer within agents_restart_wait), with a message that says
+ * which and what to do. Neither changes anything on disk. */
 int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
 
 /* Collective. Restores `version` of `name` into the protected regions, taking

@@ -26,6 +26,11 @@ enum class errc : int {
   not_supported = -8,
   internal = -9,
   diverged = -10,
+  // Checkpoints exist but this job cannot restore them (another rank count,
+  // damaged copies, agents that do not answer).
+  unusable = -11,
+  // The version is already committed in this run (by an earlier execution).
+  exists = -12,
 };
 
 std::string_view errc_name(errc code);

@@ -1,5 +1,7 @@
 #include "agents/controller.hpp"
 
+#include <algorithm>
+
 #include "agents/log.hpp"
 #include "util/clock.hpp"
 
@@ -163,11 +165,19 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       if (!d.empty() && !(pd = parse_distribution(d))) {
         return status(errc::invalid_argument, "unknown distribution '" + d + "' (block, round_robin, fill)");
       }
+      // A name registered before is a returning application (a restarted
+      // job): its agents may hold its checkpoints, so its restart must not
+      // take an agent's silence for "holds nothing".
+      const bool returning = std::any_of(state_.apps().begin(), state_.apps().end(),
+                                         [&](const auto& kv) { return kv.second.name == name; });
       auto id = state_.app_register(name, hints, ps, pd, block > 0 ? std::optional<uint32_t>(block) : std::nullopt);
       if (!id) return id.take_status();
       const auto& a = state_.apps().at(*id);
       log_info("application registered: " + name + " as " + std::to_string(*id) + ": " + a.last_decision);
-      return state_.app_agents_json(*id);
+      json reply = state_.app_agents_json(*id);
+      reply["returning"] = returning;
+      reply["checkpoints_done"] = a.checkpoints_done;
+      return reply;
     }
     case ctl_type::app_unregister: {
       uint64_t id = 0;

@@ -257,6 +257,8 @@ const char* cairn_strerror(int code) {
     case CAIRN_ENOTSUP: return "not supported";
     case CAIRN_EINTERNAL: return "internal error";
     case CAIRN_EDIVERGED: return "diverged from the reference run";
+    case CAIRN_EUNUSABLE: return "checkpoints exist but this job cannot restore them";
+    case CAIRN_EEXIST: return "version already committed in this run";
   }
   return "unknown error code";
 }

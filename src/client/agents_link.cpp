@@ -37,7 +37,9 @@ bool agents_view::ready() const {
 std::string agents_view::encode() const {
   json list = json::array();
   for (const auto& a : agents) list.push_back({{"agent", a.id}, {"node", a.node}, {"endpoint", a.endpoint}});
-  return json{{"app", app}, {"generation", generation}, {"target", target}, {"agents", list}}.dump();
+  return json{{"app", app},           {"generation", generation}, {"target", target},
+              {"agents", list},     {"returning", returning},   {"checkpoints_done", checkpoints_done}}
+      .dump();
 }
 
 result<agents_view> agents_view::from_reply(const json& body) {
@@ -46,6 +48,8 @@ result<agents_view> agents_view::from_reply(const json& body) {
     v.app = body.at("app").get<uint64_t>();
     v.generation = body.at("generation").get<uint64_t>();
     v.target = body.value("target", 0u);
+    v.returning = body.value("returning", false);
+    v.checkpoints_done = body.value("checkpoints_done", uint64_t{0});
     for (const auto& a : body.at("agents")) {
       agent_ref r;
       r.id = a.at("agent").get<uint64_t>();
@@ -237,18 +241,33 @@ class fabric_agents_data final : public agents_data {
     return last_s_;
   }
 
-  std::vector<agent_holding> held(const std::string& run, const std::string& name, uint32_t rank) override {
+  agents_holdings held(const std::string& run, const std::string& name, uint32_t rank, double wait_s) override {
     std::lock_guard lk(mu_);
-    std::vector<agent_holding> out;
+    agents_holdings out;
+    const double deadline = util::now_s() + wait_s;
     for (size_t i = 0; i < view_.agents.size(); ++i) {
-      auto c = client(i);
-      if (!c) continue;
-      auto list = (*c)->held(run, name, rank);
-      if (!list) {
-        clients_[i].reset();
-        continue;  // an agent that does not answer holds nothing we can use
+      const agent_ref& a = view_.agents[i];
+      status why;
+      for (int attempt = 0;; ++attempt) {
+        auto c = client(i);
+        auto list = c ? (*c)->held(run, name, rank) : result<std::vector<agents::held_info>>(c.error());
+        if (list) {
+          for (const auto& h : *list) out.holdings.push_back({h.version, h.length, h.attempt, i});
+          why = status();
+          break;
+        }
+        why = list.error();
+        clients_[i].reset();  // a new endpoint for the next try
+        if (util::now_s() >= deadline) break;
+        if (attempt == 0)
+          std::fprintf(stderr, "cairn: rank %u: agent %llu on %s does not answer (%s); asking again for up to %.0f s\n",
+                       rank, static_cast<unsigned long long>(a.id), a.node.c_str(), why.message().c_str(),
+                       std::max(0.0, deadline - util::now_s()));
+        struct timespec ts {0, 200 * 1000 * 1000};
+        nanosleep(&ts, nullptr);
       }
-      for (const auto& h : *list) out.push_back({h.version, h.length, h.attempt, i});
+      if (!why.is_ok())
+        out.unreachable.push_back("agent " + std::to_string(a.id) + " on " + a.node + ": " + why.message());
     }
     return out;
   }

@@ -35,6 +35,10 @@ struct agents_view {
   uint64_t generation = 0;
   uint32_t target = 0;
   std::vector<agent_ref> agents;
+  // From the registration: the controller knew this application before (a
+  // restarted job), and how many checkpoints it reported to have taken.
+  bool returning = false;
+  uint64_t checkpoints_done = 0;
 
   // Every agent has a data-plane address.
   bool ready() const;
@@ -88,6 +92,14 @@ struct agent_holding {
   size_t agent = 0;  // index into the view's agents
 };
 
+// What the agents answered to a QUERY.
+struct agents_holdings {
+  std::vector<agent_holding> holdings;
+  // Agents that did not answer within the wait (what they hold is unknown),
+  // each described as "agent ID on NODE: why".
+  std::vector<std::string> unreachable;
+};
+
 // Data plane of one rank. Thread-safety: every method may be called from any
 // thread; calls are serialised (a probe waits for a transfer in flight).
 class agents_data {
@@ -106,7 +118,9 @@ class agents_data {
   // Seconds the last successful checkpoint() took (0 before the first).
   virtual double last_transfer_s() = 0;
   // Versions of (run, name, rank) any agent of the view holds in memory.
-  virtual std::vector<agent_holding> held(const std::string& run, const std::string& name, uint32_t rank) = 0;
+  // An agent that does not answer is asked again until `wait_s` passed, then
+  // listed as unreachable: silence is never taken for "holds nothing".
+  virtual agents_holdings held(const std::string& run, const std::string& name, uint32_t rank, double wait_s) = 0;
   // Fetches one of them into *image (allocated here), verified.
   virtual result<format::shard_header> restore(const agent_holding& h, const std::string& run, const std::string& name,
                                                uint32_t rank, engine::aligned_buffer* image) = 0;

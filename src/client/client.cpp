@@ -524,6 +524,80 @@ status client_impl::checkpoint(const std::string& name, int64_t version) {
   return capture(name, version, regs);
 }
 
+const client_impl::committed_floor& client_impl::floor_of(const std::string& name) {
+  if (auto it = floors_.find(name); it != floors_.end()) return it->second;
+  committed_floor f;
+  std::string what;
+  // The persistent level: the newest version with a MANIFEST, whoever wrote it.
+  if (rank() == 0) {
+    auto vs = format::list_versions(env_, cfg_.persistent, cfg_.run, name);
+    const auto& damaged = damaged_[name];
+    for (auto v = vs.rbegin(); v != vs.rend(); ++v) {
+      std::string mp = format::manifest_path(cfg_.persistent, cfg_.run, name, *v);
+      if (damaged.count(*v) || !env_->exists(mp)) continue;
+      f.version = *v;
+      auto m = format::read_manifest(env_, mp);
+      what = "version " + std::to_string(*v) + " committed" +
+             (m ? " by " + std::to_string(m->nranks) + " rank(s)" : std::string(" (its MANIFEST is unreadable)"));
+      break;
+    }
+  }
+  // The local level: a shard of another rank count is part of another job's
+  // version (this job's own leftovers, partial versions of a crash, may go).
+  if (cfg_.local_enabled) {
+    const uint32_t me = static_cast<uint32_t>(rank());
+    auto vs = format::list_versions(env_, cfg_.scratch, cfg_.run, name);
+    for (auto v = vs.rbegin(); v != vs.rend() && *v > f.version; ++v) {
+      auto h = format::read_header(env_, format::shard_path(cfg_.scratch, cfg_.run, name, *v, me));
+      if (h && h->nranks != static_cast<uint32_t>(size())) {
+        f.version = *v;
+        what = "version " + std::to_string(*v) + " written by " + std::to_string(h->nranks) +
+               " rank(s) at the local level (" + cfg_.scratch + ")";
+        break;
+      }
+    }
+  }
+  const int64_t newest = -comm_->min(-f.version);
+  const int64_t root = comm_->min(f.version == newest ? rank() : INT64_MAX);
+  comm_->broadcast(&what, static_cast<int>(root));
+  f.version = newest;
+  // Agent memory: the newest version every rank's agents hold from one
+  // execution (what a restart would have used).
+  if (agents_ && (agent_holdings_.count(name) || agents_view_.returning)) {
+    auto it = agent_holdings_.find(name);
+    // What restart_test learnt, or a query now (an agent that does not
+    // answer holds nothing this check can see; the restart reported it).
+    std::vector<agent_holding> held = it != agent_holdings_.end()
+                                          ? it->second.holdings
+                                          : agents_->held(cfg_.run, name, static_cast<uint32_t>(rank()), 0).holdings;
+    std::set<int64_t> excluded;
+    int64_t cap = INT64_MAX;
+    for (;;) {
+      const agent_holding* mine = nullptr;
+      for (const auto& h : held)
+        if (h.version <= cap && !excluded.count(h.version) && (!mine || h.version > mine->version)) mine = &h;
+      int64_t g = comm_->min(mine ? mine->version : -1);
+      if (g < 0 || g <= f.version) break;
+      cap = g;
+      // Every rank holds g, from the same execution?
+      uint32_t a = 0;
+      for (const auto& h : held)
+        if (h.version == g) a = h.attempt;
+      std::vector<int64_t> v = {mine && mine->version == g ? 1 : 0, a, -static_cast<int64_t>(a)};
+      comm_->allreduce_min(v);
+      if (v[0] == 0) continue;  // some rank holds only newer versions: look at g again with them
+      if (v[1] == -v[2] && v[1] != 0) {
+        f.version = g;
+        what = "version " + std::to_string(g) + " held in the memory of its checkpoint agents";
+        break;
+      }
+      excluded.insert(g);
+    }
+  }
+  if (f.version >= 0) f.what = what + " from an earlier execution";
+  return floors_.emplace(name, std::move(f)).first->second;
+}
+
 status client_impl::capture(const std::string& name, int64_t version, const std::vector<region>& regs) {
   if (finalized_) return {errc::invalid_argument, "handle already finalized"};
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
@@ -571,23 +645,33 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
       st = pool_.reserve(h.file_size, slots);
     }
   }
-  // A stale commit of the same version (from an earlier execution of this run)
-  // must be withdrawn before any rank starts replacing its shards.
-  // Only versions at or below the newest one on disk at the first checkpoint of
-  // the name can be stale, so the common case costs no metadata operation.
-  if (st && rank() == 0) {
-    auto [it, fresh] = disk_max_version_.try_emplace(name, -1);
-    if (fresh) {
-      auto vs = format::list_versions(env_, cfg_.persistent, cfg_.run, name);
-      if (!vs.empty()) it->second = vs.back();
-    }
-    std::string mp = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
-    if (version <= it->second && env_->exists(mp)) {
-      st = env_->remove_file(mp);
-      if (st) st = env_->sync_dir(storage::dirname_of(mp));
-    }
-  }
   CAIRN_RETURN_IF_ERROR(agree(st));
+  // Committed data is never replaced: versions grow across the executions of
+  // a run, so an execution that starts over (a relaunch on another rank count,
+  // an application that starts fresh on any restart error) cannot overwrite
+  // what an earlier one committed.
+  const committed_floor& floor = floor_of(name);
+  if (version > floor.version && damaged_[name].count(version)) {
+    // A committed version that restart found damaged on every level is
+    // withdrawn (its MANIFEST first) before any rank replaces its shards.
+    status w;
+    std::string mp = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
+    if (rank() == 0 && env_->exists(mp)) {
+      std::fprintf(stderr, "cairn: warning: '%s' version %lld was committed but is damaged on every level; "
+                           "replacing it\n", name.c_str(), static_cast<long long>(version));
+      w = env_->remove_file(mp);
+      if (w) w = env_->sync_dir(storage::dirname_of(mp));
+    }
+    CAIRN_RETURN_IF_ERROR(agree(w));
+    damaged_[name].erase(version);
+  }
+  if (version <= floor.version) {
+    return {errc::exists,
+            "checkpoint '" + name + "' version " + std::to_string(version) + ": run '" + cfg_.run + "' already has " +
+                floor.what + "; a committed version is never replaced. Restart from it (cairn_restart_test), "
+                "continue with versions above " + std::to_string(floor.version) +
+                ", use another run (CAIRN_RUN), or remove old versions with 'cairn gc'"};
+  }
 
   bool all_have_slot = true;
   CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot));

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -168,6 +169,10 @@ class client_impl {
   // Collective: agree on the newest version all ranks can load intact.
   result<int64_t> agree_restartable(const std::string& name);
   std::vector<int64_t> local_candidates(const std::string& name);
+  // Collective: restart_test's answer when no version can be restored:
+  // not_found when none exists, unusable when some exist that this job
+  // cannot use (another rank count, damaged copies), with what to do.
+  status nothing_restartable(const std::string& name, const std::vector<int64_t>& cands, const status& last_failure);
   // Collective: every rank's status combined; the lowest failing rank's message wins.
   status agree(status mine);
 
@@ -184,7 +189,20 @@ class client_impl {
   std::map<std::string, region> regions_;
   std::map<std::string, int64_t> last_version_;     // per checkpoint name
   std::map<std::string, int64_t> count_;            // checkpoints per name (persistent_interval)
-  std::map<std::string, int64_t> disk_max_version_; // rank 0: newest version on disk before this handle wrote
+  // The newest version of a checkpoint name that earlier executions of the
+  // run committed (persistent MANIFEST) or left complete in agent memory; this
+  // execution's versions must be larger. Computed at the first capture of the
+  // name, the same on every rank.
+  struct committed_floor {
+    int64_t version = -1;
+    std::string what;  // for the error message
+  };
+  std::map<std::string, committed_floor> floors_;
+  // Committed versions restart_test rejected as damaged on every level: the
+  // next checkpoint of the same version withdraws and replaces them.
+  std::map<std::string, std::set<int64_t>> damaged_;
+  // Collective on the first call for a name.
+  const committed_floor& floor_of(const std::string& name);
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<version_record>> records_;
   std::deque<version_record*> pending_;             // unresolved, in checkpoint order
   std::map<std::pair<std::string, unsigned>, std::vector<int64_t>> complete_;  // per name, level
@@ -220,7 +238,7 @@ class client_impl {
   // same on every rank.
   uint32_t attempt_ = 0;
   // Restart: versions the agents hold for this rank, per checkpoint name.
-  std::map<std::string, std::vector<agent_holding>> agent_holdings_;
+  std::map<std::string, agents_holdings> agent_holdings_;
   format::run_info run_info_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)
 };

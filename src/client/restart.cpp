@@ -51,10 +51,19 @@ std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
   for (int64_t v : format::list_versions(env_, cfg_.persistent, cfg_.run, name))
     if (env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, v))) out.insert(v);
   if (agents_) {
-    // What the agents hold in memory, committed or not yet written.
+    // What the agents hold in memory, committed or not yet written. Only a
+    // returning application's agents can hold its versions: the others are
+    // asked once, and their silence means nothing.
     auto& held = agent_holdings_[name];
-    held = agents_->held(cfg_.run, name, me);
-    for (const auto& h : held) out.insert(h.version);
+    held = agents_->held(cfg_.run, name, me, agents_view_.returning ? cfg_.agents_restart_wait : 0);
+    if (!agents_view_.returning || cfg_.agents_allow_missing) {
+      if (agents_view_.returning)
+        for (const auto& u : held.unreachable)
+          std::fprintf(stderr, "cairn: rank %u: warning: restarting without %s (agents_allow_missing = true)\n", me,
+                       u.c_str());
+      held.unreachable.clear();
+    }
+    for (const auto& h : held.holdings) out.insert(h.version);
   }
   return {out.begin(), out.end()};
 }
@@ -93,10 +102,9 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
   if (agents_) {
     // Agent memory next: faster than the persistent level, and it may hold
     // versions not written yet.
-    if (!agent_holdings_.count(name)) agent_holdings_[name] = agents_->held(cfg_.run, name, me);
-    auto& held = agent_holdings_[name];
+    if (!agent_holdings_.count(name)) agent_holdings_[name] = agents_->held(cfg_.run, name, me, 0);
     std::vector<agent_holding> copies;
-    for (const auto& h : held)
+    for (const auto& h : agent_holdings_[name].holdings)
       if (h.version == version) copies.push_back(h);
     for (const auto& h : copies) {
       auto got = agents_->restore(h, cfg_.run, name, me, &restart_image_);
@@ -145,6 +153,24 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
 
 result<int64_t> client_impl::agree_restartable(const std::string& name) {
   std::vector<int64_t> cands = local_candidates(name);
+  // Agents that may hold the newest versions and did not answer: restarting
+  // from an older level would silently forget them.
+  {
+    const auto it = agent_holdings_.find(name);
+    const bool silent = it != agent_holdings_.end() && !it->second.unreachable.empty();
+    std::string list;
+    if (silent)
+      for (const auto& u : it->second.unreachable) list += (list.empty() ? "" : "; ") + u;
+    if (comm_->min(silent ? 0 : 1) == 0) {
+      return status(errc::unusable,
+                    "run '" + cfg_.run + "' is known to the agents controller, but checkpoint agents that may hold "
+                    "its newest versions of '" + name + "' in memory did not answer within agents_restart_wait = " +
+                        std::to_string(static_cast<int>(cfg_.agents_restart_wait)) + " s (" +
+                        exchange_message(silent, list) +
+                        "); restart when they answer (see 'cairn agents status'), or set agents_allow_missing = true "
+                        "to restart from what the other levels hold");
+    }
+  }
   std::set<int64_t> excluded;
   int64_t cap = INT64_MAX;
   status last_failure;
@@ -154,14 +180,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
     for (auto it = cands.rbegin(); it != cands.rend(); ++it)
       if (*it <= cap && !excluded.count(*it)) { mine = *it; break; }
     int64_t g = comm_->min(mine);
-    if (g < 0) {
-      std::string msg = "no restartable version of checkpoint '" + name + "' in run '" + cfg_.run + "' (looked in " +
-                        (cfg_.local_enabled ? cfg_.scratch + " and " : std::string()) + cfg_.persistent + ")";
-      if (!last_failure.is_ok()) return status(last_failure.code() == errc::invalid_argument ? errc::invalid_argument
-                                                                                             : errc::not_found,
-                                                msg + "; newest rejected: " + last_failure.message());
-      return status(errc::not_found, msg);
-    }
+    if (g < 0) return nothing_restartable(name, cands, last_failure);
     cap = g;
     if (comm_->min(mine == g ? 1 : 0) == 0) continue;  // some rank lacks g: look lower
     status st = agree(load_shard(name, g));
@@ -178,9 +197,47 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
     }
     last_failure = st;
     excluded.insert(g);
+    // Damaged beyond repair at every level: the only version number a later
+    // checkpoint of this execution may write again (see floor_of).
+    if (st.code() == errc::corruption) damaged_[name].insert(g);
     restart_version_ = -1;
     restart_image_ = engine::aligned_buffer();
   }
+}
+
+status client_impl::nothing_restartable(const std::string& name, const std::vector<int64_t>& cands,
+                                        const status& last_failure) {
+  // "No checkpoint" only when nothing exists that a job of the right shape
+  // could restore: a committed version (MANIFEST) or a shard written by
+  // another rank count makes it "checkpoints this job cannot use".
+  bool committed = false;
+  for (auto v = cands.rbegin(); v != cands.rend() && !committed; ++v)
+    committed = env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, *v));
+  std::string other_shape;
+  const uint32_t me = static_cast<uint32_t>(rank());
+  if (cfg_.local_enabled) {
+    for (auto v = cands.rbegin(); v != cands.rend() && other_shape.empty(); ++v) {
+      auto h = format::read_header(env_, format::shard_path(cfg_.scratch, cfg_.run, name, *v, me));
+      if (h && h->nranks != static_cast<uint32_t>(size()))
+        other_shape = "local shards of version " + std::to_string(*v) + " were written by " +
+                      std::to_string(h->nranks) + " ranks; this job has " + std::to_string(size());
+    }
+  }
+  std::vector<int64_t> ev = {committed ? 0 : 1, other_shape.empty() ? 1 : 0};
+  comm_->allreduce_min(ev);
+  std::string shape = exchange_message(!other_shape.empty(), other_shape);
+  std::string msg = "no restartable version of checkpoint '" + name + "' in run '" + cfg_.run + "' (looked in " +
+                    (cfg_.local_enabled ? cfg_.scratch + ", " : std::string()) + cfg_.persistent +
+                    (agents_ ? " and the agents' memory" : "") + ")";
+  if (ev[0] == 1 && ev[1] == 1) {
+    if (!last_failure.is_ok()) msg += "; newest rejected: " + last_failure.message();
+    return {errc::not_found, msg};
+  }
+  msg = "checkpoints of '" + name + "' exist in run '" + cfg_.run + "' but this job cannot restore any: " +
+        (!last_failure.is_ok() ? last_failure.message() : ev[1] == 0 ? shape : msg) +
+        ". Relaunch with the rank count that wrote them, repair or remove them ('cairn verify', 'cairn gc'), or "
+        "use another run (CAIRN_RUN) to start fresh; nothing was changed";
+  return {errc::unusable, msg};
 }
 
 result<int64_t> client_impl::restart_test(const std::string& name) {

@@ -186,6 +186,14 @@ const std::vector<key_def>& keys() {
       {"agents_wait", "seconds init and probe wait for assigned agents to start", [](config& c, const std::string& v) {
          return parse_double("agents_wait", v, &c.agents_wait); },
        [](const config& c) { std::ostringstream os; os << c.agents_wait; return os.str(); }},
+      {"agents_restart_wait", "seconds a restart waits for agents that do not answer", [](config& c, const std::string& v) {
+         return parse_double("agents_restart_wait", v, &c.agents_restart_wait); },
+       [](const config& c) { std::ostringstream os; os << c.agents_restart_wait; return os.str(); }},
+      {"agents_allow_missing", "restart without agents that do not answer (their versions are ignored)",
+       [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("agents_allow_missing", v); if (!r) return r.take_status();
+         c.agents_allow_missing = *r; return {}; },
+       [](const config& c) { return std::string(c.agents_allow_missing ? "true" : "false"); }},
       {"agents_interval", "hint: seconds between checkpoints", [](config& c, const std::string& v) {
          return parse_double("agents_interval", v, &c.agents_interval); },
        [](const config& c) { std::ostringstream os; os << c.agents_interval; return os.str(); }},

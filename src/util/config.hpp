@@ -54,6 +54,8 @@ struct config {
   std::string agents_bind = "auto";  // auto: the address this host reaches the controller from
   double agents_timeout = 30;      // seconds for an agent's reply
   double agents_wait = 10;         // seconds init/probe wait for assigned agents to come up
+  double agents_restart_wait = 60;   // seconds a restart keeps asking agents that do not answer
+  bool agents_allow_missing = false;  // restart may ignore agents that do not answer
   double agents_interval = 0;      // hints for the controller
   uint64_t agents_checkpoints = 0;
   // Test hook (not documented for users): "level:kind[:after=N]", see fault_env.

@@ -18,6 +18,8 @@ std::string_view errc_name(errc code) {
     case errc::not_supported: return "not_supported";
     case errc::internal: return "internal";
     case errc::diverged: return "diverged";
+    case errc::unusable: return "unusable";
+    case errc::exists: return "exists";
   }
   return "unknown";
 }

@@ -124,6 +124,79 @@ def test_restart_needs_the_same_number_of_ranks(make_job):
     assert "cairn_restart_test failed" in res.stderr and "same number of ranks" in res.stderr, res.describe()
 
 
+@pytest.mark.parametrize("nranks", [1, 4])
+def test_relaunch_on_another_rank_count_destroys_nothing(nranks, reference, make_job):
+    """Issue 9's relaunch by mistake: a 2-rank run commits versions 2..10, then
+    the same run is launched on another rank count by an application that
+    starts fresh on any restart error (as VELOC's examples do). Its
+    restart_test says "checkpoints exist but this job cannot use them"
+    (CAIRN_EUNUSABLE, not ENOTFOUND) on every rank, naming the rank counts;
+    every checkpoint it then tries gives CAIRN_EEXIST; every file of the
+    earlier run stays byte-identical; and the correct relaunch on 2 ranks still
+    restores version 10 bit for bit."""
+    ref = reference(2)
+    job = make_job(2)
+    job.run("--steps", 10).ok()
+    before = job.snapshot()
+    assert job.committed() == [2, 4, 6, 8, 10]
+
+    wrong = harness.Job(job.root, nranks, run=job.run_id, scratch=job.scratch, store=job.store)
+    res = wrong.run("--steps", 10, "--fresh-on-error", "--keep-going").ok()
+    errors = res.restart_errors()
+    assert sorted(errors) == list(range(nranks)), res.describe()
+    for rc, msg in errors.values():
+        assert rc == harness.CAIRN_EUNUSABLE, res.describe()
+        assert "written by 2 ranks" in msg and f"this job has {nranks}" in msg, msg
+        assert "Relaunch with the rank count that wrote them" in msg, msg
+    failed = res.failed_checkpoints()
+    assert sorted(failed) == [(r, v) for r in range(nranks) for v in (2, 4, 6, 8, 10)], res.describe()
+    for rc, msg in failed.values():
+        assert rc == harness.CAIRN_EEXIST, res.describe()
+        assert "already has version 10 committed by 2 rank(s) from an earlier execution" in msg, msg
+    assert job.snapshot() == before, "the wrong relaunch changed the earlier run's checkpoints"
+
+    again = job.run("--steps", 10, "--dump-restored", job.dumps / "restored").ok()
+    assert again.restarted_from == 10
+    assert_same_state(ref.dump(10), job.read_dump(job.dumps / "restored"), "state restored after the wrong relaunch")
+    assert again.final_hash == ref.final_hash
+
+
+def test_fresh_start_cannot_overwrite_committed_versions(make_job):
+    """An execution that starts over instead of restarting (here: the local
+    level is gone and the persistent copies of the newest versions are
+    unreadable to it because it runs on 1 rank) cannot replace committed
+    versions, and the versions above the committed ones work: growing across
+    executions is the rule, not an accident of the first checkpoint."""
+    job = make_job(2)
+    job.run("--steps", 4).ok()
+    before = job.snapshot()
+    one = harness.Job(job.root, 1, run=job.run_id, scratch=job.scratch, store=job.store)
+    res = one.run("--steps", 8, "--fresh-on-error", "--keep-going").ok()
+    assert res.restart_errors()[0][0] == harness.CAIRN_EUNUSABLE, res.describe()
+    assert {v for (_, v) in res.failed_checkpoints()} == {2, 4}, res.describe()
+    assert all(rc == harness.CAIRN_EEXIST for rc, _ in res.failed_checkpoints().values()), res.describe()
+    after = job.snapshot()
+    assert {k: v for k, v in after.items() if k in before} == before
+    # Versions 6 and 8 of the 1-rank execution were committed beside them.
+    assert job.committed() == [2, 4, 6, 8]
+
+
+def test_no_checkpoint_is_not_found(make_job):
+    """A run without any checkpoint answers CAIRN_ENOTFOUND (ckpt_app then
+    prints "starting from scratch" and no restart_test error), and so does one
+    whose only version is a partial leftover of a crash (the local shard of
+    one rank): "no checkpoint" stays apart from "cannot use"."""
+    job = make_job(2)
+    res = job.run("--steps", 1, "--fresh-on-error").ok()
+    assert res.restarted_from is None and res.restart_errors() == {}, res.describe()
+    local_only = {"persistent_interval": 99, "keep_local": 0}
+    job.run("--steps", 2, **local_only).ok()
+    job.shard("local", 2, 1).unlink()
+    res = job.run("--steps", 4, "--fresh-on-error", **local_only).ok()
+    assert res.restarted_from is None and res.restart_errors() == {}, res.describe()
+    assert job.local_complete() == [2, 4]
+
+
 def test_runs_are_kept_apart(make_job):
     """Two run ids in one store do not see each other's checkpoints."""
     job = make_job(2)

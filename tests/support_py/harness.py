@@ -28,6 +28,8 @@ CAIRN_EINVAL = -1
 CAIRN_ENOTFOUND = -2
 CAIRN_EIO = -4
 CAIRN_ENOSPC = -5
+CAIRN_EUNUSABLE = -11
+CAIRN_EEXIST = -12
 
 SERIAL = "serial"            # ckpt_app_serial: built without MPI
 SERIAL_FLAG = "serial-flag"  # ckpt_app --serial: MPI build that never calls MPI
@@ -114,6 +116,11 @@ class Result:
         for m in re.finditer(r"^rank (\d+) checkpoint (\d+) rc=(-?\d+) msg=(.*)$", self.stdout, re.M):
             out[(int(m.group(1)), int(m.group(2)))] = (int(m.group(3)), m.group(4))
         return out
+
+    def restart_errors(self) -> dict:
+        """{rank: (rc, message)} of the --fresh-on-error restart_test lines."""
+        return {int(m.group(1)): (int(m.group(2)), m.group(3))
+                for m in re.finditer(r"^rank (\d+) restart_test rc=(-?\d+) msg=(.*)$", self.stdout, re.M)}
 
     def finalize_errors(self) -> dict:
         return {int(m.group(1)): int(m.group(2))
@@ -227,6 +234,18 @@ class Job:
         """The newest version committed at some level on every rank."""
         vs = set(self.committed()) | set(self.local_complete())
         return max(vs) if vs else None
+
+    def snapshot(self) -> dict:
+        """{path relative to its level: bytes} of every file this run's
+        checkpoints have at the local and persistent levels."""
+        out = {}
+        for level, root in (("local", self.scratch), ("persistent", self.store)):
+            d = root / "runs" / self.run_id / CKPT
+            if d.is_dir():
+                for f in sorted(d.rglob("*")):
+                    if f.is_file():
+                        out[f"{level}/{f.relative_to(d)}"] = f.read_bytes()
+        return out
 
     # ---- dumps ------------------------------------------------------------
     def read_dump(self, prefix: Path) -> list:

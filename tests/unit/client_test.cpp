@@ -124,22 +124,78 @@ TEST_F(client_test, versions_must_increase_and_names_are_checked) {
   ASSERT_TRUE(c.checkpoint("other", 0));  // versions are per name
 }
 
-TEST_F(client_test, rewriting_a_version_of_an_earlier_execution_replaces_its_commit) {
-  setenv("CAIRN_SCRATCH", (dir_ + "/scratch1").c_str(), 1);
-  int64_t x = 1;
-  for (int64_t value : {111, 222}) {
-    x = value;
+TEST_F(client_test, a_later_execution_cannot_replace_a_committed_version) {
+  int64_t x = 111;
+  {
     auto c = make_client();
     ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
     ASSERT_TRUE(c.checkpoint("ck", 3));
     ASSERT_TRUE(c.finalize(true));
   }
-  setenv("CAIRN_SCRATCH", (dir_ + "/scratch2").c_str(), 1);  // force the persistent copy
+  const std::string shard = format::shard_path(store(), "unit", "ck", 3, 0);
+  auto before = storage::storage_env::posix()->read_all(shard);
+  ASSERT_TRUE(before);
+  {
+    // Starts over without restarting: version 3 exists, so it is refused,
+    // and version 4 is the first this execution may write.
+    x = 222;
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+    status st = c.checkpoint("ck", 3);
+    ASSERT_EQ(st.code(), errc::exists) << st.to_string();
+    EXPECT_NE(st.message().find("already has version 3 committed by 1 rank(s) from an earlier execution"),
+              std::string::npos) << st.message();
+    ASSERT_EQ(c.checkpoint("ck", 2).code(), errc::exists);
+    ASSERT_TRUE(c.checkpoint("ck", 4));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  EXPECT_EQ(*storage::storage_env::posix()->read_all(shard), *before);
+  setenv("CAIRN_SCRATCH", (dir_ + "/scratch2").c_str(), 1);  // force the persistent copies
   auto r = make_client();
   ASSERT_TRUE(r.protect("x", &x, 1, CAIRN_INT64));
   x = 0;
   ASSERT_TRUE(r.restart("ck", 3));
+  EXPECT_EQ(x, 111);
+  ASSERT_TRUE(r.restart("ck", 4));
   EXPECT_EQ(x, 222);
+}
+
+TEST_F(client_test, a_committed_version_damaged_on_every_level_is_replaced_after_a_restart) {
+  int64_t x = 0;
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+    for (int64_t v : {1, 2}) {
+      x = v * 10;
+      ASSERT_TRUE(c.checkpoint("ck", v));
+    }
+    ASSERT_TRUE(c.finalize(true));
+  }
+  // Version 2 damaged at both levels: the last byte of x's region flipped.
+  for (const std::string& root : {store(), scratch()}) {
+    const std::string p = format::shard_path(root, "unit", "ck", 2, 0);
+    auto data = storage::storage_env::posix()->read_all(p);
+    ASSERT_TRUE(data);
+    std::string d = *data;
+    d[4096] = static_cast<char>(d[4096] ^ 0x5a);
+    ASSERT_TRUE(storage::storage_env::posix()->write_atomic(p, d, true));
+  }
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+  auto v = c.restart_test("ck");
+  ASSERT_TRUE(v) << v.error().to_string();
+  EXPECT_EQ(*v, 1);
+  ASSERT_TRUE(c.restart("ck", 1));
+  EXPECT_EQ(x, 10);
+  x = 20;
+  ASSERT_TRUE(c.checkpoint("ck", 2));  // recomputed: replaces the damaged commit
+  ASSERT_TRUE(c.wait("ck", 2, CAIRN_LEVEL_PERSISTENT));
+  ASSERT_TRUE(c.finalize(true));
+  auto r = make_client();
+  ASSERT_TRUE(r.protect("x", &x, 1, CAIRN_INT64));
+  auto again = r.restart_test("ck");
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_EQ(*again, 2);
 }
 
 TEST_F(client_test, restart_test_without_checkpoints_is_not_found) {
