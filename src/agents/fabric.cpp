@@ -305,7 +305,9 @@ struct fabric_context::impl {
     fi_cq_msg_entry entries[kPollBatch];
     ssize_t n = (waitable && wait_ms > 0) ? fi_cq_sread(cq.get(), entries, kPollBatch, nullptr, wait_ms)
                                           : fi_cq_read(cq.get(), entries, kPollBatch);
-    if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT) {  // nothing yet (some providers time out sread so)
+    // Nothing yet (some providers time out sread so), or a signal interrupted
+    // the wait (SIGSTOP/SIGCONT, a profiler): neither is a failure.
+    if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_EINTR) {
       if (!waitable && wait_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
       std::lock_guard lk(mu);
       post_receives();

@@ -179,6 +179,49 @@ def test_checkpoint_through_agents_and_restart_from_agent_memory(deployment, ref
     assert re.search(r"restored .* v8 rank 0", d.log("manager-node-a") + _agent_logs(d)), _agent_logs(d)
 
 
+def test_restart_does_not_forget_agents_that_do_not_answer(deployment, reference, make_job):
+    """Memory-only agents hold v2..v8 when the application is killed; its
+    agents are then stopped (SIGSTOP: alive, silent). The rerun must not take
+    the silence for "no checkpoint" and start from zero: restart_test waits
+    agents_restart_wait and returns CAIRN_EUNUSABLE on every rank naming the
+    agents, and nothing is written. Once they answer again (SIGCONT), the
+    next rerun restores v8 from their memory bit for bit."""
+    d = deployment
+    d.add_manager("node-a", memory_only=True)
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-silent")
+    flag = job.root / "pause8"
+    cfg = agents_cfg(d, agents_persist="false", agents_timeout=1, agents_restart_wait=2)
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
+                  "--pause-after", 8, flag, **cfg)
+    job.wait_paused(p, flag)
+    os.killpg(p.pid, signal.SIGKILL)
+    harness.finish_process(p)
+    agents = d.app("agents-silent")["agents"]
+    pids = [g["pid"] for g in agents]
+    assert pids and all(pid > 0 for pid in pids), agents
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg)
+        waited = time.monotonic() - t0
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert r.rc != 0, r.describe()
+    assert "cairn_restart_test failed" in r.stderr and f"({harness.CAIRN_EUNUSABLE})" in r.stderr, r.describe()
+    assert f"agent {agents[0]['agent']} on {agents[0]['node']}" in r.stderr, r.describe()
+    assert "agents_allow_missing" in r.stderr, r.describe()
+    assert waited >= 2, "restart_test gave up before agents_restart_wait"
+    assert not list(job.store.rglob("shard.*")), sorted(job.store.rglob("*"))
+    again = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--dump-restored",
+                    job.dumps / "restored", **cfg).ok()
+    assert again.restarted_from == 8, again.describe()
+    harness.assert_same_state(ref.dump(8), job.read_dump(job.dumps / "restored"), "state restored from agent memory")
+    assert again.final_hash == ref.final_hash
+
+
 def _protected(result):
     return {(int(m.group(1)), int(m.group(2))): int(m.group(3))
             for m in re.finditer(r"^rank (\d+) protected (\d+) rc=(-?\d+)$", result.stdout, re.M)}
