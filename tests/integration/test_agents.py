@@ -12,115 +12,18 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
-import socket
 import sqlite3
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 import harness
+from agents_deploy import (AGENT, EVERY, NBYTES, STEPS, Deployment, agent_logs, agents_cfg, committed, protected,
+                           release, wait_until)
 
-AGENT = os.environ.get("CAIRN_TEST_AGENT")
 pytestmark = pytest.mark.skipif(not AGENT or not harness.cli_path() or not harness.mpi_enabled(),
                                 reason="needs cairn-agent (CAIRN_ENABLE_FABRIC), the cairn CLI and MPI")
-
-HEARTBEAT = 0.2
-TIMEOUT = 1.5
-STEPS, EVERY, NBYTES = 12, 2, 256 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(what, pred, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = pred()
-            if last:
-                return last
-        except (AssertionError, KeyError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
-            last = e
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-class Deployment:
-    """Controller + managers (each its own process group), killed at the end."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
-        self.secret = root / "secret"
-        self.secret.write_text(secrets.token_hex(32) + "\n")
-        self.secret.chmod(0o600)
-        self.address = f"127.0.0.1:{free_port()}"
-        self.procs = {}
-        self.start("controller", ["controller", "--listen", self.address, "--secret-file", self.secret,
-                                  "--journal", root / "journal", "--heartbeat-interval", HEARTBEAT,
-                                  "--heartbeat-timeout", TIMEOUT, "--capacity", 2])
-        wait_until("the controller", lambda: self.status())
-
-    def start(self, name, args):
-        log = open(self.root / f"{name}.log", "ab")
-        self.procs[name] = subprocess.Popen([str(harness.cli_path())] + [str(a) for a in args], stdout=log,
-                                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, env=harness.base_env())
-
-    def add_manager(self, node: str, memory_only: bool = False):
-        args = ["manager", "--controller", self.address, "--secret-file", self.secret, "--node-id", node,
-                "--capacity", 2, "--agent-program", AGENT, "--run-dir", self.root / f"run-{node}",
-                "--stop-grace", 10]
-        if memory_only:
-            # No --persistent: the agents keep versions in memory only.
-            for a in ["--agent-id", "{agent}", "--app", "{app_name}", "--stats-file", "{stats_file}"]:
-                args += ["--agent-arg=" + a]
-        self.start("manager-" + node, args)
-        wait_until(f"node {node}", lambda: any(n["node"] == node for n in self.status()["nodes"]))
-
-    def kill(self, name, sig=signal.SIGKILL):
-        p = self.procs.pop(name)
-        try:
-            os.killpg(p.pid, sig)
-        except ProcessLookupError:
-            pass
-        p.wait(timeout=20)
-
-    def stop_all(self):
-        for name in list(self.procs):
-            self.kill(name)
-
-    def cli(self, *args, check=True):
-        r = subprocess.run([str(harness.cli_path()), *map(str, args)], capture_output=True, text=True, timeout=30,
-                           env=harness.base_env())
-        if check:
-            assert r.returncode == 0, f"cairn {' '.join(map(str, args))}: {r.returncode}\n{r.stdout}{r.stderr}"
-        return r
-
-    def status(self):
-        r = self.cli("agents", "status", "--controller", self.address, "--secret-file", self.secret, "--json",
-                     "--timeout", "5")
-        return json.loads(r.stdout)
-
-    def app(self, name):
-        for a in self.status()["applications"]:
-            if a["name"] == name:
-                return a
-        return None
-
-    def admin(self, *args):
-        return self.cli("agents", *args, "--controller", self.address, "--secret-file", self.secret)
-
-    def log(self, name):
-        return (self.root / f"{name}.log").read_text(errors="replace")
 
 
 @pytest.fixture
@@ -128,21 +31,6 @@ def deployment(tmp_path):
     d = Deployment(tmp_path / "deploy")
     yield d
     d.stop_all()
-
-
-def agents_cfg(d: Deployment, **extra):
-    cfg = dict(agents=d.address, agents_secret_file=d.secret, agents_timeout=5, agents_wait=15,
-               local_enabled="false")
-    cfg.update(extra)
-    return cfg
-
-
-def release(flag: Path):
-    flag.write_text("")
-
-
-def committed(job, version) -> bool:
-    return (job.store / "runs" / job.run_id / "ckpt" / f"v{version:012d}" / "MANIFEST").exists()
 
 
 def test_checkpoint_through_agents_and_restart_from_agent_memory(deployment, reference, make_job):
@@ -163,12 +51,12 @@ def test_checkpoint_through_agents_and_restart_from_agent_memory(deployment, ref
     job.wait_paused(p, flag)
     # A second application while the first one is paused: both served at once.
     r2 = other.run("--steps", 6, "--every", 2, "--bytes", NBYTES, "--wait-protected", **cfg).ok()
-    assert _protected(r2) and all(rc == 0 for rc in _protected(r2).values()), r2.describe()
+    assert protected(r2) and all(rc == 0 for rc in protected(r2).values()), r2.describe()
     app = d.app("agents-mem")
     assert app and app["agents"], d.status()
     os.killpg(p.pid, signal.SIGKILL)
     first = harness.finish_process(p)
-    prot = _protected(first)
+    prot = protected(first)
     assert {(r, v) for r in range(2) for v in (2, 4, 6, 8)} <= set(prot), first.describe()
     assert all(rc == 0 for rc in prot.values()), first.describe()
     # Memory only: the store holds no shard at all.
@@ -176,7 +64,7 @@ def test_checkpoint_through_agents_and_restart_from_agent_memory(deployment, ref
     r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg).ok()
     assert r.restarted_from == 8, r.describe()
     assert r.final_hash == ref.final_hash
-    assert re.search(r"restored .* v8 rank 0", d.log("manager-node-a") + _agent_logs(d)), _agent_logs(d)
+    assert re.search(r"restored .* v8 rank 0", d.log("manager-node-a") + agent_logs(d)), agent_logs(d)
 
 
 def test_restart_does_not_forget_agents_that_do_not_answer(deployment, reference, make_job):
@@ -220,15 +108,6 @@ def test_restart_does_not_forget_agents_that_do_not_answer(deployment, reference
     assert again.restarted_from == 8, again.describe()
     harness.assert_same_state(ref.dump(8), job.read_dump(job.dumps / "restored"), "state restored from agent memory")
     assert again.final_hash == ref.final_hash
-
-
-def _protected(result):
-    return {(int(m.group(1)), int(m.group(2))): int(m.group(3))
-            for m in re.finditer(r"^rank (\d+) protected (\d+) rc=(-?\d+)$", result.stdout, re.M)}
-
-
-def _agent_logs(d: Deployment) -> str:
-    return "".join(f.read_text(errors="replace") for f in d.root.glob("run-*/agent-*.log"))
 
 
 def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, reference, make_job):
@@ -292,7 +171,7 @@ def test_agent_lost_mid_run_version_falls_back_and_nothing_is_lost(deployment, r
                                               for g in d.app("agents-lost")["agents"]))
     release(flag)
     r = harness.finish_process(p).ok()
-    prot = _protected(r)
+    prot = protected(r)
     assert r.final_hash == ref.final_hash
     # v4 was held before the kill; the probe after v4 saw the new agent
     # address (change 3 = migrated), so v6... are held by the new agent.
@@ -318,7 +197,7 @@ def test_agent_unreachable_falls_back_to_the_ranks_own_writes(deployment, refere
     d.kill("manager-node-a")  # its process group: the manager and its agents
     release(flag)
     r = harness.finish_process(p).ok()
-    prot = _protected(r)
+    prot = protected(r)
     assert r.final_hash == ref.final_hash
     assert all(prot[(rank, 6)] != 0 for rank in range(2)), r.describe()
     for v in (2, 4, 6, 8, 10, 12):
@@ -362,7 +241,7 @@ def test_expand_reduce_migrate_during_a_run(deployment, reference, make_job):
     assert r.final_hash == ref.final_hash
     changes = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^probe (\d+) change=(\d+)$", r.stdout, re.M)}
     assert changes[2] == 1 and changes[4] == 2 and changes[6] == 3, r.describe()
-    prot = _protected(r)
+    prot = protected(r)
     assert all(rc == 0 for rc in prot.values()), r.describe()
     # Restart from a version the new agent holds.
     again = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **agents_cfg(d)).ok()
@@ -399,9 +278,7 @@ def test_controller_restart_does_not_disturb_the_application(deployment, referen
     d.kill("controller")
     release(flags[4])
     job.wait_paused(p, flags[6])  # v6 checkpointed and probed without a controller
-    d.start("controller", ["controller", "--listen", d.address, "--secret-file", d.secret,
-                           "--journal", d.root / "journal", "--heartbeat-interval", HEARTBEAT,
-                           "--heartbeat-timeout", TIMEOUT, "--capacity", 2])
+    d.start_controller()
     wait_until("the node back", lambda: d.app("agents-ctl") and all(
         g["state"] == "running" for g in d.app("agents-ctl")["agents"]))
     # Recovered from the journal: the same agent, not a new one.
@@ -410,7 +287,7 @@ def test_controller_restart_does_not_disturb_the_application(deployment, referen
     r = harness.finish_process(p).ok()
     assert r.final_hash == ref.final_hash
     assert "keeping the current agents" in r.stderr, r.describe()
-    assert all(rc == 0 for rc in _protected(r).values()), r.describe()
+    assert all(rc == 0 for rc in protected(r).values()), r.describe()
     assert not re.search(r"^probe \d+ change=[123]$", r.stdout, re.M), r.describe()
 
 
@@ -437,7 +314,7 @@ def test_manager_lost_agents_reassigned(deployment, reference, make_job):
     r = harness.finish_process(p).ok()
     assert r.final_hash == ref.final_hash
     assert re.search(r"^probe 4 change=3$", r.stdout, re.M), r.describe()
-    prot = _protected(r)
+    prot = protected(r)
     assert all(prot[(rank, v)] == 0 for rank in range(2) for v in (6, 8, 10, 12)), r.describe()
     for v in (2, 4, 6, 8, 10, 12):
         assert committed(job, v), v
@@ -469,7 +346,7 @@ def test_node_joining_gives_an_application_without_agents_its_agent(deployment, 
     release(flags[8])
     r = harness.finish_process(p).ok()
     assert r.final_hash == ref.final_hash
-    prot = _protected(r)
+    prot = protected(r)
     changes = {int(m.group(1)): int(m.group(2)) for m in re.finditer(r"^probe (\d+) change=(\d+)$", r.stdout, re.M)}
     assert changes[4] == 1 and changes[8] == 3, r.describe()
     assert all(prot[(rank, v)] != 0 for rank in range(2) for v in (2, 4)), r.describe()

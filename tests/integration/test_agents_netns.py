@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import harness
-from test_agents import AGENT, EVERY, HEARTBEAT, NBYTES, STEPS, TIMEOUT, Deployment, agents_cfg, wait_until
+from agents_deploy import AGENT, EVERY, NBYTES, STEPS, Deployment, agents_cfg, wait_until
 
 pytestmark = pytest.mark.skipif(not AGENT or not harness.cli_path() or not harness.mpi_enabled(),
                                 reason="needs cairn-agent (CAIRN_ENABLE_FABRIC), the cairn CLI and MPI")
@@ -144,9 +144,7 @@ class NetnsDeployment(Deployment):
             s.bind((host, 0))
             self.address = f"{host}:{s.getsockname()[1]}"
         self.procs = {}
-        self.start("controller", ["controller", "--listen", self.address, "--secret-file", self.secret,
-                                  "--journal", root / "journal", "--heartbeat-interval", HEARTBEAT,
-                                  "--heartbeat-timeout", TIMEOUT, "--capacity", 2])
+        self.start_controller()
         wait_until("the controller", lambda: self.status())
 
     def start(self, name, args, ns=None):
