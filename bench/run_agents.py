@@ -54,7 +54,6 @@ import shlex
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -348,12 +347,12 @@ class Bench:
             cmd += ["-x", k]
         return cmd
 
-    def bench_cmd(self, ranks, store, scratch, extra_env, opts):
+    def bench_cmd(self, ranks, store, scratch, extra_env, opts, restart=False):
         os.makedirs(store, exist_ok=True)
         os.makedirs(scratch, exist_ok=True)
         return self.mpirun(ranks, extra_env) + [
             self.args.cairn_bench, "--store", store, "--scratch", scratch, "--bytes", str(self.args.size_bytes),
-            "--json", "--no-restart"] + [str(o) for o in opts]
+            "--json"] + ([] if restart else ["--no-restart"]) + [str(o) for o in opts]
 
     def run_json(self, cmd, extra_env, timeout=600):
         env = dict(self.env)
@@ -393,11 +392,16 @@ def parse_json_line(out, cmd):
     raise RuntimeError("no JSON in the output of %s:\n%s" % (" ".join(cmd), out))
 
 
-def agents_env(dep, blocking=False, persist=True):
+def agents_env(dep, blocking=False, persist=True, lend=False):
     return {"CAIRN_AGENTS": dep.address, "CAIRN_AGENTS_SECRET_FILE": dep.secret,
             "CAIRN_AGENTS_BLOCKING": "true" if blocking else "false",
             "CAIRN_AGENTS_PERSIST": "true" if persist else "false",
+            "CAIRN_AGENTS_LEND": "true" if lend else "false",
             "CAIRN_AGENTS_WAIT": "30", "CAIRN_LOCAL_ENABLED": "false"}
+
+
+# The variants of each agent count: (label, agents_blocking, agents_lend).
+VARIANTS = (("nonblocking", False, False), ("blocking", True, False), ("lend", False, True))
 
 
 def stats(xs):
@@ -474,18 +478,23 @@ def measure_agent_counts(b, pdir, sdir):
                 # Each rank talks to one agent; the controller refuses more agents than ranks.
                 log("  %d agents: skipped (more than the %d ranks; use --ranks %d)" % (k, a.ranks, k))
                 continue
-            for blocking in (False, True):
-                name = "agents-%d-%s" % (k, "blocking" if blocking else "nonblocking")
-                log("  %d agent(s), %s" % (k, "blocking" if blocking else "non-blocking"))
+            for variant, blocking, lend in VARIANTS:
+                name = "agents-%d-%s" % (k, variant)
+                log("  %d agent(s), %s" % (k, variant))
                 app = dep.register(name, a.ranks, agents=k)
-                env = agents_env(dep, blocking=blocking)
+                env = agents_env(dep, blocking=blocking, lend=lend)
+                # Restart from agent memory (the agents hold the newest
+                # version; the store is only tried after them), for the first
+                # count, staging and lend alike.
+                restart = k == a.agent_counts[0] and not blocking
                 r = b.run_json(b.bench_cmd(a.ranks, store_parent, scratch, env, [
                     "--run", name, "--modes", "thread", "--checkpoints", a.checkpoints, "--reps", a.reps,
-                    "--settle-ms", a.settle_ms]), env)
+                    "--settle-ms", a.settle_ms], restart=restart), env)
                 t = r["modes"]["thread"]
                 pulls = [x for x in dep.held_lines(name) if x[2] >= 1]
                 entry = {
-                    "agents": k, "blocking": blocking, "run": name,
+                    "agents": k, "blocking": blocking, "lend": lend, "variant": variant, "run": name,
+                    "restart_from_agents": r.get("restart_persistent"),
                     "nodes": sorted(g["node"] for g in app["agents"]),
                     "memcpy_s": r["memcpy_s"], "write_direct_s": r["write_direct_s"],
                     "blocked_s": t["blocked_s"], "protected_s": t.get("protected_s", 0.0),
@@ -709,7 +718,10 @@ def ratios(doc):
     raw = res.get("rma", {}).get("raw_fi_read", {}).get("median_gbps")
     agent_path = res.get("rma", {}).get("agent_x%d" % doc["settings"]["agent_threads"], {}).get("median_gbps")
     for e in res.get("agent_counts", {}).get("runs", []):
-        key = "%d_%s" % (e["agents"], "blocking" if e["blocking"] else "nonblocking")
+        key = "%d_%s" % (e["agents"], e.get("variant", "blocking" if e["blocking"] else "nonblocking"))
+        rs = e.get("restart_from_agents")
+        if rs:
+            out["restart_from_agents_vs_memcpy_" + key] = rs["total_s"] / e["memcpy_s"]
         out["blocked_vs_memcpy_" + key] = e["blocked_s"] / memcpy
         out["sync_vs_agents_blocked_" + key] = sync / e["blocked_s"]
         out["held_vs_memcpy_" + key] = e["protected_s"] / memcpy
@@ -773,11 +785,19 @@ def print_report(doc):
         label = "%d agent%s%s, %s" % (e["agents"], "" if e["agents"] == 1 else "s",
                                       "" if e["agents_pulling"] in (0, e["agents"]) else
                                       " (%d pulled)" % e["agents_pulling"],
-                                      "blocking" if e["blocking"] else "non-blocking")
+                                      {"nonblocking": "non-blocking", "blocking": "blocking",
+                                       "lend": "lend (zero copy)"}[e.get("variant", "blocking" if e["blocking"]
+                                                                           else "nonblocking")])
         print("  %-33s %9.4f %7.2f %9.4f %7.2f %10.4f %7.1f %9.0f%s" % (
             label, e["blocked_s"], e["blocked_s"] / memcpy, e["protected_s"], e["protected_s"] / memcpy,
             e["persistent_s"], sync["blocked_s"] / e["blocked_s"], e["agent_pull_mbps"]["median"],
             "  (%d not taken)" % e["protected_failed"] if e["protected_failed"] else ""))
+    for e in res.get("agent_counts", {}).get("runs", []):
+        rs = e.get("restart_from_agents")
+        if rs:
+            print("  restart from agent memory, %d agent(s), %-11s %7.4f s (test %.4f + restart %.4f) = %.2f x memcpy"
+                  % (e["agents"], e["variant"] + ":", rs["total_s"], rs["test_s"], rs["restart_s"],
+                     rs["total_s"] / e["memcpy_s"]))
     ac = res.get("agent_counts", {})
     if ac.get("store_bytes"):
         print("  agents' store writes, all runs: %s of shard files for %s of images (%s)" % (
@@ -816,8 +836,9 @@ def print_report(doc):
 
     show("sync blocked / dd oflag=direct, / memcpy", [("dd", "sync_blocked_vs_dd"), ("memcpy", "sync_blocked_vs_memcpy")])
     runs = res.get("agent_counts", {}).get("runs", [])
-    keys = ["%d_%s" % (e["agents"], "blocking" if e["blocking"] else "nonblocking") for e in runs]
-    short = lambda k: k.replace("_nonblocking", "nb").replace("_blocking", "b")  # noqa: E731
+    keys = ["%d_%s" % (e["agents"], e.get("variant", "blocking" if e["blocking"] else "nonblocking")) for e in runs]
+    short = lambda k: k.replace("_nonblocking", "nb").replace("_blocking", "b").replace("_lend", "L")  # noqa: E731
+    show("agents blocked / memcpy", [(short(k), "blocked_vs_memcpy_" + k) for k in keys])
     show("sync blocked / agents blocked", [(short(k), "sync_vs_agents_blocked_" + k) for k in keys])
     show("sync blocked / agents held", [(short(k), "sync_vs_agents_held_" + k) for k in keys])
     show("agent pull rate / raw fi_read", [(short(k), "agent_pull_vs_raw_read_" + k) for k in keys])

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -205,7 +206,7 @@ result<format::shard_header> verify_shard_image(std::span<const std::byte> image
 }
 
 result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buffer& src, std::span<std::byte> local,
-                                        const format::shard_header* expect) {
+                                        const format::shard_header* expect, std::span<const lent_region> lent) {
   const std::string where = "image from peer " + to_hex(src.peer).substr(0, 16) + "...";
   if (local.size() < src.length)
     return status(errc::invalid_argument, "pull_image: local buffer of " + std::to_string(local.size()) +
@@ -228,6 +229,14 @@ result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buf
   if (h->file_size != src.length)
     return status(errc::corruption, where + ": header says " + std::to_string(h->file_size) +
                                         " bytes, the peer announced " + std::to_string(src.length));
+  // Lent regions come from the application's memory: a remote buffer whose
+  // byte `offset` (the region's offset in the image) is the lent address.
+  std::vector<const lent_region*> from(h->regions.size(), nullptr);
+  for (const auto& l : lent) {
+    if (l.index >= h->regions.size() || from[l.index])
+      return status(errc::corruption, where + ": lent region " + std::to_string(l.index) + " is out of range or repeated");
+    from[l.index] = &l;
+  }
   // Everything but the bytes already here; padding is zeroed, not moved.
   std::vector<extent> rest;
   for (const auto& e : image_extents(*h)) {
@@ -235,7 +244,24 @@ result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buf
     if (begin < end) rest.push_back({begin, end - begin});
   }
   zero_padding(*h, local.first(src.length));
-  CAIRN_RETURN_IF_ERROR(lanes.pull(src, local, rest));
+  if (lent.empty()) {
+    CAIRN_RETURN_IF_ERROR(lanes.pull(src, local, rest));
+  } else {
+    std::vector<extent> own;  // regions (and header bytes) still read from src
+    for (size_t i = 0; i < h->regions.size(); ++i) {
+      const auto& d = h->regions[i];
+      if (d.length == 0) continue;
+      if (d.offset < have) return status(errc::corruption, where + ": region '" + d.name + "' overlaps the header");
+      extent e{d.offset, d.length};
+      if (!from[i]) {
+        own.push_back(e);
+        continue;
+      }
+      remote_buffer r{src.peer, from[i]->addr - d.offset, from[i]->key, src.length};  // mod 2^64
+      CAIRN_RETURN_IF_ERROR(lanes.pull(r, local, std::span<const extent>(&e, 1)).with_context("lent region '" + d.name + "'"));
+    }
+    CAIRN_RETURN_IF_ERROR(lanes.pull(src, local, own));
+  }
   return verify_shard_image(local.first(src.length), where, expect);
 }
 
@@ -342,7 +368,7 @@ result<data_message> decode_data_message(std::string_view bytes) {
   if (!ok) return status(errc::corruption, "agent message: truncated or malformed");
   if (type < 1 || type > static_cast<uint16_t>(data_msg::released))
     return status(errc::corruption, "agent message: unknown type " + std::to_string(type));
-  if (mode > 1) return status(errc::corruption, "agent message: unknown mode " + std::to_string(mode));
+  if (mode > 2) return status(errc::corruption, "agent message: unknown mode " + std::to_string(mode));
   m.type = static_cast<data_msg>(type);
   m.mode = static_cast<transfer_mode>(mode);
   return m;
@@ -364,6 +390,8 @@ struct agent_client::impl {
   fabric_addr agent = 0;
   std::unique_ptr<transfer_engine> lanes;
   uint64_t next_request = 1;
+  // Lent application memory, registered once (agents_lend): (address, size).
+  std::map<std::pair<const std::byte*, size_t>, memory_region> lent_mrs;
 
   status ensure_lanes() {
     if (lanes) return {};
@@ -416,6 +444,54 @@ result<std::unique_ptr<agent_client>> agent_client::create(const client_options&
   CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric_context::create(fo));
   CAIRN_ASSIGN_OR_RETURN(p->agent, p->ctx->insert_peer(agent_name));
   return std::unique_ptr<agent_client>(new agent_client(std::move(p)));
+}
+
+void agent_client::forget_lent() { impl_->lent_mrs.clear(); }
+
+status agent_client::checkpoint(std::span<std::byte> image, const format::shard_header& h,
+                                std::span<const std::byte* const> lent) {
+  if (std::none_of(lent.begin(), lent.end(), [](const std::byte* p) { return p != nullptr; }))
+    return checkpoint(image, h, transfer_mode::pull);
+  impl& m = *impl_;
+  const std::string what = h.run + "/" + h.name + " v" + std::to_string(h.version) + " rank " + std::to_string(h.rank);
+  if (image.size() != h.file_size || lent.size() != h.regions.size())
+    return status(errc::invalid_argument, what + ": image or lent regions do not match the header");
+  std::vector<lent_region> regions;
+  for (size_t i = 0; i < lent.size(); ++i) {
+    if (!lent[i]) continue;
+    const size_t len = h.regions[i].length;
+    auto it = m.lent_mrs.find({lent[i], len});
+    if (it == m.lent_mrs.end()) {
+      // The provider may need the pages mapped (FI_MR_ALLOCATED); the
+      // application's regions are. Read-only use: const is kept.
+      auto mr = m.ctx->register_memory(const_cast<std::byte*>(lent[i]), len, kRemoteRead);
+      if (!mr) return mr.take_status().with_context(what + ": registering lent region '" + h.regions[i].name + "'");
+      it = m.lent_mrs.emplace(std::make_pair(lent[i], len), std::move(mr).value()).first;
+    }
+    regions.push_back({static_cast<uint32_t>(i), it->second.remote_address(), it->second.key()});
+  }
+  data_message req;
+  req.type = data_msg::ready;
+  req.mode = transfer_mode::lend;
+  req.request = m.next_request++;
+  req.run = h.run;
+  req.name = h.name;
+  req.version = h.version;
+  req.rank = h.rank;
+  req.nranks = h.nranks;
+  req.length = image.size();
+  req.reply_to = m.ctx->name();
+  req.text = encode_lent(regions);
+  auto not_held = [&](status st) { return st.with_context(what + " not held by the agent"); };
+  // The agent reads the header block (and any region not lent) from the image.
+  CAIRN_ASSIGN_OR_RETURN(memory_region mr, m.ctx->register_memory(image.data(), image.size(), kRemoteRead));
+  req.addr = mr.remote_address();
+  req.key = mr.key();
+  if (status st = m.send(req); !st) return not_held(st);
+  auto reply = m.await(req.request, data_msg::held, what);
+  if (!reply) return not_held(reply.take_status());
+  if (status st = data_message_status(*reply); !st) return not_held(st);
+  return {};
 }
 
 status agent_client::checkpoint(std::span<std::byte> image, const format::shard_header& h, transfer_mode mode) {
@@ -527,6 +603,34 @@ result<restored_image> agent_client::restore(const std::string& run, const std::
   done.code = static_cast<int32_t>(st.code());
   (void)m.send(done);  // lets the agent drop the registration; it times out otherwise
   if (!st) return st;
+  return out;
+}
+
+std::string encode_lent(const std::vector<lent_region>& v) {
+  std::string out;
+  for (const auto& l : v) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(l.index) + ':' + std::to_string(l.addr) + ':' + std::to_string(l.key);
+  }
+  return out;
+}
+
+result<std::vector<lent_region>> decode_lent(const std::string& text) {
+  std::vector<lent_region> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    unsigned long long index = 0, addr = 0, key = 0;
+    int used = 0;
+    const std::string item = text.substr(pos, end - pos);
+    if (std::sscanf(item.c_str(), "%llu:%llu:%llu%n", &index, &addr, &key, &used) != 3 ||
+        used != static_cast<int>(item.size()) || index > UINT32_MAX)
+      return status(errc::corruption, "READY: malformed lent region '" + item + "'");
+    out.push_back({static_cast<uint32_t>(index), addr, key});
+    pos = end + 1;
+  }
+  if (!text.empty() && text.back() == ',') return status(errc::corruption, "READY: lent regions end with ','");
   return out;
 }
 

@@ -108,12 +108,24 @@ void zero_padding(const format::shard_header& h, std::span<std::byte> image);
 result<format::shard_header> verify_shard_image(std::span<const std::byte> image, const std::string& where,
                                                 const format::shard_header* expect = nullptr);
 
+// A region the application lent (agents_lend): region `index` of the image is
+// read from the peer's registered memory (addr, key) instead of the image.
+struct lent_region {
+  uint32_t index = 0;
+  uint64_t addr = 0;
+  uint64_t key = 0;
+};
+// As text in a READY (mode lend): "index:addr:key" entries, comma-separated.
+std::string encode_lent(const std::vector<lent_region>& v);
+result<std::vector<lent_region>> decode_lent(const std::string& text);
+
 // The agent's side of a pull: reads src's header block, decodes it, checks it
-// describes an image of exactly src.length bytes, reads the regions, zeroes
-// the padding, and verifies every checksum. `local` must hold src.length
-// bytes. Returns the verified header.
+// describes an image of exactly src.length bytes, reads the regions (a lent
+// one from where `lent` says), zeroes the padding, and verifies every
+// checksum. `local` must hold src.length bytes. Returns the verified header.
 result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buffer& src, std::span<std::byte> local,
-                                        const format::shard_header* expect = nullptr);
+                                        const format::shard_header* expect = nullptr,
+                                        std::span<const lent_region> lent = {});
 
 // ---- protocol messages -------------------------------------------------------
 //
@@ -122,6 +134,10 @@ result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buf
 // as u16 length + bytes). A version of the protocol:
 //
 //   pull:    client READY(mode pull, buffer)     -> agent reads -> HELD(code)
+//   lend:    client READY(mode lend, buffer, text: lent regions)
+//                                                -> agent reads the header block from
+//                                                   the buffer, lent regions from the
+//                                                   application's memory -> HELD(code)
 //   push:    client READY(mode push, length)     -> agent PUSH_TARGET(buffer)
 //            client writes, PUSH_DONE            -> agent verifies -> HELD(code)
 //   restart: client RESTORE(mode push, buffer)   -> agent writes -> RESTORED(code, length)
@@ -151,7 +167,8 @@ enum class data_msg : uint16_t {
 };
 const char* data_msg_name(data_msg t);
 
-enum class transfer_mode : uint8_t { pull = 0, push = 1 };
+// lend: a pull whose regions come from the application's own (lent) memory.
+enum class transfer_mode : uint8_t { pull = 0, push = 1, lend = 2 };
 
 struct data_message {
   data_msg type = data_msg::ready;
@@ -212,6 +229,14 @@ class agent_client {
   // verified and keeps it; its error (or io_error "not held" on a timeout)
   // otherwise. The image must stay unchanged until this returns.
   status checkpoint(std::span<std::byte> image, const format::shard_header& h, transfer_mode mode);
+  // The same with regions lent (mode pull only): region i of h is read from
+  // lent[i] (h.regions[i].length bytes) instead of the image when lent[i] is
+  // not null; the image then needs a valid header block only. Lent memory is
+  // registered on first use and stays registered (a registration cache)
+  // until forget_lent(); it must stay unchanged until this returns.
+  status checkpoint(std::span<std::byte> image, const format::shard_header& h,
+                    std::span<const std::byte* const> lent);
+  void forget_lent();
 
   // Fetches a held version (version -1: the newest) of (run, name, rank) into
   // `buffer`, verified. push: the agent writes into buffer; pull: this side

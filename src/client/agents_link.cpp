@@ -212,7 +212,14 @@ class fabric_agents_data final : public agents_data {
     return mine_ != SIZE_MAX && !failed_;
   }
 
-  status checkpoint(std::span<std::byte> image, const format::shard_header& h) override {
+  void forget_lent() override {
+    std::lock_guard lk(mu_);
+    for (auto& c : clients_)
+      if (c) c->forget_lent();
+  }
+
+  status checkpoint(std::span<std::byte> image, const format::shard_header& h,
+                    std::span<const std::byte* const> lent) override {
     std::lock_guard lk(mu_);
     if (mine_ == SIZE_MAX) return {errc::not_found, "no checkpoint agent is assigned to this rank"};
     if (failed_) return {errc::io_error, "agent " + std::to_string(view_.agents[mine_].id) + " failed earlier (call cairn_probe)"};
@@ -222,7 +229,7 @@ class fabric_agents_data final : public agents_data {
       return c.take_status();
     }
     const double t0 = util::now_s();
-    status st = (*c)->checkpoint(image, h, mode_);
+    status st = lent.empty() ? (*c)->checkpoint(image, h, mode_) : (*c)->checkpoint(image, h, lent);
     if (!st) {
       failed_ = true;
       clients_[mine_].reset();  // its endpoint may be wedged; a new one next time

@@ -113,8 +113,15 @@ class agents_data {
   // last use()).
   virtual bool has_agent() = 0;
   // Hands a checksummed image to this rank's agent and waits until it holds
-  // it. A failure marks the agent failed until the next use().
-  virtual status checkpoint(std::span<std::byte> image, const format::shard_header& h) = 0;
+  // it. A failure marks the agent failed until the next use(). `lent`
+  // (agents_lend; empty otherwise) gives, per region of h, the application
+  // memory the agent reads it from instead of the image (null: the image);
+  // those regions are registered once and kept registered until forget_lent().
+  virtual status checkpoint(std::span<std::byte> image, const format::shard_header& h,
+                            std::span<const std::byte* const> lent) = 0;
+  // Drops the registrations of lent memory (a region was protected again or
+  // unprotected: the memory may go away).
+  virtual void forget_lent() = 0;
   // Seconds the last successful checkpoint() took (0 before the first).
   virtual double last_transfer_s() = 0;
   // Versions of (run, name, rank) any agent of the view holds in memory.

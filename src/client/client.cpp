@@ -170,10 +170,14 @@ class agents_stage final : public engine::stage {
       : data_(data), env_(env), store_(std::move(store)) {}
   const char* name() const override { return "agents"; }
   unsigned level() const override { return CAIRN_LEVEL_PROTECTED; }
+  // The agents hold the lent regions: the application has its memory back.
+  unsigned completes(const engine::version_job& job) const override {
+    return CAIRN_LEVEL_PROTECTED | (job.lent.empty() ? 0u : CAIRN_LEVEL_CAPTURED);
+  }
   bool latches() const override { return false; }
   status run(engine::version_job& job) override {
     if (!data_->has_agent()) return {errc::not_found, "no checkpoint agent serves this rank"};
-    CAIRN_RETURN_IF_ERROR(data_->checkpoint({job.image->data(), job.header.file_size}, job.header));
+    CAIRN_RETURN_IF_ERROR(data_->checkpoint({job.image->data(), job.header.file_size}, job.header, job.lent));
     if (!job.tree_image.empty()) {
       // The agents keep shard images; the small hash tree goes beside the shard
       // they will write (not durable: a missing tree only slows comparisons).
@@ -267,9 +271,20 @@ status client_impl::start() {
   std::vector<std::unique_ptr<engine::stage>> stages;
   stages.push_back(engine::make_checksum_stage());
   if (cfg_.hash_trees) stages.push_back(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
+  if (cfg_.agents_lend) {
+    // Lent regions are read by the agents once; anything that reads them
+    // later (after the application may have changed them) cannot be allowed.
+    std::string why;
+    if (cfg_.agents.empty()) why = "it needs remote checkpoint agents (set agents)";
+    else if (cfg_.agents_mode != agents_transfer::pull) why = "it needs agents_mode = pull (the agents read the regions)";
+    else if (cfg_.local_enabled) why = "the local level would read the regions after the agents (set local_enabled = false)";
+    else if (!cfg_.reference_run.empty()) why = "the online comparison would read the regions after the agents";
+    if (!why.empty()) return {errc::invalid_argument, "configuration key 'agents_lend': " + why};
+  }
   if (!cfg_.agents.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
     stages.push_back(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
+    if (cfg_.agents_lend) stages.push_back(engine::make_unlend_stage());
     stages.push_back(std::make_unique<agents_fallback_stage>(env_, cfg_.persistent, cfg_.direct_io));
     if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
   } else {
@@ -501,12 +516,18 @@ status client_impl::protect(region r) {
       std::reverse(r.mem_start.begin(), r.mem_start.end());
     }
   }
+  // Lent memory stays registered while it stays protected (the registration
+  // cache); a region that moves or goes drops every registration.
+  if (auto it = regions_.find(r.name);
+      agents_ && it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
+    agents_->forget_lent();
   regions_[r.name] = std::move(r);
   return {};
 }
 
 status client_impl::unprotect(const std::string& name) {
   if (regions_.erase(name) == 0) return {errc::not_found, "region '" + name + "' is not protected"};
+  if (agents_) agents_->forget_lent();
   return {};
 }
 
@@ -692,9 +713,14 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   job->captured_at = util::wall_s();
   double t0 = util::now_s();
   std::byte* img = slot->data();
+  // agents_lend: contiguous regions stay where they are; the agents read them.
+  const bool lend = cfg_.agents_lend && agents_ && agents_->has_agent();
+  if (lend) job->lent.assign(regs.size(), nullptr);
   for (size_t i = 0; i < regs.size(); ++i) {
     const auto& d = h.regions[i];
-    if (!regs[i].mem_shape.empty()) {
+    if (lend && regs[i].mem_shape.empty() && d.length) {
+      job->lent[i] = static_cast<const std::byte*>(regs[i].ptr);
+    } else if (!regs[i].mem_shape.empty()) {
       copy_block(img + d.offset, static_cast<std::byte*>(regs[i].ptr), format::type_size(d.type), row_major_dims(regs[i]),
                  regs[i].mem_shape, regs[i].mem_start, true);
     } else if (d.length) {
@@ -718,7 +744,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   job->image = slot;
   job->pool = &pool_;
   job->wanted = wanted;
-  job->done = CAIRN_LEVEL_CAPTURED;
+  // A lent version is captured once the agents hold it (or it was copied).
+  job->done = job->lent.empty() ? CAIRN_LEVEL_CAPTURED : 0;
   last_version_[name] = version;
 
   auto rec = std::make_unique<version_record>();
@@ -1059,7 +1086,7 @@ result<unsigned> client_impl::test(const std::string& name, int64_t version) {
   bool fin = false;
   status e;
   engine_->levels(*rec->job, &done, &failed, &fin, &e);
-  unsigned levels = CAIRN_LEVEL_CAPTURED | (done & CAIRN_LEVEL_LOCAL) | (rec->global_done & CAIRN_LEVEL_PERSISTENT) |
+  unsigned levels = (done & (CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL)) | (rec->global_done & CAIRN_LEVEL_PERSISTENT) |
                     (rec->global_done & CAIRN_LEVEL_PROTECTED);
   // Agents mode: the MANIFEST is looked for until it is seen once.
   if (agents_ && !rec->agents_committed) rec->agents_committed = committed_by_agents(name, version);
@@ -1104,7 +1131,17 @@ status client_impl::wait(const std::string& name, int64_t version, unsigned leve
     return {errc::not_found, "checkpoint '" + name + "' version " + std::to_string(version) +
                                  " was not taken by this handle (or is too old to be tracked)"};
   }
-  if (level == CAIRN_LEVEL_CAPTURED) return {};
+  if (level == CAIRN_LEVEL_CAPTURED) {
+    // Immediate unless the regions are lent (agents_lend): then until the
+    // agents hold them or they were copied, on every rank.
+    engine_->wait_levels(*rec->job, CAIRN_LEVEL_CAPTURED);
+    unsigned done = 0, failed = 0;
+    bool fin = false;
+    status e;
+    engine_->levels(*rec->job, &done, &failed, &fin, &e);
+    status mine = (done & CAIRN_LEVEL_CAPTURED) ? status() : !e.is_ok() ? e : status(errc::cancelled, "not captured");
+    return agree(mine);
+  }
   if (agents_ && level == CAIRN_LEVEL_PERSISTENT) {
     // The agents write and commit in the background (or this rank did, when
     // its agent did not take the version): wait for the commit.

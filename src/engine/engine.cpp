@@ -73,7 +73,7 @@ void engine::run_job(version_job& job) {
     {
       std::lock_guard lk(mu_);
       stage_next_[i] = job.seq + 1;
-      if (ran && st.is_ok()) job.done |= s.level();
+      if (ran && st.is_ok()) job.done |= s.completes(job);
       if ((ran && !st.is_ok()) || (abandoned && (job.wanted & s.level()))) {
         job.failed |= s.level();
         if (ran) {

@@ -39,6 +39,15 @@ struct version_job {
   uint64_t seq = 0;                // submission order (set by the engine)
 
   std::string tree_image;          // encoded hash trees (hash stage), written beside the shard
+  // agents_lend: per region (header.regions order), the application memory
+  // that holds its bytes, lent until the version reaches CAIRN_LEVEL_CAPTURED
+  // (the agents hold it, or lend_stage copied it into the image); null: the
+  // region is in the image. Empty: every region is.
+  std::vector<const std::byte*> lent;
+  // Where region i's bytes are now.
+  const std::byte* region_data(size_t i) const {
+    return !lent.empty() && lent[i] ? lent[i] : image->data() + header.regions[i].offset;
+  }
 
   // Timings (seconds; *_at are wall-clock timestamps).
   double captured_at = 0, capture_s = 0, checksum_s = 0, hash_s = 0, local_s = 0, persistent_s = 0,
@@ -58,6 +67,13 @@ class stage {
   virtual const char* name() const = 0;
   // The CAIRN_LEVEL_* bit this stage completes, or 0.
   virtual unsigned level() const { return 0; }
+  // The bits a successful run sets for `job`: level(), and for a stage that
+  // ends a loan (agents_lend) also CAIRN_LEVEL_CAPTURED. A failure marks
+  // only level() failed.
+  virtual unsigned completes(const version_job& job) const {
+    (void)job;
+    return level();
+  }
   // A failure of an essential stage abandons the version.
   virtual bool essential() const { return false; }
   // Whether a failure is latched (returned by the application's next call).

@@ -1,5 +1,7 @@
 #include "engine/stages.hpp"
 
+#include <cstring>
+
 #include "cairn.h"
 #include "format/layout.hpp"
 #include "format/tree.hpp"
@@ -53,8 +55,8 @@ class checksum_stage final : public stage {
   bool essential() const override { return true; }
   status run(version_job& job) override {
     double t0 = util::now_s();
-    std::byte* img = job.image->data();
-    for (auto& r : job.header.regions) r.checksum = util::xxh3(img + r.offset, r.length);
+    auto& regions = job.header.regions;
+    for (size_t i = 0; i < regions.size(); ++i) regions[i].checksum = util::xxh3(job.region_data(i), regions[i].length);
     format::encode_header(job.header, job.image->span());
     job.checksum_s = util::now_s() - t0;
     return {};
@@ -67,8 +69,9 @@ class hash_stage final : public stage {
   const char* name() const override { return "hash"; }
   status run(version_job& job) override {
     double t0 = util::now_s();
-    job.tree_image = format::encode_tree(
-        format::build_tree(job.header, {job.image->data(), job.header.file_size}, chunk_bytes_, quantum_));
+    std::vector<const std::byte*> regions;
+    for (size_t i = 0; i < job.header.regions.size(); ++i) regions.push_back(job.region_data(i));
+    job.tree_image = format::encode_tree(format::build_tree(job.header, regions, chunk_bytes_, quantum_));
     job.hash_s = util::now_s() - t0;
     return {};
   }
@@ -122,8 +125,33 @@ class persistent_stage final : public stage {
   bool direct_;
 };
 
+// agents_lend: copies the regions the application lent into the image when
+// the agents did not take the version, so the stages after it (the rank's
+// own write) have a complete image and the application its memory back.
+class unlend_stage final : public stage {
+ public:
+  const char* name() const override { return "copy lent regions"; }
+  bool essential() const override { return true; }
+  bool applies(const version_job& job) const override {
+    return !job.lent.empty() && (job.failed & CAIRN_LEVEL_PROTECTED) != 0;
+  }
+  unsigned completes(const version_job&) const override { return CAIRN_LEVEL_CAPTURED; }
+  status run(version_job& job) override {
+    double t0 = util::now_s();
+    std::byte* img = job.image->data();
+    for (size_t i = 0; i < job.lent.size(); ++i) {
+      const auto& d = job.header.regions[i];
+      if (job.lent[i] && d.length) std::memcpy(img + d.offset, job.lent[i], d.length);
+    }
+    job.lent.clear();
+    job.capture_s += util::now_s() - t0;
+    return {};
+  }
+};
+
 }  // namespace
 
+std::unique_ptr<stage> make_unlend_stage() { return std::make_unique<unlend_stage>(); }
 std::unique_ptr<stage> make_checksum_stage() { return std::make_unique<checksum_stage>(); }
 std::unique_ptr<stage> make_hash_stage(uint64_t chunk_bytes, double quantum) {
   return std::make_unique<hash_stage>(chunk_bytes, quantum);

@@ -26,6 +26,12 @@ std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths p
 // rename, fsync of the directory: durable before the level is reported.
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io);
 
+// agents_lend: when the agents did not take a version whose regions the
+// application lent (PROTECTED failed), copies them into the image and marks
+// the version CAPTURED (the application may change them again). Goes right
+// after the agents stage.
+std::unique_ptr<stage> make_unlend_stage();
+
 // Hash trees of every region (tree.md) into job.tree_image; after checksum.
 std::unique_ptr<stage> make_hash_stage(uint64_t chunk_bytes, double quantum);
 

@@ -109,11 +109,19 @@ uint64_t merkle_root(std::span<const uint64_t> leaves) {
 }
 
 tree_file build_tree(const shard_header& h, std::span<const std::byte> image, uint64_t chunk_bytes, double quantum) {
+  std::vector<const std::byte*> regions;
+  for (const auto& r : h.regions) regions.push_back(image.data() + r.offset);
+  return build_tree(h, regions, chunk_bytes, quantum);
+}
+
+tree_file build_tree(const shard_header& h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
+                     double quantum) {
   tree_file t;
   t.chunk_bytes = chunk_bytes;
   t.quantum = quantum;
   t.shard_header_checksum = h.header_checksum;
-  for (auto& r : h.regions) {
+  for (size_t i = 0; i < h.regions.size(); ++i) {
+    const auto& r = h.regions[i];
     region_tree rt;
     rt.name = r.name;
     rt.type = r.type;
@@ -123,7 +131,7 @@ tree_file build_tree(const shard_header& h, std::span<const std::byte> image, ui
     const uint64_t es = type_size(r.type);
     for (uint64_t first = 0; first < r.count; first += per) {
       uint64_t n = std::min(per, r.count - first);
-      const std::byte* p = image.data() + r.offset + first * es;
+      const std::byte* p = regions[i] + first * es;
       rt.exact.push_back(exact_leaf(p, n, r.type));
       if (rt.has_tolerant) rt.tolerant.push_back(tolerant_leaf(p, n, r.type, quantum));
     }

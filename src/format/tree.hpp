@@ -55,6 +55,10 @@ uint64_t merkle_root(std::span<const uint64_t> leaves);
 
 // Builds the tree of a complete shard image (header already encoded).
 tree_file build_tree(const shard_header& h, std::span<const std::byte> image, uint64_t chunk_bytes, double quantum);
+// The same from each region's bytes wherever they are (regions[i] holds
+// h.regions[i].length bytes), e.g. regions lent by the application.
+tree_file build_tree(const shard_header& h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
+                     double quantum);
 
 std::string encode_tree(const tree_file& t);
 result<tree_file> decode_tree(std::span<const std::byte> bytes, const std::string& where);

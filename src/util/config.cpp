@@ -172,6 +172,10 @@ const std::vector<key_def>& keys() {
       {"agents_blocking", "checkpoint returns once agents hold the data", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("agents_blocking", v); if (!r) return r.take_status(); c.agents_blocking = *r; return {}; },
        [](const config& c) { return std::string(c.agents_blocking ? "true" : "false"); }},
+      {"agents_lend", "agents pull straight from the protected regions (no staging copy)",
+       [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("agents_lend", v); if (!r) return r.take_status(); c.agents_lend = *r; return {}; },
+       [](const config& c) { return std::string(c.agents_lend ? "true" : "false"); }},
       {"agents_persist", "agents keep (write) the checkpoints after finalize", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("agents_persist", v); if (!r) return r.take_status(); c.agents_persist = *r; return {}; },
        [](const config& c) { return std::string(c.agents_persist ? "true" : "false"); }},

@@ -49,6 +49,7 @@ struct config {
   std::string agents_secret_file;  // deployment secret (CAIRN_AGENTS_SECRET_FILE)
   agents_transfer agents_mode = agents_transfer::pull;
   bool agents_blocking = false;    // cairn_checkpoint returns when the agents hold the version
+  bool agents_lend = false;        // agents pull straight from the protected regions (zero copy)
   bool agents_persist = true;      // IC_PERSIST: at finalize the agents keep and write what they hold
   std::string agents_provider = "tcp;ofi_rxm";
   std::string agents_bind = "auto";  // auto: the address this host reaches the controller from

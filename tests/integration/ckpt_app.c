@@ -34,7 +34,9 @@
  *
  * Agents: --wait-protected waits for CAIRN_LEVEL_PROTECTED after every
  * checkpoint and prints per rank "rank R protected V rc=C"; --probe calls
- * cairn_probe after every checkpoint (and pause) and prints "probe V change=C".
+ * cairn_probe after every checkpoint (and pause) and prints "probe V change=C";
+ * --wait-captured waits for CAIRN_LEVEL_CAPTURED before the state changes
+ * again (what agents_lend asks of an application).
  *
  * --fresh-on-error: an application written like VELOC's examples: any error of
  * cairn_restart_test prints per rank "rank R restart_test rc=C msg=M" and the
@@ -89,6 +91,7 @@ typedef struct options {
   const char *pause_file[MAX_DUMP_AT];
   int probe;                          /* --probe */
   int wait_protected;                 /* --wait-protected */
+  int wait_captured;                  /* --wait-captured */
 } options_t;
 
 typedef struct state {
@@ -178,6 +181,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
     }
     else if (!strcmp(a, "--probe")) o->probe = 1;
     else if (!strcmp(a, "--wait-protected")) o->wait_protected = 1;
+    else if (!strcmp(a, "--wait-captured")) o->wait_captured = 1;
     else fail("unknown option '%s'", a);
 #undef TAKE
     if (i >= argc) fail("option '%s' needs a value", a);
@@ -520,6 +524,11 @@ int main(int argc, char **argv) {
       char prefix[4096];
       snprintf(prefix, sizeof prefix, "%s.v%lld", o.dump_every, (long long)v);
       dump_state(&st, prefix);
+    }
+    if (o.wait_captured) {
+      /* agents_lend: the regions are the agents' to read until CAPTURED. */
+      rc = cairn_wait(c, CKPT_NAME, v, CAIRN_LEVEL_CAPTURED);
+      if (rc != CAIRN_OK) cairn_fail("cairn_wait(CAPTURED)", rc);
     }
     if (o.wait_persistent) {
       rc = cairn_wait(c, CKPT_NAME, v, CAIRN_LEVEL_PERSISTENT);

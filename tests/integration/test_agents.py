@@ -182,16 +182,20 @@ def test_agent_lost_mid_run_version_falls_back_and_nothing_is_lost(deployment, r
         assert committed(job, v), v
 
 
-def test_agent_unreachable_falls_back_to_the_ranks_own_writes(deployment, reference, make_job):
+@pytest.mark.parametrize("lend", [False, True], ids=["staging", "lend"])
+def test_agent_unreachable_falls_back_to_the_ranks_own_writes(lend, deployment, reference, make_job):
     """Agents killed and their manager gone: versions are written and
-    committed by the ranks, PROTECTED is reported failed, nothing is lost."""
+    committed by the ranks, PROTECTED is reported failed, nothing is lost.
+    With agents_lend the lent regions are copied first (CAPTURED is then
+    reached without the agents)."""
     d = deployment
     d.add_manager("node-a")
     ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
     job = make_job(2, run="agents-gone")
     flag = job.root / "pause4"
-    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
-                  "--pause-after", 4, flag, **agents_cfg(d))
+    extra = {"agents_lend": "true"} if lend else {}
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected", "--wait-captured",
+                  "--pause-after", 4, flag, **agents_cfg(d, **extra))
     job.wait_paused(p, flag)
     wait_until("v4 committed by the agent", lambda: committed(job, 4))
     d.kill("manager-node-a")  # its process group: the manager and its agents
@@ -249,6 +253,33 @@ def test_expand_reduce_migrate_during_a_run(deployment, reference, make_job):
     assert again.final_hash == ref.final_hash
 
 
+def test_lend_agents_pull_from_the_regions_and_restart_from_memory(deployment, reference, make_job):
+    """agents_lend = true: no staging copy; the agents read the protected
+    regions themselves (the application waits for CAPTURED before it changes
+    them). Every version is held, and after a kill the rerun restores v8 from
+    agent memory bit for bit."""
+    d = deployment
+    d.add_manager("node-a", memory_only=True)
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-lend")
+    flag = job.root / "pause8"
+    cfg = agents_cfg(d, agents_persist="false", agents_lend="true")
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-captured", "--wait-protected",
+                  "--pause-after", 8, flag, **cfg)
+    job.wait_paused(p, flag)
+    os.killpg(p.pid, signal.SIGKILL)
+    first = harness.finish_process(p)
+    prot = protected(first)
+    assert {(r, v) for r in range(2) for v in (2, 4, 6, 8)} <= set(prot), first.describe()
+    assert all(rc == 0 for rc in prot.values()), first.describe()
+    assert "writing checkpoints to the persistent level" not in first.stderr, first.describe()
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-captured", "--dump-restored",
+                job.dumps / "restored", **cfg).ok()
+    assert r.restarted_from == 8, r.describe()
+    harness.assert_same_state(ref.dump(8), job.read_dump(job.dumps / "restored"), "state restored from lent pulls")
+    assert r.final_hash == ref.final_hash
+
+
 def test_bad_agents_configuration_is_a_clear_error(tmp_path, make_job):
     job = make_job(2, run="agents-bad")
     secret = tmp_path / "secret"
@@ -258,6 +289,8 @@ def test_bad_agents_configuration_is_a_clear_error(tmp_path, make_job):
     assert "controller 127.0.0.1:1" in r.stderr, r.describe()
     r = job.run("--steps", 2, agents="127.0.0.1:1", agents_secret_file=tmp_path / "missing")
     assert r.rc != 0 and "agents_secret_file" in r.stderr, r.describe()
+    r = job.run("--steps", 2, agents="127.0.0.1:1", agents_secret_file=secret, agents_lend="true")
+    assert r.rc != 0 and "'agents_lend'" in r.stderr and "local_enabled = false" in r.stderr, r.describe()
 
 
 def test_controller_restart_does_not_disturb_the_application(deployment, reference, make_job):

@@ -442,6 +442,56 @@ TEST_P(TransferTest, PullVerifiesAndPushPlacesAnImage) {
   EXPECT_EQ(std::memcmp(slot.data(), img.bytes.data(), img.bytes.size()), 0);
 }
 
+TEST_P(TransferTest, LentRegionsArePulledFromTheApplicationsMemory) {
+  auto img = make_image(7, (3 << 20) / 8 + 5);
+  // The slot has the header block only: its region bytes are garbage (a
+  // reused slot), the real ones live in the application's own buffers.
+  auto slot = buffer(img.bytes.size());
+  std::memset(slot.data(), 0x5a, img.bytes.size());
+  std::memcpy(slot.data(), img.bytes.data(), img.header.regions[0].offset);
+  auto mr = app_->register_memory(slot.data(), img.bytes.size(), kRemoteRead);
+  ASSERT_TRUE(mr.is_ok());
+  std::vector<util::aligned_buffer> own;
+  std::vector<memory_region> mrs;
+  std::vector<lent_region> lent;
+  for (uint32_t i : {0u, 2u}) {  // region 1 stays in the slot
+    const auto& d = img.header.regions[i];
+    own.push_back(buffer(d.length));
+    std::memcpy(own.back().data(), img.bytes.data() + d.offset, d.length);
+    auto m = app_->register_memory(own.back().data(), d.length, kRemoteRead);
+    ASSERT_TRUE(m.is_ok());
+    lent.push_back({i, m->remote_address(), m->key()});
+    mrs.push_back(std::move(m).value());
+  }
+  const auto& step = img.header.regions[1];
+  std::memcpy(slot.data() + step.offset, img.bytes.data() + step.offset, step.length);
+  remote_buffer rb{app_->name(), mr->remote_address(), mr->key(), img.bytes.size()};
+  auto held = buffer(img.bytes.size());
+  auto h = pull_image(*lanes_, rb, held.span(), &img.header, lent);
+  ASSERT_TRUE(h.is_ok()) << h.error().to_string();
+  EXPECT_EQ(std::memcmp(held.data(), img.bytes.data(), img.bytes.size()), 0);
+  // Without the lent regions the slot's garbage fails the checksums.
+  EXPECT_EQ(pull_image(*lanes_, rb, held.span(), &img.header).error().code(), errc::corruption);
+  // A lent index out of range, or twice, is refused.
+  std::vector<lent_region> bad = {lent[0], lent[0]};
+  EXPECT_EQ(pull_image(*lanes_, rb, held.span(), &img.header, bad).error().code(), errc::corruption);
+  bad = {{7, 0, 0}};
+  EXPECT_EQ(pull_image(*lanes_, rb, held.span(), &img.header, bad).error().code(), errc::corruption);
+}
+
+TEST(AgentMessages, LentRegionsRoundTripAndMalformedAreRefused) {
+  std::vector<lent_region> v = {{0, 140737488355328ull, 7}, {3, 0, 18446744073709551615ull}};
+  auto d = decode_lent(encode_lent(v));
+  ASSERT_TRUE(d.is_ok());
+  ASSERT_EQ(d->size(), 2u);
+  EXPECT_EQ((*d)[1].index, 3u);
+  EXPECT_EQ((*d)[1].key, 18446744073709551615ull);
+  EXPECT_EQ((*d)[0].addr, 140737488355328ull);
+  for (const char* bad : {"1:2", "x:1:2", "1:2:3:4", "4294967296:1:1", "1:2:3,"})
+    EXPECT_FALSE(decode_lent(bad).is_ok()) << bad;
+  EXPECT_TRUE(decode_lent("").is_ok());
+}
+
 TEST_P(TransferTest, DamagedImageIsNotHeld) {
   auto img = make_image(9, 300000);
   auto slot = buffer(img.bytes.size());

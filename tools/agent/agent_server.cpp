@@ -186,13 +186,13 @@ struct agent_server::impl {
 
   void handle_ready(const data_message& m, fabric_addr peer) {
     if (m.length == 0 || m.length % format::kAlign != 0 || m.nranks == 0 || m.rank >= m.nranks) {
-      (void)reply(peer, m, m.mode == transfer_mode::pull ? data_msg::held : data_msg::push_target,
+      (void)reply(peer, m, m.mode == transfer_mode::push ? data_msg::push_target : data_msg::held,
                   status(errc::invalid_argument, "READY: bad length, rank or nranks"));
       return;
     }
     auto buf = take_buffer(m.length);
     if (!buf) {
-      (void)reply(peer, m, m.mode == transfer_mode::pull ? data_msg::held : data_msg::push_target,
+      (void)reply(peer, m, m.mode == transfer_mode::push ? data_msg::push_target : data_msg::held,
                   buf.error().with_context("agent memory for " + describe(m)));
       return;
     }
@@ -215,7 +215,17 @@ struct agent_server::impl {
       (void)reply(peer, m, data_msg::push_target, {}, addr, key, m.length);
       return;
     }
-    // Pull: read the rank's image with the lanes.
+    // Pull: read the rank's image with the lanes (lend: its regions from the
+    // application's own memory).
+    std::vector<lent_region> lent;
+    if (m.mode == transfer_mode::lend) {
+      auto l = decode_lent(m.text);
+      if (!l) {
+        (void)reply(peer, m, data_msg::held, l.error());
+        return;
+      }
+      lent = std::move(l).value();
+    }
     auto v = std::make_shared<held_version>();
     v->image = std::move(buf).value();
     format::shard_header expect;
@@ -227,7 +237,7 @@ struct agent_server::impl {
     agent_log("pulling %s: %llu bytes, %d lane(s)", describe(m).c_str(), static_cast<unsigned long long>(m.length),
         lanes->threads());
     auto t0 = clock_type::now();
-    auto h = pull_image(*lanes, remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(), &expect);
+    auto h = pull_image(*lanes, remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(), &expect, lent);
     double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
     if (!h) {
       agent_log("%s not held: %s", describe(m).c_str(), h.error().to_string().c_str());
