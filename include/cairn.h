@@ -63,7 +63,8 @@ typedef enum cairn_type {
 } cairn_type_t;
 
 /* Storage levels, as bits of a mask. */
-#define CAIRN_LEVEL_CAPTURED 0x1u   /* L0: copied into staging memory */
+#define CAIRN_LEVEL_CAPTURED 0x1u   /* L0: copied into staging memory; with agents_lend, held by the
+                                       agents (until then the regions must not change) */
 #define CAIRN_LEVEL_LOCAL 0x2u      /* L1: node-local directory */
 #define CAIRN_LEVEL_PROTECTED 0x4u  /* L2: held in the memory of remote checkpoint agents */
 #define CAIRN_LEVEL_PERSISTENT 0x8u /* L3: shared directory, fsync'd and committed */
