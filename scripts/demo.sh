@@ -2,8 +2,11 @@
 # The demonstration: heat2d on 4 MPI ranks
 #   1. uninterrupted, for the reference checksum;
 #   2. again, with one rank killed by SIGKILL mid-run;
-#   3. rerun: it restarts from the newest complete checkpoint and finishes;
-# and the final checksums of 1 and 3 must be equal.
+#   3. a relaunch by mistake on 2 ranks: refused with the reason, and every
+#      checkpoint file stays byte for byte as it was;
+#   4. rerun on 4 ranks: it restarts from the newest complete checkpoint and
+#      finishes;
+# and the final checksums of 1 and 4 must be equal.
 # usage: scripts/demo.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}
@@ -51,7 +54,17 @@ if [ -x "$cli" ]; then
   "$cli" ls "$work/store" --scratch "$work/scratch"
 fi
 
-say "3. rerun: restart from the newest complete checkpoint"
+say "3. relaunched by mistake on 2 ranks: cairn refuses, and nothing is overwritten"
+fingerprint() { find "$work/store/runs" "$work/scratch/runs" -type f -path '*/v0*' -print0 | sort -z | xargs -0 sha256sum | sha256sum; }
+before=$(fingerprint)
+if mpirun --oversubscribe -np 2 "$heat2d" "${args[@]}" > "$work/wrong.log" 2>&1; then
+  echo "demo: the 2-rank relaunch was not refused" >&2; exit 1
+fi
+grep -m1 "cairn_restart_test failed" "$work/wrong.log" | fold -s -w 100
+[ "$(fingerprint)" = "$before" ] || { echo "demo: the refused relaunch changed the checkpoints" >&2; exit 1; }
+echo "every checkpoint file is unchanged"
+
+say "4. rerun on 4 ranks: restart from the newest complete checkpoint"
 "${mpirun[@]}" "$heat2d" "${args[@]}" > "$work/restart.log"
 grep -v "checkpoint version" "$work/restart.log"
 got=$(checksum "$work/restart.log")

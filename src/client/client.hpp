@@ -172,7 +172,7 @@ class client_impl {
   // Collective: restart_test's answer when no version can be restored:
   // not_found when none exists, unusable when some exist that this job
   // cannot use (another rank count, damaged copies), with what to do.
-  status nothing_restartable(const std::string& name, const std::vector<int64_t>& cands, const status& last_failure);
+  status nothing_restartable(const std::string& name, const std::vector<int64_t>& cands, const status& newest_failure);
   // Collective: every rank's status combined; the lowest failing rank's message wins.
   status agree(status mine);
 

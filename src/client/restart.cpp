@@ -173,14 +173,14 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
   }
   std::set<int64_t> excluded;
   int64_t cap = INT64_MAX;
-  status last_failure;
+  status newest_failure;  // why the newest version some rank has was rejected
   for (;;) {
     // Newest version <= cap that this rank has and has not been excluded.
     int64_t mine = -1;
     for (auto it = cands.rbegin(); it != cands.rend(); ++it)
       if (*it <= cap && !excluded.count(*it)) { mine = *it; break; }
     int64_t g = comm_->min(mine);
-    if (g < 0) return nothing_restartable(name, cands, last_failure);
+    if (g < 0) return nothing_restartable(name, cands, newest_failure);
     cap = g;
     if (comm_->min(mine == g ? 1 : 0) == 0) continue;  // some rank lacks g: look lower
     status st = agree(load_shard(name, g));
@@ -195,7 +195,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
       st = status(errc::corruption, "'" + name + "' version " + std::to_string(g) +
                                         ": the ranks' copies come from different executions");
     }
-    last_failure = st;
+    if (newest_failure.is_ok()) newest_failure = st;
     excluded.insert(g);
     // Damaged beyond repair at every level: the only version number a later
     // checkpoint of this execution may write again (see floor_of).
@@ -206,7 +206,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
 }
 
 status client_impl::nothing_restartable(const std::string& name, const std::vector<int64_t>& cands,
-                                        const status& last_failure) {
+                                        const status& newest_failure) {
   // "No checkpoint" only when nothing exists that a job of the right shape
   // could restore: a committed version (MANIFEST) or a shard written by
   // another rank count makes it "checkpoints this job cannot use".
@@ -230,12 +230,12 @@ status client_impl::nothing_restartable(const std::string& name, const std::vect
                     (cfg_.local_enabled ? cfg_.scratch + ", " : std::string()) + cfg_.persistent +
                     (agents_ ? " and the agents' memory" : "") + ")";
   if (ev[0] == 1 && ev[1] == 1) {
-    if (!last_failure.is_ok()) msg += "; newest rejected: " + last_failure.message();
+    if (!newest_failure.is_ok()) msg += "; newest rejected: " + newest_failure.message();
     return {errc::not_found, msg};
   }
-  msg = "checkpoints of '" + name + "' exist in run '" + cfg_.run + "' but this job cannot restore any: " +
-        (!last_failure.is_ok() ? last_failure.message() : ev[1] == 0 ? shape : msg) +
-        ". Relaunch with the rank count that wrote them, repair or remove them ('cairn verify', 'cairn gc'), or "
+  msg = "run '" + cfg_.run + "' has checkpoints of '" + name + "' that this job cannot restore (newest: " +
+        (!newest_failure.is_ok() ? newest_failure.message() : ev[1] == 0 ? shape : msg) +
+        "). Relaunch with the rank count that wrote them, repair or remove them ('cairn verify', 'cairn gc'), or "
         "use another run (CAIRN_RUN) to start fresh; nothing was changed";
   return {errc::unusable, msg};
 }
