@@ -1,6 +1,7 @@
 #include "agents/transfer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -606,62 +607,72 @@ result<restored_image> agent_client::restore(const std::string& run, const std::
   return out;
 }
 
-std::string encode_lent(const std::vector<lent_region>& v) {
+namespace {
+
+// The text lists of the protocol: "a:b:c" triples of unsigned decimals,
+// comma-separated, nothing else.
+using triple = std::array<unsigned long long, 3>;
+
+std::string join_triples(const std::vector<triple>& v) {
   std::string out;
-  for (const auto& l : v) {
+  for (const auto& t : v) {
     if (!out.empty()) out += ',';
-    out += std::to_string(l.index) + ':' + std::to_string(l.addr) + ':' + std::to_string(l.key);
+    out += std::to_string(t[0]) + ':' + std::to_string(t[1]) + ':' + std::to_string(t[2]);
   }
   return out;
 }
 
-result<std::vector<lent_region>> decode_lent(const std::string& text) {
-  std::vector<lent_region> out;
+result<std::vector<triple>> split_triples(const std::string& text, const char* what) {
+  std::vector<triple> out;
+  if (!text.empty() && text.back() == ',') return status(errc::corruption, std::string(what) + ": list ends with ','");
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find(',', pos);
     if (end == std::string::npos) end = text.size();
-    unsigned long long index = 0, addr = 0, key = 0;
-    int used = 0;
     const std::string item = text.substr(pos, end - pos);
-    if (std::sscanf(item.c_str(), "%llu:%llu:%llu%n", &index, &addr, &key, &used) != 3 ||
-        used != static_cast<int>(item.size()) || index > UINT32_MAX)
-      return status(errc::corruption, "READY: malformed lent region '" + item + "'");
-    out.push_back({static_cast<uint32_t>(index), addr, key});
+    triple t{};
+    int used = 0;
+    if (item.empty() || item[0] == '-' ||
+        std::sscanf(item.c_str(), "%llu:%llu:%llu%n", &t[0], &t[1], &t[2], &used) != 3 ||
+        used != static_cast<int>(item.size()))
+      return status(errc::corruption, std::string(what) + ": malformed entry '" + item + "'");
+    out.push_back(t);
     pos = end + 1;
   }
-  if (!text.empty() && text.back() == ',') return status(errc::corruption, "READY: lent regions end with ','");
+  return out;
+}
+
+}  // namespace
+
+std::string encode_lent(const std::vector<lent_region>& v) {
+  std::vector<triple> t;
+  for (const auto& l : v) t.push_back({l.index, l.addr, l.key});
+  return join_triples(t);
+}
+
+result<std::vector<lent_region>> decode_lent(const std::string& text) {
+  CAIRN_ASSIGN_OR_RETURN(std::vector<triple> ts, split_triples(text, "READY: lent regions"));
+  std::vector<lent_region> out;
+  for (const auto& t : ts) {
+    if (t[0] > UINT32_MAX) return status(errc::corruption, "READY: lent region index " + std::to_string(t[0]));
+    out.push_back({static_cast<uint32_t>(t[0]), t[1], t[2]});
+  }
   return out;
 }
 
 std::string encode_held(const std::vector<held_info>& v) {
-  std::string out;
-  for (const auto& h : v) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(h.version) + ':' + std::to_string(h.length) + ':' + std::to_string(h.attempt);
-  }
-  return out;
+  std::vector<triple> t;
+  for (const auto& h : v) t.push_back({static_cast<unsigned long long>(h.version), h.length, h.attempt});
+  return join_triples(t);
 }
 
 result<std::vector<held_info>> decode_held(const std::string& text) {
+  CAIRN_ASSIGN_OR_RETURN(std::vector<triple> ts, split_triples(text, "HOLDING"));
   std::vector<held_info> out;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find(',', pos);
-    if (end == std::string::npos) end = text.size();
-    held_info h;
-    unsigned long long len = 0, attempt = 0;
-    long long version = 0;
-    int used = 0;
-    const std::string item = text.substr(pos, end - pos);
-    if (std::sscanf(item.c_str(), "%lld:%llu:%llu%n", &version, &len, &attempt, &used) != 3 ||
-        used != static_cast<int>(item.size()) || version < 0 || attempt > UINT32_MAX)
-      return status(errc::corruption, "HOLDING: malformed entry '" + item + "'");
-    h.version = version;
-    h.length = len;
-    h.attempt = static_cast<uint32_t>(attempt);
-    out.push_back(h);
-    pos = end + 1;
+  for (const auto& t : ts) {
+    if (t[0] > static_cast<unsigned long long>(INT64_MAX) || t[2] > UINT32_MAX)
+      return status(errc::corruption, "HOLDING: version or attempt out of range");
+    out.push_back({static_cast<int64_t>(t[0]), t[1], static_cast<uint32_t>(t[2])});
   }
   return out;
 }
