@@ -406,6 +406,35 @@ struct agent_client::impl {
 
   status send(const data_message& m) { return ctx->send(agent, encode_data_message(m)); }
 
+  // A READY for h's image of `length` bytes.
+  data_message ready(const format::shard_header& h, transfer_mode mode, uint64_t length) {
+    data_message req;
+    req.type = data_msg::ready;
+    req.mode = mode;
+    req.request = next_request++;
+    req.run = h.run;
+    req.name = h.name;
+    req.version = h.version;
+    req.rank = h.rank;
+    req.nranks = h.nranks;
+    req.length = length;
+    req.reply_to = ctx->name();
+    return req;
+  }
+
+  // Pull and lend: exposes the image for reading, sends req and waits for HELD.
+  status expose_and_wait(std::span<std::byte> image, data_message req, const std::string& what) {
+    auto not_held = [&](status st) { return st.with_context(what + " not held by the agent"); };
+    CAIRN_ASSIGN_OR_RETURN(memory_region mr, ctx->register_memory(image.data(), image.size(), kRemoteRead));
+    req.addr = mr.remote_address();
+    req.key = mr.key();
+    if (status st = send(req); !st) return not_held(st);
+    auto reply = await(req.request, data_msg::held, what);
+    if (!reply) return not_held(reply.take_status());
+    if (status st = data_message_status(*reply); !st) return not_held(st);
+    return {};
+  }
+
   // The reply of type `want` to `request`; drops stale replies of earlier
   // requests. io_error after reply_timeout_s.
   result<data_message> await(uint64_t request, data_msg want, const std::string& what) {
@@ -471,28 +500,10 @@ status agent_client::checkpoint(std::span<std::byte> image, const format::shard_
     }
     regions.push_back({static_cast<uint32_t>(i), it->second.remote_address(), it->second.key()});
   }
-  data_message req;
-  req.type = data_msg::ready;
-  req.mode = transfer_mode::lend;
-  req.request = m.next_request++;
-  req.run = h.run;
-  req.name = h.name;
-  req.version = h.version;
-  req.rank = h.rank;
-  req.nranks = h.nranks;
-  req.length = image.size();
-  req.reply_to = m.ctx->name();
+  data_message req = m.ready(h, transfer_mode::lend, image.size());
   req.text = encode_lent(regions);
-  auto not_held = [&](status st) { return st.with_context(what + " not held by the agent"); };
   // The agent reads the header block (and any region not lent) from the image.
-  CAIRN_ASSIGN_OR_RETURN(memory_region mr, m.ctx->register_memory(image.data(), image.size(), kRemoteRead));
-  req.addr = mr.remote_address();
-  req.key = mr.key();
-  if (status st = m.send(req); !st) return not_held(st);
-  auto reply = m.await(req.request, data_msg::held, what);
-  if (!reply) return not_held(reply.take_status());
-  if (status st = data_message_status(*reply); !st) return not_held(st);
-  return {};
+  return m.expose_and_wait(image, std::move(req), what);
 }
 
 status agent_client::checkpoint(std::span<std::byte> image, const format::shard_header& h, transfer_mode mode) {
@@ -501,29 +512,9 @@ status agent_client::checkpoint(std::span<std::byte> image, const format::shard_
   if (image.size() != h.file_size)
     return status(errc::invalid_argument, what + ": image of " + std::to_string(image.size()) +
                                               " bytes, header says " + std::to_string(h.file_size));
-  data_message req;
-  req.type = data_msg::ready;
-  req.mode = mode;
-  req.request = m.next_request++;
-  req.run = h.run;
-  req.name = h.name;
-  req.version = h.version;
-  req.rank = h.rank;
-  req.nranks = h.nranks;
-  req.length = image.size();
-  req.reply_to = m.ctx->name();
+  data_message req = m.ready(h, mode, image.size());
+  if (mode == transfer_mode::pull) return m.expose_and_wait(image, std::move(req), what);
   auto not_held = [&](status st) { return st.with_context(what + " not held by the agent"); };
-
-  if (mode == transfer_mode::pull) {
-    CAIRN_ASSIGN_OR_RETURN(memory_region mr, m.ctx->register_memory(image.data(), image.size(), kRemoteRead));
-    req.addr = mr.remote_address();
-    req.key = mr.key();
-    if (status st = m.send(req); !st) return not_held(st);
-    auto reply = m.await(req.request, data_msg::held, what);
-    if (!reply) return not_held(reply.take_status());
-    if (status st = data_message_status(*reply); !st) return not_held(st);
-    return {};
-  }
 
   if (status st = m.ensure_lanes(); !st) return not_held(st);
   if (status st = m.send(req); !st) return not_held(st);

@@ -85,6 +85,22 @@ def reference_dump(make_job, version: int) -> list:
     return ref.read_dump(prefix)
 
 
+def rerun_and_check(job, cfg, make_job, final, floor, context):
+    """Reruns job to the end: it must restart from at least version `floor`
+    (when there is one), restore exactly the uninterrupted run's state at the
+    version it restored, and end with the uninterrupted run's hash."""
+    again = job.run("--steps", STEPS, "--every", 1, "--bytes", NBYTES, "--dump-restored",
+                    job.dumps / "restored", **cfg).ok()
+    got = again.restarted_from
+    context += "\n" + again.describe()
+    if floor is not None:
+        assert got is not None and got >= floor, context
+    if got is not None:
+        harness.assert_same_state(reference_dump(make_job, got), job.read_dump(job.dumps / "restored"),
+                                  f"{job.run_id}: state restored from version {got}")
+    assert again.final_hash == final.final_hash, context
+
+
 def test_ranks_killed_mid_transfer_restart_from_agent_memory(deployment, make_job):
     """TRIALS runs with memory-only agents (agents_persist = false, no local
     level: agent memory is the only copy). Each is SIGKILLed on a random rank
@@ -113,19 +129,11 @@ def test_ranks_killed_mid_transfer_restart_from_agent_memory(deployment, make_jo
         expect = newest_complete(held_versions(d, run), NRANKS)
         assert not list(job.store.rglob("shard.*")), f"{run}: memory-only agents wrote shards"
 
-        again = job.run("--steps", STEPS, "--every", 1, "--bytes", NBYTES, "--dump-restored",
-                        job.dumps / "restored", **cfg).ok()
+        # Never from scratch, never older than what the agents hold (a pull
+        # that completed after the snapshot may make it newer).
+        rerun_and_check(job, cfg, make_job, final, expect, f"{run}: rank {victim} killed; agents held {expect} "
+                        "completely")
         latencies.append(time.monotonic() - killed_at)
-        got = again.restarted_from
-        context = f"{run}: rank {victim} killed; agents held {expect} completely\n" + again.describe()
-        if expect is not None:
-            # Never from scratch, never older than what the agents hold (a pull
-            # that completed after the snapshot may make it newer).
-            assert got is not None and got >= expect, context
-        if got is not None:
-            harness.assert_same_state(reference_dump(make_job, got), job.read_dump(job.dumps / "restored"),
-                                      f"{run}: state restored from version {got}")
-        assert again.final_hash == final.final_hash, context
     # Generous: the point is seconds, not the 30 s transfer timeout per dead peer.
     assert max(latencies) < 25, latencies
 
@@ -156,13 +164,4 @@ def test_agent_killed_mid_pull_restart_from_the_other_copies(deployment, make_jo
         wait_until(f"{run}: agents running again",
                    lambda: all(g["pid"] > 0 and g.get("endpoint") for g in d.app(run)["agents"]))
         newest = max((v for v in range(STEPS + 1) if committed(job, v)), default=None)
-        again = job.run("--steps", STEPS, "--every", 1, "--bytes", NBYTES, "--dump-restored",
-                        job.dumps / "restored", **cfg).ok()
-        got = again.restarted_from
-        context = f"{run}: newest committed {newest}\n" + again.describe()
-        if newest is not None:
-            assert got is not None and got >= newest, context
-        if got is not None:
-            harness.assert_same_state(reference_dump(make_job, got), job.read_dump(job.dumps / "restored"),
-                                      f"{run}: state restored from version {got}")
-        assert again.final_hash == final.final_hash, context
+        rerun_and_check(job, cfg, make_job, final, newest, f"{run}: newest committed {newest}")
