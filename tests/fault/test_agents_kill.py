@@ -85,12 +85,14 @@ def reference_dump(make_job, version: int) -> list:
     return ref.read_dump(prefix)
 
 
-def rerun_and_check(job, cfg, make_job, final, floor, context):
+def rerun_and_check(job, cfg, make_job, final, floor, context, since=None):
     """Reruns job to the end: it must restart from at least version `floor`
     (when there is one), restore exactly the uninterrupted run's state at the
-    version it restored, and end with the uninterrupted run's hash."""
+    version it restored, and end with the uninterrupted run's hash. Returns
+    the seconds from `since` (time.monotonic()) to the rerun's end."""
     again = job.run("--steps", STEPS, "--every", 1, "--bytes", NBYTES, "--dump-restored",
                     job.dumps / "restored", **cfg).ok()
+    elapsed = time.monotonic() - since if since is not None else None
     got = again.restarted_from
     context += "\n" + again.describe()
     if floor is not None:
@@ -99,6 +101,7 @@ def rerun_and_check(job, cfg, make_job, final, floor, context):
         harness.assert_same_state(reference_dump(make_job, got), job.read_dump(job.dumps / "restored"),
                                   f"{job.run_id}: state restored from version {got}")
     assert again.final_hash == final.final_hash, context
+    return elapsed
 
 
 def test_ranks_killed_mid_transfer_restart_from_agent_memory(deployment, make_job):
@@ -131,9 +134,8 @@ def test_ranks_killed_mid_transfer_restart_from_agent_memory(deployment, make_jo
 
         # Never from scratch, never older than what the agents hold (a pull
         # that completed after the snapshot may make it newer).
-        rerun_and_check(job, cfg, make_job, final, expect, f"{run}: rank {victim} killed; agents held {expect} "
-                        "completely")
-        latencies.append(time.monotonic() - killed_at)
+        latencies.append(rerun_and_check(job, cfg, make_job, final, expect,
+                                         f"{run}: rank {victim} killed; agents held {expect} completely", killed_at))
     # Generous: the point is seconds, not the 30 s transfer timeout per dead peer.
     assert max(latencies) < 25, latencies
 
