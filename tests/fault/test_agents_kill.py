@@ -108,7 +108,8 @@ def test_ranks_killed_mid_transfer_restart_from_agent_memory(deployment, make_jo
     """TRIALS runs with memory-only agents (agents_persist = false, no local
     level: agent memory is the only copy). Each is SIGKILLed on a random rank
     at a random moment; the rerun restores the newest version the agents hold
-    completely, bit for bit, and finishes with the uninterrupted run's hash."""
+    completely, bit for bit, and finishes with the uninterrupted run's hash.
+    Every fifth trial also restarts the controller before the rerun."""
     d = deployment
     d.add_manager("node-a", memory_only=True, agent_args=["--keep", KEEP])
     d.add_manager("node-b", memory_only=True, agent_args=["--keep", KEEP])
@@ -131,6 +132,13 @@ def test_ranks_killed_mid_transfer_restart_from_agent_memory(deployment, make_jo
         assert first.rc != 0, f"{run}: the run ended before the kill\n" + first.describe()
         expect = newest_complete(held_versions(d, run), NRANKS)
         assert not list(job.store.rglob("shard.*")), f"{run}: memory-only agents wrote shards"
+        if trial % 5 == 4:
+            # The controller restarts (on its journal) between the crash and
+            # the rerun: the run is still known, its agents still hold it.
+            d.kill("controller")
+            d.start_controller()
+            wait_until(f"{run}: controller back", lambda: d.app(run) and all(
+                g["state"] == "running" and g.get("endpoint") for g in d.app(run)["agents"]))
 
         # Never from scratch, never older than what the agents hold (a pull
         # that completed after the snapshot may make it newer).
