@@ -445,6 +445,10 @@ status client_impl::tag(const std::string& key, const std::string& value) {
 status client_impl::agree(status mine) {
   int64_t code = comm_->min(static_cast<int64_t>(mine.code()));
   if (code == 0) return {};
+  return agreed_failure(code, mine);
+}
+
+status client_impl::agreed_failure(int64_t code, const status& mine) {
   int64_t root = comm_->min(static_cast<int64_t>(mine.code()) == code ? rank() : INT64_MAX);
   std::string msg = mine.message();
   comm_->broadcast(&msg, static_cast<int>(root));
@@ -666,7 +670,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
       st = pool_.reserve(h.file_size, slots);
     }
   }
-  CAIRN_RETURN_IF_ERROR(agree(st));
+  // st is agreed by the progress round below (one collective, not two).
   // Committed data is never replaced: versions grow across the executions of
   // a run, so an execution that starts over (a relaunch on another rank count,
   // an application that starts fresh on any restart error) cannot overwrite
@@ -695,7 +699,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
 
   bool all_have_slot = true;
-  CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot));
+  CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot, &st));
   if (divergence_ && cfg_.on_divergence == divergence_action::stop) {
     return {errc::diverged, "run '" + cfg_.run + "' diverged from '" + cfg_.reference_run + "' at '" +
                                 divergence_->name + "' version " + std::to_string(divergence_->version) + ", rank " +
@@ -778,13 +782,14 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   return {};
 }
 
-status client_impl::progress(bool consume_error, bool* all_have_slot) {
+status client_impl::progress(bool consume_error, bool* all_have_slot, const status* mine) {
   // Layout (identical on every rank, because it depends only on state that
   // changes through this function's collective results):
-  //   [0] latched error code, [1] free-slot flag, then per pending version the
-  //   open entries: local, shards durable, manifest committed.
+  //   [0] latched error code, [1] free-slot flag, [2] first divergent
+  //   version, [3] the caller's status code (capture's planning), then per
+  //   pending version the open entries: local, shards durable, manifest
+  //   committed.
   std::vector<int64_t> v;
-  status peek;
   v.push_back(engine_->has_error() ? -1 : 0);
   v.push_back(all_have_slot == nullptr || cfg_.staging_policy == staging_policy::block || pool_.has_free() ? 1 : 0);
   int64_t my_first = INT64_MAX;
@@ -799,6 +804,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
     }
   }
   v.push_back(my_first);
+  v.push_back(mine ? static_cast<int64_t>(mine->code()) : 0);
   enum class entry_kind { level, durable, manifest };
   struct entry {
     version_record* rec;
@@ -825,7 +831,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
       }
     }
   }
-  constexpr size_t kFixed = 3;
+  constexpr size_t kFixed = 4;
   comm_->allreduce_min(v);
   if (online_) progress_divergence(v[2]);
 
@@ -858,6 +864,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot) {
   }
   std::erase_if(pending_, [](version_record* r) { return r->resolved(); });
   if (all_have_slot) *all_have_slot = v[1] > 0;
+  if (v[3] < 0) return agreed_failure(v[3], mine ? *mine : status());
 
   if (v[0] < 0 && consume_error) {
     // Some rank has a latched background error: every rank returns it.

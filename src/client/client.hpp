@@ -131,7 +131,9 @@ class client_impl {
   // The progress protocol (docs/design/core.md): one allreduce over the latched
   // error, the slot flag and every pending version's level states. Collective.
   // Returns the latched error of some rank (consumed) when consume_error.
-  status progress(bool consume_error, bool* all_have_slot = nullptr);
+  // `mine` (may be null): a status of the caller's that every rank agrees on
+  // in the same round; its failure (the lowest rank's message) is returned.
+  status progress(bool consume_error, bool* all_have_slot = nullptr, const status* mine = nullptr);
   // Exchanges the message of the lowest rank with `failing` set. Collective.
   std::string exchange_message(bool failing, const std::string& mine);
   void on_durable(version_record& rec);
@@ -175,6 +177,8 @@ class client_impl {
   status nothing_restartable(const std::string& name, const std::vector<int64_t>& cands, const status& newest_failure);
   // Collective: every rank's status combined; the lowest failing rank's message wins.
   status agree(status mine);
+  // Collective: the second half of agree() once the ranks agreed on `code` (< 0).
+  status agreed_failure(int64_t code, const status& mine);
 
   std::unique_ptr<comm::communicator> comm_;
   config cfg_;
