@@ -647,6 +647,11 @@ status fabric_context::impl::rma(bool is_read, fabric_addr peer, std::span<const
       last_news = now;
       continue;
     }
+    if (opts.abort != nullptr && opts.abort->load()) {
+      failed = status(errc::cancelled, std::string(what) + ": cancelled (the peer's application is gone); this endpoint "
+                                                           "takes no more operations");
+      return failed;
+    }
     if (now - last_news > timeout()) {
       failed = timed_out(what);
       return failed;

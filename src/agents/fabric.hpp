@@ -15,6 +15,7 @@
 #ifndef CAIRN_AGENTS_FABRIC_HPP
 #define CAIRN_AGENTS_FABRIC_HPP
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -140,6 +141,11 @@ struct fabric_options {
   // Behave as if the provider required FI_MR_LOCAL (register local buffers,
   // pass descriptors) even when it does not: exercises that path on loopback.
   bool force_local_mr = false;
+  // When set and it becomes true, a blocking RMA call in progress fails with
+  // `cancelled` (the context is then failed for good, as after a timeout):
+  // how an owner cancels a transfer to a peer it learnt is gone. Not owned;
+  // must outlive the context.
+  const std::atomic<bool>* abort = nullptr;
 };
 
 // What the chosen provider reported (for logs, tests and the benchmark).

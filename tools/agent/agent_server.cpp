@@ -80,26 +80,59 @@ struct pending {
   clock_type::time_point started;
 };
 
+// Work for a worker: a pull (READY, modes pull and lend), the verification
+// of a push (PUSH_DONE) or a restore (RESTORE).
+struct job {
+  data_message m;
+  fabric_addr peer = 0;
+  uint64_t seq = 0;  // arrival order
+};
+
 }  // namespace
 
 struct agent_server::impl {
   agent_config cfg;
   std::unique_ptr<fabric_context> ctx;
-  std::unique_ptr<transfer_engine> lanes;
   storage::storage_env* env = storage::storage_env::posix();
   std::string host;
 
-  // Held versions, newest last. Touched by the serving thread only.
+  // What the agent holds: every field below is GUARDED_BY(state_mu).
+  std::mutex state_mu;
+  // Held versions, newest last.
   std::map<stream_key, std::deque<std::shared_ptr<held_version>>> held;
   std::map<std::pair<std::string, uint64_t>, pending> pendings;  // (peer name, request)
-  // Memory of evicted versions, reused by the next pulls (serving thread only).
+  // Memory of evicted versions, reused by the next pulls.
   static constexpr size_t kSpareBuffers = 4;
   std::vector<engine::aligned_buffer> spare;
-  // Counters (serving thread only).
+  uint64_t in_flight_bytes = 0;  // buffers of pulls in progress
+  // Counters.
   uint64_t bytes_in = 0;    // images pulled or pushed into the agent
   uint64_t bytes_out = 0;   // images written back or read for restarts
   uint64_t checkpoints = 0;  // versions held
-  clock_type::time_point stats_due{};
+  uint64_t cancelled = 0;   // transfers cancelled because their application was gone
+  clock_type::time_point stats_due{};  // serving thread only
+
+  // Workers: each serves one job at a time with lanes of its own, so a
+  // transfer never waits behind another peer's. Fields GUARDED_BY(jobs_mu).
+  struct worker {
+    std::unique_ptr<transfer_engine> lanes;
+    std::atomic<bool> abort{false};  // the lanes' fabric_options::abort
+    bool busy = false;
+    std::string peer, run;  // of the job in progress
+    uint64_t seq = 0;
+    std::thread thread;
+  };
+  std::mutex jobs_mu;
+  std::condition_variable jobs_cv;
+  std::deque<job> jobs;
+  std::vector<std::unique_ptr<worker>> workers;
+  bool workers_stop = false;
+  uint64_t next_seq = 0;
+  // Endpoints that sent READY, per run: the ranks of its current incarnation.
+  std::map<std::string, std::set<std::string>> run_peers;
+  // Endpoints found unreachable: never answered again (a send to them could
+  // block the agent's endpoint).
+  std::set<std::string> dead_peers;
 
   // Background writer.
   std::mutex mu;
@@ -112,6 +145,7 @@ struct agent_server::impl {
   std::thread writer;
 
   ~impl() {
+    stop_workers();
     {
       std::lock_guard lk(mu);
       writer_stop = true;
@@ -121,8 +155,52 @@ struct agent_server::impl {
     pendings.clear();  // regions before the endpoint
   }
 
+  void stop_workers() {
+    {
+      std::lock_guard lk(jobs_mu);
+      workers_stop = true;
+      for (auto& w : workers) w->abort = true;
+    }
+    jobs_cv.notify_all();
+    for (auto& w : workers)
+      if (w->thread.joinable()) w->thread.join();
+  }
+
+  // Cancels what an application incarnation still has queued or in flight:
+  // the jobs of `run` from the endpoints in `peers` (all of the run's when
+  // empty) that arrived before now. Held versions stay. REQUIRES(jobs_mu)
+  void cancel_incarnation(const std::string& run, const std::set<std::string>& peers, const std::string& why) {
+    auto of_it = [&](const std::string& r, const std::string& peer) {
+      return r == run && (peers.empty() || peers.count(peer));
+    };
+    size_t dropped = 0, aborted = 0;
+    for (auto it = jobs.begin(); it != jobs.end();) {
+      if (of_it(it->m.run, it->m.reply_to)) {
+        it = jobs.erase(it);
+        ++dropped;
+      } else {
+        ++it;
+      }
+    }
+    for (auto& w : workers)
+      if (w->busy && of_it(w->run, w->peer) && !w->abort.exchange(true)) ++aborted;
+    if (dropped + aborted == 0) return;
+    {
+      std::lock_guard lk(state_mu);
+      cancelled += dropped + aborted;
+    }
+    agent_log("cancelled %zu queued and %zu running transfer(s) of run %s: %s", dropped, aborted, run.c_str(),
+              why.c_str());
+  }
+
+  bool is_dead(const std::string& peer) {
+    std::lock_guard lk(jobs_mu);
+    return dead_peers.count(peer) != 0;
+  }
+
   status reply(fabric_addr peer, const data_message& req, data_msg type, const status& st, uint64_t addr = 0,
                uint64_t key = 0, uint64_t length = 0, int64_t version = 0, const std::string& text = {}) {
+    if (is_dead(req.reply_to)) return {};
     data_message r;
     r.type = type;
     r.mode = req.mode;
@@ -144,7 +222,7 @@ struct agent_server::impl {
   }
 
   // A buffer of at least `length` bytes: a spare one if any fits (the smallest
-  // that does), else new memory.
+  // that does), else new memory. REQUIRES(state_mu)
   result<engine::aligned_buffer> take_buffer(uint64_t length) {
     size_t best = spare.size();
     for (size_t i = 0; i < spare.size(); ++i)
@@ -155,8 +233,31 @@ struct agent_server::impl {
     return b;
   }
 
+  // Bytes of memory the agent has: held images, pending pushes and lent
+  // restores, pulls in flight, spare buffers. REQUIRES(state_mu)
+  uint64_t memory_held() const {
+    uint64_t b = in_flight_bytes;
+    for (const auto& [key, list] : held)
+      for (const auto& v : list) b += v->image.size();
+    for (const auto& [key, p] : pendings) b += p.buffer.size();
+    for (const auto& x : spare) b += x.size();
+    return b;
+  }
+
+  // Whether `length` more bytes fit the memory budget (spare buffers are
+  // given back first). REQUIRES(state_mu)
+  status fits_budget(uint64_t length) {
+    if (cfg.memory_budget == 0) return {};
+    while (memory_held() + length > cfg.memory_budget && !spare.empty()) spare.pop_back();
+    const uint64_t now = memory_held();
+    if (now + length <= cfg.memory_budget) return {};
+    return status(errc::no_space, "agent memory budget of " + std::to_string(cfg.memory_budget) + " bytes exhausted (" +
+                                      std::to_string(now) + " held, " + std::to_string(length) +
+                                      " asked): raise --memory-budget, lower --keep, or add agents");
+  }
+
   // Keeps a verified version: newest `keep` per stream stay in memory, and the
-  // writer gets it for the store.
+  // writer gets it for the store. REQUIRES(state_mu)
   void hold(std::shared_ptr<held_version> v) {
     auto& list = held[{v->header.run, v->header.name, v->header.rank}];
     // A version sent again replaces the older copy.
@@ -184,50 +285,86 @@ struct agent_server::impl {
     }
   }
 
+  // READY: a push gets its target here; a pull (or lend) is queued for a
+  // worker. Serving thread.
   void handle_ready(const data_message& m, fabric_addr peer) {
+    const data_msg answer = m.mode == transfer_mode::push ? data_msg::push_target : data_msg::held;
     if (m.length == 0 || m.length % format::kAlign != 0 || m.nranks == 0 || m.rank >= m.nranks) {
-      (void)reply(peer, m, m.mode == transfer_mode::push ? data_msg::push_target : data_msg::held,
-                  status(errc::invalid_argument, "READY: bad length, rank or nranks"));
+      (void)reply(peer, m, answer, status(errc::invalid_argument, "READY: bad length, rank or nranks"));
       return;
     }
-    auto buf = take_buffer(m.length);
-    if (!buf) {
-      (void)reply(peer, m, m.mode == transfer_mode::push ? data_msg::push_target : data_msg::held,
-                  buf.error().with_context("agent memory for " + describe(m)));
-      return;
-    }
-    if (m.mode == transfer_mode::push) {
-      pending p;
-      p.buffer = std::move(buf).value();
-      auto mr = ctx->register_memory(p.buffer.data(), m.length, kRemoteWrite);
-      if (!mr) {
-        (void)reply(peer, m, data_msg::push_target, mr.error());
+    {
+      std::lock_guard lk(state_mu);
+      if (status st = fits_budget(m.length); !st) {
+        agent_log("%s not held: %s", describe(m).c_str(), st.message().c_str());
+        (void)reply(peer, m, answer, st);
         return;
       }
-      p.mr = std::move(mr).value();
-      p.request = m;
-      p.peer = peer;
-      p.started = clock_type::now();
-      p.deadline = p.started + std::chrono::duration_cast<clock_type::duration>(
-                                   std::chrono::duration<double>(cfg.push_timeout_s));
-      const uint64_t addr = p.mr.remote_address(), key = p.mr.key();
-      pendings[{m.reply_to, m.request}] = std::move(p);
-      (void)reply(peer, m, data_msg::push_target, {}, addr, key, m.length);
+    }
+    {
+      std::lock_guard lk(jobs_mu);
+      run_peers[m.run].insert(m.reply_to);
+      dead_peers.erase(m.reply_to);  // a name is never reused; harmless either way
+      if (m.mode != transfer_mode::push) {
+        jobs.push_back({m, peer, next_seq++});
+        jobs_cv.notify_one();
+        return;
+      }
+    }
+    std::unique_lock lk(state_mu);
+    auto buf = take_buffer(m.length);
+    if (!buf) {
+      lk.unlock();
+      (void)reply(peer, m, data_msg::push_target, buf.error().with_context("agent memory for " + describe(m)));
       return;
     }
-    // Pull: read the rank's image with the lanes (lend: its regions from the
-    // application's own memory).
+    pending p;
+    p.buffer = std::move(buf).value();
+    auto mr = ctx->register_memory(p.buffer.data(), m.length, kRemoteWrite);
+    if (!mr) {
+      lk.unlock();
+      (void)reply(peer, m, data_msg::push_target, mr.error());
+      return;
+    }
+    p.mr = std::move(mr).value();
+    p.request = m;
+    p.peer = peer;
+    p.started = clock_type::now();
+    p.deadline = p.started + std::chrono::duration_cast<clock_type::duration>(
+                                 std::chrono::duration<double>(cfg.push_timeout_s));
+    const uint64_t addr = p.mr.remote_address(), key = p.mr.key();
+    pendings[{m.reply_to, m.request}] = std::move(p);
+    lk.unlock();
+    (void)reply(peer, m, data_msg::push_target, {}, addr, key, m.length);
+  }
+
+  // A pull (modes pull and lend), on worker w: the rank's image read with w's
+  // lanes (lend: its regions from the application's own memory), verified,
+  // held. A transfer that fails or makes no progress for the liveness
+  // timeout marks the rank gone and cancels the rest of its incarnation.
+  void run_pull(worker& w, const job& j) {
+    const data_message& m = j.m;
     std::vector<lent_region> lent;
     if (m.mode == transfer_mode::lend) {
       auto l = decode_lent(m.text);
       if (!l) {
-        (void)reply(peer, m, data_msg::held, l.error());
+        (void)reply(j.peer, m, data_msg::held, l.error());
         return;
       }
       lent = std::move(l).value();
     }
     auto v = std::make_shared<held_version>();
-    v->image = std::move(buf).value();
+    {
+      std::unique_lock lk(state_mu);
+      auto buf = take_buffer(m.length);
+      if (!buf) {
+        lk.unlock();  // never reply under state_mu (reply takes jobs_mu; the order is jobs_mu, state_mu)
+        (void)reply(j.peer, m, data_msg::held, buf.error().with_context("agent memory for " + describe(m)));
+        return;
+      }
+      v->image = std::move(buf).value();
+      in_flight_bytes += v->image.size();
+    }
     format::shard_header expect;
     expect.run = m.run;
     expect.name = m.name;
@@ -235,13 +372,31 @@ struct agent_server::impl {
     expect.rank = m.rank;
     expect.nranks = m.nranks;
     agent_log("pulling %s: %llu bytes, %d lane(s)", describe(m).c_str(), static_cast<unsigned long long>(m.length),
-        lanes->threads());
+              w.lanes->threads());
     auto t0 = clock_type::now();
-    auto h = pull_image(*lanes, remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(), &expect, lent);
+    auto h = pull_image(*w.lanes, remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(), &expect, lent);
     double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
+    std::unique_lock lk(state_mu);
+    in_flight_bytes -= v->image.size();
     if (!h) {
+      if (spare.size() < kSpareBuffers) spare.push_back(std::move(v->image));
+      lk.unlock();
+      const errc code = h.error().code();
+      if (code == errc::cancelled || w.abort.load()) {
+        agent_log("%s not held: cancelled (%s)", describe(m).c_str(), h.error().message().c_str());
+        return;  // its incarnation is gone: nobody to answer
+      }
       agent_log("%s not held: %s", describe(m).c_str(), h.error().to_string().c_str());
-      (void)reply(peer, m, data_msg::held, h.error());
+      if (code == errc::io_error) {
+        // The rank does not answer: it is gone, and with it its job (MPI
+        // takes the other ranks down): drop their queued and running pulls.
+        std::lock_guard jl(jobs_mu);
+        dead_peers.insert(m.reply_to);
+        cancel_incarnation(m.run, run_peers[m.run], "rank " + std::to_string(m.rank) + " is unreachable (" +
+                                                         h.error().message() + ")");
+        return;
+      }
+      (void)reply(j.peer, m, data_msg::held, h.error());
       return;
     }
     v->header = std::move(h).value();
@@ -251,17 +406,29 @@ struct agent_server::impl {
     ++checkpoints;
     agent_log("held %s (%.1f MB/s)", describe(v->header).c_str(), m.length / 1e6 / std::max(secs, 1e-9));
     hold(v);
-    (void)reply(peer, m, data_msg::held, {});
+    lk.unlock();
+    (void)reply(j.peer, m, data_msg::held, {});
   }
 
-  void handle_push_done(const data_message& m, fabric_addr peer) {
-    auto it = pendings.find({m.reply_to, m.request});
-    if (it == pendings.end() || it->second.buffer.data() == nullptr) {
-      (void)reply(peer, m, data_msg::held, status(errc::not_found, "PUSH_DONE for an unknown request"));
+  // PUSH_DONE: the rank wrote its image into our buffer; verified on a
+  // worker (a checksum pass over the image).
+  void run_push_done(const job& j) {
+    const data_message& m = j.m;
+    pending p;
+    bool known = false;
+    {
+      std::lock_guard lk(state_mu);
+      auto it = pendings.find({m.reply_to, m.request});
+      if (it != pendings.end() && it->second.buffer.data() != nullptr) {
+        p = std::move(it->second);
+        pendings.erase(it);
+        known = true;
+      }
+    }
+    if (!known) {
+      (void)reply(j.peer, m, data_msg::held, status(errc::not_found, "PUSH_DONE for an unknown request"));
       return;
     }
-    pending p = std::move(it->second);
-    pendings.erase(it);
     p.mr = memory_region();  // no more writes from the rank
     if (m.code != 0) {
       agent_log("%s not held: the rank's push failed: %s", describe(m).c_str(), m.text.c_str());
@@ -277,7 +444,7 @@ struct agent_server::impl {
                                 &expect);
     if (!h) {
       agent_log("%s not held: %s", describe(p.request).c_str(), h.error().to_string().c_str());
-      (void)reply(peer, m, data_msg::held, h.error());
+      (void)reply(j.peer, m, data_msg::held, h.error());
       return;
     }
     // The rank wrote the header and the regions only; a reused buffer still
@@ -288,20 +455,27 @@ struct agent_server::impl {
     v->image = std::move(p.buffer);
     v->held_at = util::wall_s();
     v->transfer_s = std::chrono::duration<double>(clock_type::now() - p.started).count();
-    bytes_in += v->header.file_size;
-    ++checkpoints;
+    {
+      std::lock_guard lk(state_mu);
+      bytes_in += v->header.file_size;
+      ++checkpoints;
+      hold(v);
+    }
     agent_log("held %s (pushed)", describe(v->header).c_str());
-    hold(v);
-    (void)reply(peer, m, data_msg::held, {});
+    (void)reply(j.peer, m, data_msg::held, {});
   }
 
-  // The held version a RESTORE asks for: memory first, then the store.
+  // The held version a RESTORE asks for: memory first, then the store (read
+  // without the lock: it may take a while).
   result<std::shared_ptr<held_version>> find(const data_message& m) {
-    auto it = held.find({m.run, m.name, m.rank});
-    if (it != held.end() && !it->second.empty()) {
-      if (m.version < 0) return it->second.back();
-      for (auto& v : it->second)
-        if (v->header.version == m.version) return v;
+    {
+      std::lock_guard lk(state_mu);
+      auto it = held.find({m.run, m.name, m.rank});
+      if (it != held.end() && !it->second.empty()) {
+        if (m.version < 0) return it->second.back();
+        for (auto& v : it->second)
+          if (v->header.version == m.version) return v;
+      }
     }
     if (cfg.persistent.empty())
       return status(errc::not_found, describe(m) + " is not held by this agent");
@@ -327,50 +501,60 @@ struct agent_server::impl {
     return status(errc::not_found, describe(m) + " is neither held nor committed in " + cfg.persistent);
   }
 
-  void handle_restore(const data_message& m, fabric_addr peer) {
+  // RESTORE, on worker w: pushed into the rank's buffer with w's lanes, or
+  // lent for the rank to read until RESTORE_DONE.
+  void run_restore(worker& w, const job& j) {
+    const data_message& m = j.m;
     auto v = find(m);
     data_msg type = m.mode == transfer_mode::push ? data_msg::restored : data_msg::restore_source;
     if (!v) {
-      (void)reply(peer, m, type, v.error());
+      (void)reply(j.peer, m, type, v.error());
       return;
     }
     std::shared_ptr<held_version> hv = *v;
     const uint64_t len = hv->header.file_size;
     if (m.mode == transfer_mode::push) {
       if (len > m.length) {
-        (void)reply(peer, m, type,
+        (void)reply(j.peer, m, type,
                     status(errc::invalid_argument, describe(hv->header) + " needs " + std::to_string(len) +
                                                        " bytes, the rank offered " + std::to_string(m.length)));
         return;
       }
       auto ext = image_extents(hv->header);
-      status st = lanes->push(remote_buffer{m.reply_to, m.addr, m.key, m.length}, hv->bytes(), ext);
+      status st = w.lanes->push(remote_buffer{m.reply_to, m.addr, m.key, m.length}, hv->bytes(), ext);
       if (!st) agent_log("restore of %s failed: %s", describe(hv->header).c_str(), st.to_string().c_str());
       else agent_log("restored %s (written to the rank)", describe(hv->header).c_str());
-      if (st) bytes_out += len;
-      (void)reply(peer, m, type, st, 0, 0, st.is_ok() ? len : 0, hv->header.version);
+      if (st) {
+        std::lock_guard lk(state_mu);
+        bytes_out += len;
+      }
+      (void)reply(j.peer, m, type, st, 0, 0, st.is_ok() ? len : 0, hv->header.version);
       return;
     }
     // By read: lend the image until RESTORE_DONE or the timeout.
     auto mr = ctx->register_memory(hv->image.data(), len, kRemoteRead);
     if (!mr) {
-      (void)reply(peer, m, type, mr.error());
+      (void)reply(j.peer, m, type, mr.error());
       return;
     }
     pending p;
     p.version = hv;
     p.mr = std::move(mr).value();
     p.request = m;
-    p.peer = peer;
+    p.peer = j.peer;
     p.started = clock_type::now();
     p.deadline =
         p.started + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(cfg.push_timeout_s));
     const uint64_t addr = p.mr.remote_address(), key = p.mr.key();
-    pendings[{m.reply_to, m.request}] = std::move(p);
-    (void)reply(peer, m, type, {}, addr, key, len, hv->header.version);
+    {
+      std::lock_guard lk(state_mu);
+      pendings[{m.reply_to, m.request}] = std::move(p);
+    }
+    (void)reply(j.peer, m, type, {}, addr, key, len, hv->header.version);
   }
 
   void handle_restore_done(const data_message& m) {
+    std::lock_guard lk(state_mu);
     auto it = pendings.find({m.reply_to, m.request});
     if (it == pendings.end()) return;
     agent_log("restored %s (read by the rank%s)", describe(it->second.version->header).c_str(),
@@ -379,24 +563,47 @@ struct agent_server::impl {
     pendings.erase(it);
   }
 
+  // QUERY, answered at once (never behind a transfer). A query from an
+  // endpoint the run has not used is the run's next incarnation (a restart):
+  // what the previous one still has queued or in flight is cancelled.
   void handle_query(const data_message& m, fabric_addr peer) {
+    {
+      std::lock_guard lk(jobs_mu);
+      auto& peers = run_peers[m.run];
+      if (!peers.empty() && !peers.count(m.reply_to)) {
+        cancel_incarnation(m.run, peers, "a new incarnation asks what the agent holds");
+        for (const auto& old : peers) dead_peers.insert(old);
+        peers.clear();
+      }
+    }
     std::vector<held_info> out;
-    auto it = held.find({m.run, m.name, m.rank});
-    if (it != held.end())
-      for (const auto& v : it->second) out.push_back({v->header.version, v->header.file_size, v->header.attempt});
+    {
+      std::lock_guard lk(state_mu);
+      auto it = held.find({m.run, m.name, m.rank});
+      if (it != held.end())
+        for (const auto& v : it->second) out.push_back({v->header.version, v->header.file_size, v->header.attempt});
+    }
     (void)reply(peer, m, data_msg::holding, {}, 0, 0, 0, 0, encode_held(out));
   }
 
   // The application ends without keeping its checkpoints (finalize without
   // IC_PERSIST): forget them, and do not write those still queued.
   void handle_release(const data_message& m, fabric_addr peer) {
+    {
+      std::lock_guard lk(jobs_mu);
+      cancel_incarnation(m.run, {}, "released by the application");
+      run_peers.erase(m.run);
+    }
     int64_t dropped = 0;
-    for (auto it = held.begin(); it != held.end();) {
-      if (std::get<0>(it->first) == m.run && (m.name.empty() || std::get<1>(it->first) == m.name)) {
-        dropped += static_cast<int64_t>(it->second.size());
-        it = held.erase(it);
-      } else {
-        ++it;
+    {
+      std::lock_guard lk(state_mu);
+      for (auto it = held.begin(); it != held.end();) {
+        if (std::get<0>(it->first) == m.run && (m.name.empty() || std::get<1>(it->first) == m.name)) {
+          dropped += static_cast<int64_t>(it->second.size());
+          it = held.erase(it);
+        } else {
+          ++it;
+        }
       }
     }
     {
@@ -411,6 +618,7 @@ struct agent_server::impl {
 
   void expire_pendings() {
     auto now = clock_type::now();
+    std::lock_guard lk(state_mu);
     for (auto it = pendings.begin(); it != pendings.end();) {
       if (now < it->second.deadline) {
         ++it;
@@ -422,17 +630,49 @@ struct agent_server::impl {
     }
   }
 
+  void worker_loop(worker& w) {
+    std::unique_lock lk(jobs_mu);
+    for (;;) {
+      jobs_cv.wait(lk, [&] { return workers_stop || !jobs.empty(); });
+      if (workers_stop) return;
+      job j = std::move(jobs.front());
+      jobs.pop_front();
+      w.busy = true;
+      w.peer = j.m.reply_to;
+      w.run = j.m.run;
+      w.seq = j.seq;
+      w.abort = false;
+      lk.unlock();
+      switch (j.m.type) {
+        case data_msg::ready: run_pull(w, j); break;
+        case data_msg::push_done: run_push_done(j); break;
+        case data_msg::restore: run_restore(w, j); break;
+        default: break;
+      }
+      lk.lock();
+      w.busy = false;
+      w.abort = false;
+    }
+  }
+
   // The manager's view of this agent (see agent_config::stats_file).
   void write_stats() {
     if (cfg.stats_file.empty()) return;
-    uint64_t held_bytes = 0;
-    for (const auto& [key, list] : held)
-      for (const auto& v : list) held_bytes += v->image.size();
-    for (const auto& [key, p] : pendings) held_bytes += p.buffer.size();
-    for (const auto& b : spare) held_bytes += b.size();
-    nlohmann::json j = {{"bytes_in", bytes_in},       {"bytes_out", bytes_out}, {"checkpoints", checkpoints},
-                        {"memory_held", held_bytes},  {"endpoint", to_hex(ctx->name())},
-                        {"provider", ctx->properties().provider}};
+    nlohmann::json j;
+    {
+      std::lock_guard lk(state_mu);
+      j = {{"bytes_in", bytes_in},         {"bytes_out", bytes_out},        {"checkpoints", checkpoints},
+           {"memory_held", memory_held()}, {"memory_budget", cfg.memory_budget}, {"cancelled", cancelled},
+           {"endpoint", to_hex(ctx->name())}, {"provider", ctx->properties().provider}};
+    }
+    {
+      std::lock_guard lk(jobs_mu);
+      size_t busy = 0;
+      for (const auto& w : workers) busy += w->busy ? 1 : 0;
+      j["workers"] = workers.size();
+      j["busy"] = busy;
+      j["queued"] = jobs.size();
+    }
     status st = env->write_atomic(cfg.stats_file, j.dump() + "\n", false);
     if (!st) agent_log("cannot write the stats file: %s", st.to_string().c_str());
     stats_due = clock_type::now() + std::chrono::seconds(1);
@@ -451,8 +691,13 @@ struct agent_server::impl {
     }
     switch (m->type) {
       case data_msg::ready: handle_ready(*m, *peer); break;
-      case data_msg::push_done: handle_push_done(*m, *peer); break;
-      case data_msg::restore: handle_restore(*m, *peer); break;
+      case data_msg::push_done:
+      case data_msg::restore: {
+        std::lock_guard lk(jobs_mu);
+        jobs.push_back({*m, *peer, next_seq++});
+        jobs_cv.notify_one();
+        break;
+      }
       case data_msg::restore_done: handle_restore_done(*m); break;
       case data_msg::query: handle_query(*m, *peer); break;
       case data_msg::release: handle_release(*m, *peer); break;
@@ -541,12 +786,23 @@ result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& c
   fo.thread_safe = true;
   fo.progress_thread = true;  // ranks push into our memory while we serve others
   CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric_context::create(fo));
-  transfer_options to;
-  to.fabric = config.fabric;
-  to.threads = config.threads;
-  to.piece_bytes = config.piece_bytes;
-  to.max_bytes_per_s = config.max_bytes_per_s;
-  CAIRN_ASSIGN_OR_RETURN(p->lanes, transfer_engine::create(to));
+  if (config.workers < 1) return status(errc::invalid_argument, "workers must be at least 1");
+  if (config.liveness_timeout_s <= 0) return status(errc::invalid_argument, "the liveness timeout must be positive");
+  for (int i = 0; i < config.workers; ++i) {
+    auto w = std::make_unique<impl::worker>();
+    transfer_options to;
+    to.fabric = config.fabric;
+    // A rank that makes no progress for this long is gone; the worker's
+    // abort flag cancels a transfer of an incarnation known to be gone.
+    to.fabric.timeout_s = config.liveness_timeout_s;
+    to.fabric.abort = &w->abort;
+    to.threads = config.threads;
+    to.piece_bytes = config.piece_bytes;
+    to.max_bytes_per_s = config.max_bytes_per_s;
+    CAIRN_ASSIGN_OR_RETURN(w->lanes, transfer_engine::create(to));
+    p->workers.push_back(std::move(w));
+  }
+  for (auto& w : p->workers) w->thread = std::thread([raw = p.get(), wp = w.get()] { raw->worker_loop(*wp); });
   if (!config.persistent.empty()) {
     CAIRN_RETURN_IF_ERROR(p->env->make_dirs(config.persistent));
     p->writer = std::thread([raw = p.get()] { raw->writer_loop(); });
@@ -567,6 +823,7 @@ status agent_server::run(const std::atomic<bool>& stop) {
     m.expire_pendings();
     if (bytes || clock_type::now() >= m.stats_due) m.write_stats();
   }
+  m.stop_workers();
   {
     std::lock_guard lk(m.mu);
     m.writer_stop = true;

@@ -1,8 +1,12 @@
-// cairn-agent's core: one endpoint that application ranks notify, lanes that
-// pull their images (or a buffer they push into), the last K versions of
-// every (run, name, rank) kept in memory, a background writer that puts held
-// versions into a store in cairn's shard format, and restart served from
-// memory (or from that store) by RDMA write or by letting the rank read.
+// cairn-agent's core: one endpoint that application ranks notify, served by
+// one thread that answers the quick messages (QUERY, RELEASE, push targets)
+// at once and queues the transfers for a pool of workers, each with lanes of
+// its own that pull images (or verify pushes, or serve restores); the last K
+// versions of every (run, name, rank) kept in memory; a background writer
+// that puts held versions into a store in cairn's shard format. A rank that
+// makes no progress for the liveness timeout is gone: its incarnation's
+// queued and running transfers are cancelled (and so they are when the run's
+// next incarnation asks what the agent holds); held versions stay.
 //
 // The protocol is in src/agents/transfer.hpp; the design in
 // docs/design/agents_data_plane.md.
@@ -22,7 +26,12 @@ namespace cairn::agents {
 
 struct agent_config {
   fabric_options fabric;       // the agent's endpoint (the one applications notify)
-  int threads = 2;             // transfer lanes
+  int threads = 2;             // transfer lanes of one transfer
+  int workers = 4;             // transfers served at once (each with its own lanes)
+  // Seconds a transfer may make no progress before its rank counts as gone
+  // (its incarnation's other transfers are then cancelled).
+  double liveness_timeout_s = 5;
+  uint64_t memory_budget = 0;  // bytes of images the agent may hold; 0: no limit
   uint64_t piece_bytes = 4ull << 20;
   double max_bytes_per_s = 0;  // cap on one transfer (0: none)
   int keep = 2;                // versions kept in memory per (run, name, rank)

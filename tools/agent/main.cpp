@@ -1,7 +1,8 @@
 // cairn-agent: a remote checkpoint agent (DESIGN.md §2 "agents").
 //
 //   cairn-agent [--name-file FILE] [--stats-file FILE] [--provider P] [--bind ADDR]
-//               [--service PORT] [--domain NIC] [--threads N] [--keep K] [--persistent STORE]
+//               [--service PORT] [--domain NIC] [--threads N] [--workers W] [--liveness-timeout S]
+//               [--memory-budget BYTES] [--keep K] [--persistent STORE]
 //               [--no-direct-io] [--compress LEVEL] [--compress-threads N]
 //               [--chunk BYTES] [--piece BYTES] [--max-bandwidth B/S]
 //               [--timeout S] [--push-timeout S]
@@ -62,8 +63,17 @@ int run_agent(int argc, char** argv) {
   app.add_option("--bind", cfg.fabric.node, "Local address of the endpoint")->capture_default_str();
   app.add_option("--service", cfg.fabric.service, "Local port (default: any free one)");
   app.add_option("--domain", cfg.fabric.domain, "libfabric domain (NIC), e.g. mlx5_0");
-  app.add_option("--threads", cfg.threads, "Transfer threads (each with its own endpoint)")
+  app.add_option("--threads", cfg.threads, "Lanes of one transfer (threads, each with its own endpoint)")
       ->capture_default_str()->check(CLI::Range(1, 256));
+  app.add_option("--workers", cfg.workers, "Transfers served at once (each with --threads lanes)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--liveness-timeout", cfg.liveness_timeout_s,
+                 "Seconds a transfer may make no progress before its rank counts as gone (its application's "
+                 "other transfers are then cancelled; held versions stay)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  std::string budget = "0";
+  app.add_option("--memory-budget", budget, "Bytes of checkpoint images the agent may hold (suffix K, M, G; 0: no limit)")
+      ->capture_default_str();
   app.add_option("--keep", cfg.keep, "Versions kept in memory per (run, checkpoint, rank)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app.add_option("--persistent", cfg.persistent, "Store written in the background (cairn's format); none: memory only");
@@ -80,7 +90,7 @@ int run_agent(int argc, char** argv) {
   app.add_option("--piece", piece, "Work unit handed to a transfer thread (suffix K, M, G)")->capture_default_str();
   app.add_option("--max-bandwidth", bandwidth, "Cap on one transfer, bytes per second (suffix K, M, G; 0: none)")
       ->capture_default_str();
-  app.add_option("--timeout", cfg.fabric.timeout_s, "Seconds without progress before a transfer fails")
+  app.add_option("--timeout", cfg.fabric.timeout_s, "Seconds the agent's own endpoint waits for a message to leave")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--push-timeout", cfg.push_timeout_s, "Seconds a rank has to finish a push or a restore by read")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -89,6 +99,7 @@ int run_agent(int argc, char** argv) {
     cfg.fabric.max_chunk = parse_bytes(chunk);
     cfg.piece_bytes = parse_bytes(piece);
     cfg.max_bytes_per_s = static_cast<double>(parse_bytes(bandwidth));
+    cfg.memory_budget = parse_bytes(budget);
     if (cfg.piece_bytes == 0) throw CLI::ValidationError("--piece", "must be positive");
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
@@ -114,9 +125,11 @@ int run_agent(int argc, char** argv) {
     std::fprintf(stderr, "cairn-agent: agent %s of application %s (%s) on node %s, controller %s\n",
                  agent_id.c_str(), app_id.c_str(), app_name.c_str(), node_id.c_str(), controller.c_str());
   std::fprintf(stderr,
-               "cairn-agent: provider %s, domain %s, mr_mode %s, %s progress, %d thread(s), keep %d, store %s%s\n",
+               "cairn-agent: provider %s, domain %s, mr_mode %s, %s progress, %d worker(s) x %d lane(s), liveness "
+               "%g s, memory budget %s, keep %d, store %s%s\n",
                pr.provider.c_str(), pr.domain.c_str(), pr.mr_mode_text.c_str(),
-               pr.manual_progress ? "manual" : "auto", cfg.threads, cfg.keep,
+               pr.manual_progress ? "manual" : "auto", cfg.workers, cfg.threads, cfg.liveness_timeout_s,
+               cfg.memory_budget ? (std::to_string(cfg.memory_budget) + " bytes").c_str() : "none", cfg.keep,
                cfg.persistent.empty() ? "(none)" : cfg.persistent.c_str(),
                cfg.persistent.empty()       ? ""
                : cfg.compress_level == 0    ? " (uncompressed)"
