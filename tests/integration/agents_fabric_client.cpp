@@ -134,8 +134,10 @@ int run(int argc, char** argv) {
   CLI::App* ckpt = app.add_subcommand("checkpoint");
   CLI::App* rest = app.add_subcommand("restore");
   CLI::App* restart = app.add_subcommand("restart");
+  CLI::App* query = app.add_subcommand("query");
   common(ckpt);
   common(rest);
+  common(query);
   restart->add_option("--store", a.store, "the store the agent wrote")->required();
   restart->add_option("--run", a.run);
   restart->add_option("--name", a.name);
@@ -177,6 +179,17 @@ int run(int argc, char** argv) {
     if (!st) return fail(3, st.to_string());
     std::printf("held %s/%s v%lld rank %u (%s, %.1f MB/s)\n", a.run.c_str(), a.name.c_str(),
                 static_cast<long long>(a.version), a.rank, a.mode.c_str(), img->bytes.size() / 1e6 / secs);
+    return 0;
+  }
+
+  if (query->parsed()) {
+    // QUERY: the versions held, one line "held V" each, and how long the answer took.
+    auto t0 = std::chrono::steady_clock::now();
+    auto list = (*client)->held(a.run, a.name, a.rank);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!list) return fail(3, list.error().to_string());
+    for (const auto& h : *list) std::printf("held %lld\n", static_cast<long long>(h.version));
+    std::printf("answered in %.3f s\n", secs);
     return 0;
   }
 

@@ -261,6 +261,38 @@ if wait_log c "pulling app/state v8"; then
   client_run c 0 checkpoint --version 9 --bytes 65536 && pass "rank killed mid-pull: the agent serves the next one"
 fi
 
+# ---- concurrent service: nothing waits behind a slow transfer -----------------------
+# A 64 MiB pull capped at 16 MB/s takes about 4 s; meanwhile another
+# application's checkpoint and a QUERY are served by the other workers, and
+# a rank of the slow run killed mid-pull is found gone within the liveness
+# timeout, its transfer cancelled, the versions held before kept.
+start_agent e --threads 1 --workers 3 --max-bandwidth 16M --liveness-timeout 2 --timeout 10
+client_run e 0 checkpoint --run slow --version 1 --bytes 65536 && pass "slow run: v1 held before the long pull"
+"$client" checkpoint --agent "$tmp/e.name" --provider "$provider" --run slow --version 2 --bytes 67108864 \
+  --timeout 30 >/dev/null 2>&1 &
+slow_pid=$!
+pids+=("$slow_pid")
+if wait_log e "pulling slow/state v2"; then
+  t0=$(date +%s.%N)
+  client_run e 0 checkpoint --run other --version 1 --bytes 1048576 &&
+    kill -0 "$slow_pid" 2>/dev/null && pass "another application's checkpoint is held while the long pull runs"
+  client_run e 0 query --run slow && grep -qx "held 1" "$tmp/out" && kill -0 "$slow_pid" 2>/dev/null &&
+    pass "QUERY answered while the long pull runs"
+  kill -9 "$slow_pid"
+  wait "$slow_pid" 2>/dev/null || true
+  t1=$(date +%s.%N)
+  if wait_log e "slow/state v2 rank 0 not held" 15; then
+    pass "rank killed mid-pull: its transfer ends within the liveness timeout, not the 30 s transfer timeout"
+  else
+    fail "the dead rank's transfer did not end: $(tail -3 "$tmp/e.log")"
+  fi
+  client_run e 0 query --run slow && grep -qx "held 1" "$tmp/out" && ! grep -qx "held 2" "$tmp/out" &&
+    pass "the version held before the kill is kept, the cancelled one not held"
+  client_run e 0 restore --run slow --version 1 --bytes 65536 --mode push &&
+    grep -q "restored slow/state v1" "$tmp/out" && pass "the kept version restores bit for bit"
+  python3 -c 'import sys; t0, t1 = map(float, sys.argv[1:]); print("  (other work served within %.1f s of the long pull start)" % (t1 - t0))' "$t0" "$t1"
+fi
+
 if [[ $failures -ne 0 ]]; then
   echo "$failures check(s) failed" >&2
   exit 1
