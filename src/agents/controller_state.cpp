@@ -73,12 +73,10 @@ status controller_state::apply(const json& rec) {
     f.str("reason", &reason, false, 64);
     if (!f.ok()) return f.error();
     if (!nodes_.count(id)) return bad("unknown node " + id);
-    for (auto it = agents_.begin(); it != agents_.end();) {
-      if (it->second.node == id) {
-        touch_app(it->second.app);
-        it = agents_.erase(it);
-      } else {
-        ++it;
+    if (auto on = by_node_.find(id); on != by_node_.end()) {
+      for (uint64_t a : std::set<uint64_t>(on->second)) {
+        touch_app(agents_.at(a).app);
+        drop_agent(a);
       }
     }
     nodes_.erase(id);
@@ -129,12 +127,10 @@ status controller_state::apply(const json& rec) {
     f.u64("app", &id);
     if (!f.ok()) return f.error();
     if (!apps_.count(id)) return bad("unknown application " + std::to_string(id));
-    for (auto it = agents_.begin(); it != agents_.end();) {
-      if (it->second.app == id) {
-        dirty_.insert(it->second.node);
-        it = agents_.erase(it);
-      } else {
-        ++it;
+    if (auto of = by_app_.find(id); of != by_app_.end()) {
+      for (uint64_t a : std::set<uint64_t>(of->second)) {
+        dirty_.insert(agents_.at(a).node);
+        drop_agent(a);
       }
     }
     apps_.erase(id);
@@ -155,6 +151,8 @@ status controller_state::apply(const json& rec) {
     dirty_.insert(g.node);
     touch_app(g.app);
     uint64_t id = g.id;
+    by_node_[g.node].insert(id);
+    by_app_[g.app].insert(id);
     agents_[id] = std::move(g);
     return {};
   }
@@ -174,6 +172,8 @@ status controller_state::apply(const json& rec) {
     moved.app = it->second.app;
     moved.reserve = it->second.reserve;
     moved.node = to;
+    unindex(by_node_, it->second.node, id);
+    by_node_[to].insert(id);
     it->second = moved;  // a new process on the new node: no report yet
     touch_app(moved.app);
     return {};
@@ -186,7 +186,7 @@ status controller_state::apply(const json& rec) {
     if (it == agents_.end()) return bad("unknown agent " + std::to_string(id));
     dirty_.insert(it->second.node);
     touch_app(it->second.app);
-    agents_.erase(it);
+    drop_agent(id);
     return {};
   }
   return bad("unknown operation");
@@ -227,18 +227,23 @@ status controller_state::commit(const json& rec) {
 
 std::vector<const controller_state::agent*> controller_state::agents_on(const std::string& node) const {
   std::vector<const agent*> out;
-  for (const auto& [id, g] : agents_) {
-    if (g.node == node) out.push_back(&g);
-  }
+  if (auto it = by_node_.find(node); it != by_node_.end())
+    for (uint64_t id : it->second) out.push_back(&agents_.at(id));
   return out;
 }
 
 std::vector<const controller_state::agent*> controller_state::agents_of(uint64_t app) const {
   std::vector<const agent*> out;
-  for (const auto& [id, g] : agents_) {
-    if (g.app == app) out.push_back(&g);
-  }
+  if (auto it = by_app_.find(app); it != by_app_.end())
+    for (uint64_t id : it->second) out.push_back(&agents_.at(id));
   return out;
+}
+
+void controller_state::drop_agent(uint64_t id) {
+  auto it = agents_.find(id);
+  unindex(by_node_, it->second.node, id);
+  unindex(by_app_, it->second.app, id);
+  agents_.erase(it);
 }
 
 uint64_t controller_state::reserve_per_agent(const app& a, uint32_t agents) const {
@@ -260,7 +265,10 @@ double controller_state::transfer_estimate(const app& a, uint32_t agents) const 
 
 std::vector<node_view> controller_state::views(const std::string& exclude) const {
   std::vector<node_view> out;
+  out.reserve(nodes_.size());
+  auto on = by_node_.begin();  // both maps are ordered by node id: walk them together
   for (const auto& [id, n] : nodes_) {
+    while (on != by_node_.end() && on->first < id) ++on;
     if (!n.reported || n.leaving || id == exclude) continue;
     node_view v;
     v.id = id;
@@ -269,13 +277,16 @@ std::vector<node_view> controller_state::views(const std::string& exclude) const
     v.activity = n.metrics.activity;
     v.power_w = n.metrics.power_w;
     uint32_t used = 0;
-    for (const agent* g : agents_on(id)) {
+    static const std::set<uint64_t> none;
+    for (uint64_t gid : (on != by_node_.end() && on->first == id) ? on->second : none) {
+      const agent* g = &agents_.at(gid);
       ++used;
       // What an agent will take but its node has not measured yet.
       v.mem_free = sat_sub(v.mem_free, sat_sub(g->reserve, g->memory_held));
       const app& a = apps_.at(g->app);
       if (a.hints.interval_s > 0) {
-        uint32_t k = static_cast<uint32_t>(agents_of(a.id).size());
+        auto of = by_app_.find(a.id);
+        uint32_t k = of == by_app_.end() ? 0 : static_cast<uint32_t>(of->second.size());
         double share = k > 0 ? static_cast<double>(a.hints.checkpoint_bytes) / k : 0;
         v.bw_in_use += std::max(0.0, share / a.hints.interval_s - g->bw);
         v.activity += std::max(0.0, 1.0 / a.hints.interval_s - g->rate);

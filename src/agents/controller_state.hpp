@@ -171,8 +171,18 @@ class controller_state {
 
  private:
   status commit(const nlohmann::json& rec);
+  // An agent's node's or application's agents, by id (from the indexes).
   std::vector<const agent*> agents_on(const std::string& node) const;
   std::vector<const agent*> agents_of(uint64_t app) const;
+  // Removes an agent and its index entries.
+  void drop_agent(uint64_t id);
+  template <typename K>
+  static void unindex(std::map<K, std::set<uint64_t>>& index, const K& key, uint64_t id) {
+    auto it = index.find(key);
+    if (it == index.end()) return;
+    it->second.erase(id);
+    if (it->second.empty()) index.erase(it);
+  }
   uint64_t reserve_per_agent(const app& a, uint32_t agents) const;
   double transfer_estimate(const app& a, uint32_t agents) const;
   // Moves every agent off `node` (to other nodes with room, else removes it).
@@ -186,6 +196,11 @@ class controller_state {
   std::map<std::string, node> nodes_;
   std::map<uint64_t, app> apps_;
   std::map<uint64_t, agent> agents_;
+  // Indexes of agents_ (agent ids per node and per application), kept by
+  // apply() and drop_agent(): the decisions ask for them per node and per
+  // application, which a scan of every agent makes quadratic at scale.
+  std::map<std::string, std::set<uint64_t>> by_node_;
+  std::map<uint64_t, std::set<uint64_t>> by_app_;
   uint64_t next_app_ = 1;
   uint64_t next_agent_ = 1;
   uint64_t generation_ = 0;
