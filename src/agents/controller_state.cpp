@@ -392,8 +392,10 @@ status controller_state::node_heartbeat(const std::string& id, const node_metric
   n.leaving = false;
   n.last_seen = now;
   n.metrics = m;
-  for (auto& [gid, g] : agents_) {
-    if (g.node != id) continue;
+  auto on = by_node_.find(id);
+  if (on == by_node_.end()) return {};
+  for (uint64_t gid : on->second) {
+    agent& g = agents_.at(gid);
     auto r = std::find_if(reports.begin(), reports.end(), [&](const agent_report& x) { return x.agent == gid; });
     if (r == reports.end()) {
       g.state = "assigned";
@@ -575,13 +577,18 @@ result<std::string> controller_state::agent_migrate(uint64_t agent_id, const std
 status controller_state::fill_shortfalls() {
   std::vector<uint64_t> ids;
   for (const auto& [id, a] : apps_) ids.push_back(id);
+  // The nodes' views change only when agents are added: computed once, and
+  // again after each placement (not once per application: O(apps x nodes)).
+  std::vector<node_view> v = views();
   for (uint64_t id : ids) {
     const app& a = apps_.at(id);
-    uint32_t have = static_cast<uint32_t>(agents_of(id).size());
+    auto of = by_app_.find(id);
+    uint32_t have = of == by_app_.end() ? 0 : static_cast<uint32_t>(of->second.size());
     if (have >= a.target) continue;
+    if (v.empty()) break;  // no node can take an agent
     uint64_t per = reserve_per_agent(a, a.target);
     uint32_t room = static_cast<uint32_t>(
-        place_agents(views(), a.target - have, a.strat, a.dist, a.block_size, per).size());
+        place_agents(v, a.target - have, a.strat, a.dist, a.block_size, per).size());
     if (room == 0) continue;
     resize_decision d = expansion_decision(a, have, have + room);
     std::string note = "expand " + std::to_string(have) + " -> " + std::to_string(have + room) + ": " + d.reason;
@@ -589,6 +596,7 @@ status controller_state::fill_shortfalls() {
     if (!d.applied) continue;
     auto placed = add_agents(apps_.at(id), room);
     if (!placed) return placed.take_status();
+    v = views();
   }
   return {};
 }
