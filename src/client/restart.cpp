@@ -225,7 +225,7 @@ status client_impl::nothing_restartable(const std::string& name, const std::vect
   }
   std::vector<int64_t> ev = {committed ? 0 : 1, other_shape.empty() ? 1 : 0};
   comm_->allreduce_min(ev);
-  std::string shape = exchange_message(!other_shape.empty(), other_shape);
+  const std::string shape = ev[1] == 0 ? exchange_message(!other_shape.empty(), other_shape) : std::string();
   std::string msg = "no restartable version of checkpoint '" + name + "' in run '" + cfg_.run + "' (looked in " +
                     (cfg_.local_enabled ? cfg_.scratch + ", " : std::string()) + cfg_.persistent +
                     (agents_ ? " and the agents' memory" : "") + ")";
