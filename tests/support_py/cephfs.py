@@ -417,6 +417,8 @@ pid_file =
 log_file = {r}/log/$name.log
 log_to_stderr = false
 err_to_stderr = true
+# a daemon that exits at start-up leaves its last words in its log
+log_flush_on_exit = true
 mon_cluster_log_file = {r}/log/cluster.log
 mon_data = {r}/$name
 osd_data = {r}/$name
@@ -439,6 +441,8 @@ osd_op_num_shards = 2
 osd_op_num_threads_per_shard = 1
 ms_async_op_threads = 2
 mds_cache_memory_limit = 134217728
+# PG states reach the manager every second (default 5): start-up waits on them
+mgr_stats_period = 1
 
 [mgr]
 mgr_initial_modules =
@@ -576,11 +580,16 @@ log_file = {r}/log/ceph-cli.log
     def _wait_fs_ready(self):
         osds = [d for d in self.daemons if d["kind"] == "osd"]
         mon = self._daemon("mon")
+        t0 = time.monotonic()
         self._wait(f"{self.nosds} OSDs up and in",
                    lambda: self.osd_count(up_and_in=True) == self.nosds, [mon] + osds)
+        self.timings["osds_up_s"] = time.monotonic() - t0
         self._wait("the MDS to become active", self._mds_active, [mon] + osds + [self._daemon("mds")])
+        self.timings["mds_active_s"] = time.monotonic() - t0
         self._wait("the manager to become active", self._mgr_active, [mon, self._daemon("mgr")])
+        self.timings["mgr_active_s"] = time.monotonic() - t0
         self._wait("every placement group active", self._pgs_active, [mon, self._daemon("mgr")] + osds)
+        self.timings["pgs_active_s"] = time.monotonic() - t0
 
     def _daemon(self, kind: str) -> dict:
         return next(d for d in self.daemons if d["kind"] == kind)
@@ -646,23 +655,47 @@ log_file = {r}/log/ceph-cli.log
                 pass
         return out
 
-    def client_asok(self, index: int) -> Optional[Path]:
-        """The admin socket of client index (for `ceph daemon PATH perf dump`)."""
-        c = self.clients[index]
+    def asok(self, who) -> Optional[Path]:
+        """The admin socket of a client (its index) or a daemon ("mds.a"),
+        for `ceph --admin-daemon PATH ...`; None if it has none."""
         run = Path(self.asok_dir) if self.asok_dir else self.root / "run"
-        p = run / f"{c['name']}.{c['pid']}.asok"
+        if isinstance(who, int):
+            c = self.clients[who]
+            p = run / f"{c['name']}.{c['pid']}.asok"
+        else:
+            p = run / f"{who}.asok"
         return p if p.exists() else None
 
-    def client_perf(self, index: int) -> dict:
-        """The perf counters of client index (objecter ops, object cacher...)."""
-        asok = self.client_asok(index)
+    def perf_dump(self, who, section: Optional[str] = None) -> dict:
+        """The perf counters of a client (its index: objecter ops, object
+        cacher...) or a daemon ("mds.a": purge_queue, mds_cache...)."""
+        asok = self.asok(who)
         if asok is None:
-            raise CephFSError(f"no admin socket for {self.clients[index]['name']}")
-        r = subprocess.run(["ceph", "--admin-daemon", str(asok), "perf", "dump"], capture_output=True,
-                           text=True, timeout=15)
+            raise CephFSError(f"no admin socket for {who}")
+        cmd = ["ceph", "--admin-daemon", str(asok), "perf", "dump"] + ([section] if section else [])
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=15, stdin=subprocess.DEVNULL)
         if r.returncode != 0:
             raise CephFSError(f"perf dump of {asok}: {r.stderr.strip()}")
         return json.loads(r.stdout)
+
+    def purged_count(self) -> int:
+        """Inodes the MDS has purged so far (pass it to wait_purged)."""
+        return self.perf_dump("mds.a", "purge_queue")["purge_queue"]["pq_executed"]
+
+    def wait_purged(self, since: int, count: int, timeout: float = 30.0) -> bool:
+        """Waits until the MDS has purged count more inodes than since (a
+        purged_count() taken before they were deleted): deletes are
+        asynchronous in CephFS, and memstore OSDs hold the data in memory until
+        the purge. Returns False at the timeout (e.g. a client still holds the
+        caps of a deleted file, which keeps it as a stray)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pq = self.perf_dump("mds.a", "purge_queue")["purge_queue"]
+            if pq["pq_executed"] >= since + count and pq["pq_executing"] == 0:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
 
     get_layout = staticmethod(get_layout)
     set_layout = staticmethod(set_layout)
@@ -676,8 +709,15 @@ log_file = {r}/log/ceph-cli.log
             # Our child: its PID cannot be reused before we reap it (and its
             # cmdline reads empty for a moment after exec).
             return p.poll() is None
-        cmd = _pid_cmdline(pid)
-        return bool(cmd) and str(self.conf) in cmd and _pid_state(pid) != "Z"
+        for _ in range(20):
+            cmd = _pid_cmdline(pid)
+            state = _pid_state(pid)
+            if cmd or state in (None, "Z"):
+                return bool(cmd) and str(self.conf) in cmd and state != "Z"
+            # Empty cmdline of a live process: it is in exec (an MDS respawns
+            # itself so); look again.
+            time.sleep(0.01)
+        return False
 
     def _signal(self, pid: int, sig) -> None:
         if self._alive(pid):
@@ -745,11 +785,15 @@ log_file = {r}/log/ceph-cli.log
                 problems.append(f"{c['mount']}: {err}" if err else
                                 f"{c['mount']} needed a second unmount after {c['name']} stopped")
         self.timings["stop_clients_s"] = time.monotonic() - t0
-        # 2. Servers in order; the MDS takes seconds to shut down cleanly.
+        # 2. Servers in order. An MDS's clean shutdown takes 8 s (it waits for
+        #    the monitor to acknowledge its last beacon), for nothing once the
+        #    clients are gone and the file system is thrown away: it gets 3 s.
         for kind in SERVER_STOP_ORDER:
             entries = [d for d in self.daemons if d["kind"] == kind]
             if entries:
-                problems += self._terminate(entries, grace=10 if kind != "mds" else 15)
+                t = time.monotonic()
+                problems += self._terminate(entries, grace=3 if kind == "mds" else 10)
+                self.timings[f"stop_{kind}_s"] = time.monotonic() - t
         for p in list(self._popen.values()):
             if p.poll() is None:
                 try:
