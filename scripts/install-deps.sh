@@ -10,7 +10,9 @@ packages=(build-essential cmake ninja-build pkg-config git
           libgtest-dev python3 python3-venv
           libfabric-dev libfabric-bin
           libsodium-dev
-          libzstd-dev)
+          libzstd-dev
+          # the single-host CephFS of the tests (tests/support_py/cephfs.py)
+          ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
