@@ -9,13 +9,16 @@ that a failed start and a teardown after the servers died leave nothing
 either.
 """
 import hashlib
+import json
 import os
 import signal
 import stat
+import subprocess
 
 import pytest
 
 import cephfs
+import harness
 
 OSDS = 3
 MiB = 1 << 20
@@ -144,6 +147,41 @@ def test_layout_helpers(rig):
         os.setxattr(d, "ceph.dir.layout.object_size", str(3 * MiB).encode())
     with pytest.raises(ValueError):
         cephfs.set_layout(d, stripe_unit=3 * MiB, object_size=4 * MiB)
+
+
+def geometry(*args):
+    """`cairn geometry ARGS --json`: (exit status, parsed JSON or stderr)."""
+    r = subprocess.run([str(harness.cli_path()), "geometry", *map(str, args), "--json"], capture_output=True,
+                       text=True, timeout=60, env=harness.base_env())
+    return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else r.stderr)
+
+
+@pytest.mark.skipif(not harness.cli_path(), reason="needs the cairn CLI")
+def test_cairn_detects_and_sets_the_layout(rig):
+    """cairn's own geometry detection (src/storage/geometry, what aggregation
+    aligns to) through ceph-fuse: the inherited layout of a new directory,
+    then a layout it sets, which files created by the other client get."""
+    a, b = rig.mounts
+    d = a / "geometry"
+    d.mkdir()
+    rc, g = geometry(d)
+    assert rc == 0, g
+    default = cephfs.effective_layout(d)
+    assert (g["fs"], g["stripe_unit"], g["stripe_count"]) == ("cephfs", default["stripe_unit"],
+                                                               default["stripe_count"]), g
+    assert "inherited" in g["source"] or "st_blksize" in g["source"], g
+    rc, g = geometry(d, "--stripe-unit", MiB, "--stripe-count", OSDS, "--object-size", 4 * MiB)
+    assert rc == 0, g
+    assert (g["stripe_unit"], g["stripe_count"], g["object_size"]) == (MiB, OSDS, 4 * MiB), g
+    assert g["source"] == f"ceph.dir.layout of {d}", g
+    with open(b / "geometry" / "new", "wb") as f:
+        f.write(b"x" * 4096)
+    layout = cephfs.get_layout(b / "geometry" / "new")
+    assert (layout["stripe_unit"], layout["stripe_count"], layout["object_size"]) == (MiB, OSDS, 4 * MiB)
+    # A layout CephFS cannot take is refused with the rule, and nothing changes.
+    rc, err = geometry(d, "--stripe-unit", 1000)
+    assert rc != 0 and "multiple of 65536" in err, err
+    assert cephfs.get_layout(d)["stripe_unit"] == MiB
 
 
 def test_reports_storage_targets(rig):

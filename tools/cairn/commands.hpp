@@ -41,6 +41,17 @@ struct reindex_options {
 };
 int cmd_reindex(const reindex_options& o);
 
+// cairn geometry DIR [--stripe-unit B --stripe-count N --object-size B] [--json]:
+// the stripe geometry new files in DIR get (what aggregation aligns to), and
+// on CephFS sets the directory's layout first when asked.
+struct geometry_options {
+  std::string dir;
+  uint64_t stripe_unit = 0, object_size = 0;
+  uint32_t stripe_count = 0;
+  bool json = false;
+};
+int cmd_geometry(const geometry_options& o);
+
 struct gc_options {
   std::string store;
   int64_t keep = 0;  // >= 1

@@ -95,6 +95,15 @@ int run_cli(int argc, char** argv) {
   gc_cmd->add_flag("--dry-run", gc.dry_run, "Print what would be deleted, delete nothing");
   gc_cmd->add_flag("--json", gc.json, "Machine-readable JSON on stdout");
 
+  geometry_options geo;
+  CLI::App* geo_cmd = app.add_subcommand(
+      "geometry", "The stripe geometry new files in a directory get (CephFS layouts can be set with the options)");
+  geo_cmd->add_option("DIR", geo.dir, "Directory (e.g. the persistent level)")->required();
+  geo_cmd->add_option("--stripe-unit", geo.stripe_unit, "CephFS: set the stripe unit first (bytes, multiple of 64 KiB)");
+  geo_cmd->add_option("--stripe-count", geo.stripe_count, "CephFS: set the stripe count first");
+  geo_cmd->add_option("--object-size", geo.object_size, "CephFS: set the object size first (multiple of the unit)");
+  geo_cmd->add_flag("--json", geo.json, "Machine-readable JSON on stdout");
+
   diff_options diff;
   CLI::App* diff_cmd = app.add_subcommand(
       "diff", "Compare two runs version by version, region by region (exact, approximate, mismatching elements)");
@@ -238,6 +247,7 @@ int run_cli(int argc, char** argv) {
   if (*reindex_cmd) return cmd_reindex(reindex);
   if (*gc_cmd) return cmd_gc(gc);
   if (*diff_cmd) return cmd_diff(diff);
+  if (*geo_cmd) return cmd_geometry(geo);
   if (*ctl_cmd) return cmd_controller(ctl);
   if (*mgr_cmd) return cmd_manager(mgr);
   if (*ag_cmd) {
