@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "storage/geometry.hpp"
 #include "storage/storage_env.hpp"
 
 namespace cairn::storage {
@@ -94,6 +95,22 @@ TEST_F(storage_test, fault_env_path_part_selects_files) {
   ASSERT_TRUE(fe->make_dirs(join(dir_, "v2")));
   EXPECT_TRUE(fe->write_atomic(join(dir_, "v1/x"), "a", false));
   EXPECT_EQ(fe->write_atomic(join(dir_, "v2/x"), "a", false).code(), errc::io_error);
+}
+
+TEST_F(storage_test, geometry_of_a_local_directory_and_its_errors) {
+  auto g = detect_geometry(dir_);
+  ASSERT_TRUE(g) << g.error().to_string();
+  EXPECT_FALSE(g->fs.empty());
+  EXPECT_GE(g->stripe_unit, 512u);
+  EXPECT_EQ(g->stripe_count, 1u);
+  EXPECT_EQ(g->source, "st_blksize");
+  auto missing = detect_geometry(dir_ + "/missing");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code(), errc::not_found);
+  // Only CephFS layouts can be set; elsewhere the error names the file system.
+  status st = set_dir_layout(dir_, 1 << 20, 2, 4 << 20);
+  EXPECT_EQ(st.code(), errc::not_supported) << st.to_string();
+  EXPECT_NE(st.message().find(g->fs), std::string::npos) << st.message();
 }
 
 }  // namespace
