@@ -384,7 +384,11 @@ struct agent_server::impl {
       const errc code = h.error().code();
       if (code == errc::cancelled || w.abort.load()) {
         agent_log("%s not held: cancelled (%s)", describe(m).c_str(), h.error().message().c_str());
-        return;  // its incarnation is gone: nobody to answer
+        // A rank known gone is not answered (reply() skips it); one that is
+        // alive hears at once, and writes the version itself.
+        (void)reply(j.peer, m, data_msg::held,
+                    status(errc::cancelled, describe(m) + ": cancelled by the agent (another rank of the run is gone)"));
+        return;
       }
       agent_log("%s not held: %s", describe(m).c_str(), h.error().to_string().c_str());
       if (code == errc::io_error) {
