@@ -274,7 +274,7 @@ class fabric_agents_data final : public agents_data {
         nanosleep(&ts, nullptr);
       }
       if (!why.is_ok())
-        out.unreachable.push_back("agent " + std::to_string(a.id) + " on " + a.node + ": " + why.message());
+        out.unreachable.push_back({a, why.message()});
     }
     return out;
   }

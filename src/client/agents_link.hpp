@@ -95,9 +95,13 @@ struct agent_holding {
 // What the agents answered to a QUERY.
 struct agents_holdings {
   std::vector<agent_holding> holdings;
-  // Agents that did not answer within the wait (what they hold is unknown),
-  // each described as "agent ID on NODE: why".
-  std::vector<std::string> unreachable;
+  // Agents that did not answer within the wait (what they hold is unknown).
+  struct silent_agent {
+    agent_ref agent;
+    std::string why;
+    std::string describe() const { return "agent " + std::to_string(agent.id) + " on " + agent.node + ": " + why; }
+  };
+  std::vector<silent_agent> unreachable;
 };
 
 // Data plane of one rank. Thread-safety: every method may be called from any

@@ -171,6 +171,11 @@ class client_impl {
   // Collective: agree on the newest version all ranks can load intact.
   result<int64_t> agree_restartable(const std::string& name);
   std::vector<int64_t> local_candidates(const std::string& name);
+  // Collective, when some rank's agents did not answer a restart: true when
+  // the controller no longer lists any of them where this job knew them
+  // (their node is gone: their memory with it), after a warning; false when
+  // some may still come back (or the controller cannot say).
+  bool forget_lost_agents(const std::string& name);
   // Collective: restart_test's answer when no version can be restored:
   // not_found when none exists, unusable when some exist that this job
   // cannot use (another rank count, damaged copies), with what to do.

@@ -60,7 +60,7 @@ std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
       if (agents_view_.returning)
         for (const auto& u : held.unreachable)
           std::fprintf(stderr, "cairn: rank %u: warning: restarting without %s (agents_allow_missing = true)\n", me,
-                       u.c_str());
+                       u.describe().c_str());
       held.unreachable.clear();
     }
     for (const auto& h : held.holdings) out.insert(h.version);
@@ -151,25 +151,51 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
   return {worst.code(), "'" + name + "' version " + std::to_string(version) + ": " + why};
 }
 
+bool client_impl::forget_lost_agents(const std::string& name) {
+  // The controller's current view: a silent agent it no longer lists where
+  // this job knew it (its node died or left, and it was moved or dropped)
+  // took its memory with it: nothing of it can be waited for.
+  std::string text;
+  if (rank() == 0) {
+    auto v = control_->fetch(agents_view_.app);
+    if (v) text = v->encode();
+  }
+  comm_->broadcast(&text, 0);
+  auto current = agents_view::decode(text);
+  auto& silent = agent_holdings_[name].unreachable;
+  bool all_lost = current.is_ok();
+  for (const auto& u : silent) {
+    bool listed = false;
+    if (current)
+      for (const auto& a : current->agents)
+        listed |= a.id == u.agent.id && a.node == u.agent.node && a.endpoint == u.agent.endpoint;
+    all_lost &= !listed;
+  }
+  if (comm_->min(all_lost ? 1 : 0) == 0) return false;
+  for (const auto& u : silent)
+    std::fprintf(stderr, "cairn: rank %d: warning: %s, and the controller no longer has it there: what it held is "
+                         "lost with it; restarting from the other levels\n", rank(), u.describe().c_str());
+  silent.clear();
+  return true;
+}
+
 result<int64_t> client_impl::agree_restartable(const std::string& name) {
   std::vector<int64_t> cands = local_candidates(name);
   // Agents that may hold the newest versions and did not answer: restarting
   // from an older level would silently forget them.
-  {
-    const auto it = agent_holdings_.find(name);
-    const bool silent = it != agent_holdings_.end() && !it->second.unreachable.empty();
+  if (comm_->min(agent_holdings_.count(name) && !agent_holdings_[name].unreachable.empty() ? 0 : 1) == 0 &&
+      !forget_lost_agents(name)) {
+    const auto& silent_list = agent_holdings_[name].unreachable;
+    const bool silent = !silent_list.empty();
     std::string list;
-    if (silent)
-      for (const auto& u : it->second.unreachable) list += (list.empty() ? "" : "; ") + u;
-    if (comm_->min(silent ? 0 : 1) == 0) {
-      return status(errc::unusable,
-                    "run '" + cfg_.run + "' is known to the agents controller, but checkpoint agents that may hold "
-                    "its newest versions of '" + name + "' in memory did not answer within agents_restart_wait = " +
-                        std::to_string(static_cast<int>(cfg_.agents_restart_wait)) + " s (" +
-                        exchange_message(silent, list) +
-                        "); restart when they answer (see 'cairn agents status'), or set agents_allow_missing = true "
-                        "to restart from what the other levels hold");
-    }
+    for (const auto& u : silent_list) list += (list.empty() ? "" : "; ") + u.describe();
+    return status(errc::unusable,
+                  "run '" + cfg_.run + "' is known to the agents controller, but checkpoint agents that may hold "
+                  "its newest versions of '" + name + "' in memory did not answer within agents_restart_wait = " +
+                      std::to_string(static_cast<int>(cfg_.agents_restart_wait)) + " s (" +
+                      exchange_message(silent, list) +
+                      "); restart when they answer (see 'cairn agents status'), or set agents_allow_missing = true "
+                      "to restart from what the other levels hold");
   }
   std::set<int64_t> excluded;
   int64_t cap = INT64_MAX;

@@ -110,6 +110,38 @@ def test_restart_does_not_forget_agents_that_do_not_answer(deployment, reference
     assert again.final_hash == ref.final_hash
 
 
+def test_restart_right_after_the_agents_node_died_is_not_refused(deployment, reference, make_job):
+    """The agent node dies with the application (its manager and agents
+    killed); the rerun starts at once, before the controller noticed. Its
+    silent agent is then one the controller soon no longer lists where the
+    job knew it: its memory is lost with its node, so the restart goes on from
+    the other levels (here: nothing, memory-only agents) with a warning
+    instead of refusing with CAIRN_EUNUSABLE, and the run ends with the
+    uninterrupted result."""
+    d = deployment
+    d.add_manager("node-a", memory_only=True)
+    d.add_manager("node-b", memory_only=True)
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-node-died")
+    flag = job.root / "pause8"
+    cfg = agents_cfg(d, agents_persist="false", agents_timeout=1, agents_restart_wait=4, agents_wait=3)
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
+                  "--pause-after", 8, flag, **cfg)
+    job.wait_paused(p, flag)
+    node = d.app("agents-node-died")["agents"][0]["node"]
+    os.killpg(p.pid, signal.SIGKILL)
+    harness.finish_process(p)
+    d.kill("manager-" + node)  # the node is gone, with its agents and what they held
+    t0 = time.monotonic()
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg).ok()
+    print(f"rerun took {time.monotonic() - t0:.1f} s")
+    assert r.restarted_from is None, r.describe()
+    # Started before the controller moved the agent, the rerun found it
+    # silent and then gone; started after, it never saw it. Never refused.
+    assert "cannot restore" not in r.stderr and "did not answer within" not in r.stderr, r.describe()
+    assert r.final_hash == ref.final_hash
+
+
 def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, reference, make_job):
     """Agents with a store write every version compressed-or-not in cairn's
     format; after the application and then every agent process are killed,
