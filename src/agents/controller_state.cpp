@@ -396,9 +396,20 @@ status controller_state::node_heartbeat(const std::string& id, const node_metric
   if (on == by_node_.end()) return {};
   for (uint64_t gid : on->second) {
     agent& g = agents_.at(gid);
-    auto r = std::find_if(reports.begin(), reports.end(), [&](const agent_report& x) { return x.agent == gid; });
-    if (r == reports.end()) {
+    auto it_r = std::find_if(reports.begin(), reports.end(), [&](const agent_report& x) { return x.agent == gid; });
+    const agent_report* r = it_r == reports.end() ? nullptr : &*it_r;
+    if (r == nullptr) {
+      // Its manager does not have it (not launched yet, or the manager
+      // restarted): nothing it reported before is true any more, and the
+      // memory it held must count as reserved again.
       g.state = "assigned";
+      g.pid = 0;
+      g.memory_held = 0;
+      g.bw = g.rate = 0;
+      if (!g.endpoint.empty()) {
+        g.endpoint.clear();
+        touch_app(g.app);
+      }
       continue;
     }
     g.state = r->state;

@@ -764,6 +764,35 @@ TEST(agents_controller_state, migration_and_journal_failures) {
   EXPECT_EQ(json(f.state.snapshot()), snap);
 }
 
+TEST(agents_controller_state, a_manager_that_lost_its_agents_frees_what_they_held) {
+  state_fixture f;
+  ASSERT_TRUE(f.state.node_register("a", "h:1", 4, metrics(16ull << 30, 0), {}, 0));
+  auto app = f.state.app_register("x", app_hints{.nodes = 1, .checkpoint_bytes = 8ull << 30}, std::nullopt,
+                                  std::nullopt, std::nullopt);
+  ASSERT_TRUE(app);
+  uint64_t agent = f.state.agents().begin()->first;
+  agent_report r;
+  r.agent = agent;
+  r.app = *app;
+  r.state = "running";
+  r.pid = 42;
+  r.memory_held = 8ull << 30;
+  r.endpoint = "tcp://a:1";
+  ASSERT_TRUE(f.state.node_heartbeat("a", metrics(8ull << 30, 0), {r}, 1));
+  EXPECT_EQ(f.state.views()[0].mem_free, 8ull << 30);
+  uint64_t gen = f.state.apps().at(*app).generation;
+  // The manager restarts: it runs nothing and its node has all its memory
+  // free again; the agent will take its 8 GiB when relaunched.
+  ASSERT_TRUE(f.state.node_register("a", "h:1", 4, metrics(16ull << 30, 0), {}, 2));
+  const auto& g = f.state.agents().at(agent);
+  EXPECT_EQ(g.state, "assigned");
+  EXPECT_EQ(g.memory_held, 0u);
+  EXPECT_EQ(g.pid, 0);
+  EXPECT_EQ(g.endpoint, "");
+  EXPECT_GT(f.state.apps().at(*app).generation, gen);  // its address is gone: probes see the change
+  EXPECT_EQ(f.state.views()[0].mem_free, 8ull << 30);
+}
+
 TEST(agents_controller_state, unknown_heartbeat_and_bad_names) {
   state_fixture f;
   EXPECT_EQ(f.state.node_heartbeat("ghost", {}, {}, 0).code(), errc::not_found);
