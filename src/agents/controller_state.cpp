@@ -349,10 +349,18 @@ result<uint32_t> controller_state::add_agents(const app& a, uint32_t count) {
 
 status controller_state::evacuate(const std::string& node, uint32_t* moved) {
   std::map<uint64_t, std::vector<uint64_t>> by_app;
-  for (const agent* g : agents_on(node)) by_app[g->app].push_back(g->id);
+  std::map<uint64_t, uint64_t> largest_reserve;
+  for (const agent* g : agents_on(node)) {
+    by_app[g->app].push_back(g->id);
+    largest_reserve[g->app] = std::max(largest_reserve[g->app], g->reserve);
+  }
   for (const auto& [app_id, ids] : by_app) {
     const app& a = apps_.at(app_id);
-    uint64_t per = reserve_per_agent(a, static_cast<uint32_t>(agents_of(app_id).size()));
+    // A moved agent keeps its reservation, which is larger than an agent's
+    // share now when the application gained agents since it was placed: the
+    // room must fit the reservation it carries.
+    uint64_t per = std::max(reserve_per_agent(a, static_cast<uint32_t>(agents_of(app_id).size())),
+                            largest_reserve[app_id]);
     std::vector<node_view> v = views(node);
     std::vector<std::string> where =
         place_agents(v, static_cast<uint32_t>(ids.size()), a.strat, a.dist, a.block_size, per);

@@ -793,6 +793,33 @@ TEST(agents_controller_state, a_manager_that_lost_its_agents_frees_what_they_hel
   EXPECT_EQ(f.state.views()[0].mem_free, 8ull << 30);
 }
 
+TEST(agents_controller_state, an_evacuated_agent_needs_room_for_the_reservation_it_carries) {
+  state_fixture f;  // bandwidth strategy
+  ASSERT_TRUE(f.state.node_register("a", "h:1", 4, metrics(10ull << 30, 0), {}, 0));
+  ASSERT_TRUE(f.state.node_register("b", "h:2", 4, metrics(10ull << 30, 50), {}, 0));
+  // One agent for 8 GiB: on a (least bandwidth), reserving 8 GiB.
+  auto app = f.state.app_register("x", app_hints{.nodes = 1, .checkpoint_bytes = 8ull << 30}, std::nullopt,
+                                  std::nullopt, std::nullopt);
+  ASSERT_TRUE(app);
+  uint64_t first = f.state.agents().begin()->first;
+  ASSERT_EQ(f.state.agents().at(first).reserve, 8ull << 30);
+  // Two agents: the new one reserves 4 GiB; a has 2 GiB left, so b takes it.
+  auto d = f.state.app_resize(*app, 2, true);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(nodes_of(f.state, *app), (strs{"a", "b"}));
+  // a leaves: its agent still reserves 8 GiB, b has 6 GiB left: it cannot go
+  // there (a share now is 4 GiB, but the agent is moved, not re-placed). It
+  // is dropped; the shortfall is filled at the share's size when room comes.
+  auto moved = f.state.node_leave("a");
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(*moved, 0u);
+  EXPECT_FALSE(f.state.agents().count(first));
+  EXPECT_EQ(nodes_of(f.state, *app), (strs{"b"}));
+  ASSERT_TRUE(f.state.fill_shortfalls());
+  EXPECT_EQ(nodes_of(f.state, *app), (strs{"b", "b"}));
+  EXPECT_EQ(f.state.agents().rbegin()->second.reserve, 4ull << 30);
+}
+
 TEST(agents_controller_state, unknown_heartbeat_and_bad_names) {
   state_fixture f;
   EXPECT_EQ(f.state.node_heartbeat("ghost", {}, {}, 0).code(), errc::not_found);
