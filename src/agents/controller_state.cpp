@@ -122,6 +122,18 @@ status controller_state::apply(const json& rec) {
     touch_app(id);
     return {};
   }
+  if (op == "app_hints") {
+    uint64_t id = 0;
+    f.u64("app", &id);
+    const json* h = f.object("hints");
+    if (!f.ok()) return f.error();
+    auto hints = parse_hints(*h);
+    if (!hints) return hints.error();
+    auto it = apps_.find(id);
+    if (it == apps_.end()) return bad("unknown application " + std::to_string(id));
+    it->second.hints = *hints;
+    return {};
+  }
   if (op == "app_remove") {
     uint64_t id = 0;
     f.u64("app", &id);
@@ -501,8 +513,14 @@ status controller_state::app_progress(uint64_t id, uint64_t checkpoints_done, do
   auto it = apps_.find(id);
   if (it == apps_.end()) return {errc::not_found, "application " + std::to_string(id) + " is not registered"};
   app& a = it->second;
+  if (checkpoint_bytes > 0 && checkpoint_bytes != a.hints.checkpoint_bytes) {
+    // Reservations derive from it: journaled, so a restarted controller
+    // reserves what this one would.
+    app_hints h = a.hints;
+    h.checkpoint_bytes = checkpoint_bytes;
+    CAIRN_RETURN_IF_ERROR(commit({{"op", "app_hints"}, {"app", id}, {"hints", to_json(h)}}));
+  }
   a.checkpoints_done = checkpoints_done;
-  if (checkpoint_bytes > 0) a.hints.checkpoint_bytes = checkpoint_bytes;
   if (transfer_s > 0) {
     a.transfer_s = transfer_s;
     a.transfer_agents = static_cast<uint32_t>(agents_of(id).size());

@@ -8,7 +8,8 @@
 // applied by apply(), the same function that replays the journal at restart;
 // so a replayed journal reproduces the registry exactly. Volatile facts
 // (metrics, heartbeat times, agent reports, progress) are never journaled:
-// managers and applications send them again.
+// managers and applications send them again; the one exception is the
+// checkpoint size an application reports, from which reservations derive.
 // Thread-safety: none; the controller service calls it from its one thread.
 #ifndef CAIRN_AGENTS_CONTROLLER_STATE_HPP
 #define CAIRN_AGENTS_CONTROLLER_STATE_HPP
@@ -135,9 +136,10 @@ class controller_state {
   status app_unregister(uint64_t id);
   // Progress an application reports: checkpoints done so far; measured
   // transfer time of one checkpoint (with its current agents) and of its last
-  // reconfiguration, 0 when not measured.
+  // reconfiguration, 0 when not measured (volatile: resent at every probe).
   // checkpoint_bytes (all ranks together, 0 = not known) replaces the hint
-  // the application registered with (it rarely knows its size at init).
+  // the application registered with (it rarely knows its size at init); a
+  // new value is journaled (app_hints), since reservations derive from it.
   status app_progress(uint64_t id, uint64_t checkpoints_done, double transfer_s, double probe_s,
                       uint64_t checkpoint_bytes = 0);
   // Changes the target count to `count`. Expansion is applied only when the

@@ -793,6 +793,31 @@ TEST(agents_controller_state, a_manager_that_lost_its_agents_frees_what_they_hel
   EXPECT_EQ(f.state.views()[0].mem_free, 8ull << 30);
 }
 
+TEST(agents_controller_state, a_reported_checkpoint_size_is_journaled_once) {
+  state_fixture f;
+  ASSERT_TRUE(f.state.node_register("a", "h:1", 4, metrics(64ull << 30, 0), {}, 0));
+  auto app = f.state.app_register("x", app_hints{.ranks = 4, .nodes = 1}, std::nullopt, std::nullopt, std::nullopt);
+  ASSERT_TRUE(app);
+  size_t before = f.records.size();
+  ASSERT_TRUE(f.state.app_progress(*app, 1, 0.5, 0, 3ull << 30));
+  ASSERT_EQ(f.records.size(), before + 1);
+  EXPECT_EQ(f.records.back()["op"], "app_hints");
+  ASSERT_TRUE(f.state.app_progress(*app, 2, 0.5, 0, 3ull << 30));  // same size: nothing to record
+  ASSERT_TRUE(f.state.app_progress(*app, 3, 0.5, 0));
+  EXPECT_EQ(f.records.size(), before + 1);
+  // A restarted controller reserves for the size the application reported.
+  controller_state replayed(controller_policy{}, [](const json&) { return status(); });
+  for (const auto& rec : f.records) ASSERT_TRUE(replayed.apply(rec)) << rec.dump();
+  EXPECT_EQ(replayed.apps().at(*app).hints.checkpoint_bytes, 3ull << 30);
+  EXPECT_EQ(replayed.apps().at(*app).hints.ranks, 4u);
+  EXPECT_EQ(json(replayed.snapshot()), json(f.state.snapshot()));
+  EXPECT_FALSE(replayed.apply(json{{"op", "app_hints"}, {"app", 999}, {"hints", json::object()}}));
+  // A journal that refuses the record: the size is not taken.
+  f.fail_journal = true;
+  EXPECT_EQ(f.state.app_progress(*app, 4, 0.5, 0, 5ull << 30).code(), errc::no_space);
+  EXPECT_EQ(f.state.apps().at(*app).hints.checkpoint_bytes, 3ull << 30);
+}
+
 TEST(agents_controller_state, an_evacuated_agent_needs_room_for_the_reservation_it_carries) {
   state_fixture f;  // bandwidth strategy
   ASSERT_TRUE(f.state.node_register("a", "h:1", 4, metrics(10ull << 30, 0), {}, 0));
