@@ -85,7 +85,6 @@ struct pending {
 struct job {
   data_message m;
   fabric_addr peer = 0;
-  uint64_t seq = 0;  // arrival order
 };
 
 }  // namespace
@@ -119,7 +118,6 @@ struct agent_server::impl {
     std::atomic<bool> abort{false};  // the lanes' fabric_options::abort
     bool busy = false;
     std::string peer, run;  // of the job in progress
-    uint64_t seq = 0;
     std::thread thread;
   };
   std::mutex jobs_mu;
@@ -127,7 +125,6 @@ struct agent_server::impl {
   std::deque<job> jobs;
   std::vector<std::unique_ptr<worker>> workers;
   bool workers_stop = false;
-  uint64_t next_seq = 0;
   // Endpoints that sent READY, per run: the ranks of its current incarnation.
   std::map<std::string, std::set<std::string>> run_peers;
   // Endpoints found unreachable: never answered again (a send to them could
@@ -306,7 +303,7 @@ struct agent_server::impl {
       run_peers[m.run].insert(m.reply_to);
       dead_peers.erase(m.reply_to);  // a name is never reused; harmless either way
       if (m.mode != transfer_mode::push) {
-        jobs.push_back({m, peer, next_seq++});
+        jobs.push_back({m, peer});
         jobs_cv.notify_one();
         return;
       }
@@ -644,7 +641,6 @@ struct agent_server::impl {
       w.busy = true;
       w.peer = j.m.reply_to;
       w.run = j.m.run;
-      w.seq = j.seq;
       w.abort = false;
       lk.unlock();
       switch (j.m.type) {
@@ -698,7 +694,7 @@ struct agent_server::impl {
       case data_msg::push_done:
       case data_msg::restore: {
         std::lock_guard lk(jobs_mu);
-        jobs.push_back({*m, *peer, next_seq++});
+        jobs.push_back({*m, *peer});
         jobs_cv.notify_one();
         break;
       }
