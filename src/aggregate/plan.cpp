@@ -190,6 +190,49 @@ result<plan> make_plan(std::span<const rank_input> ranks, const plan_options& o)
   return p;
 }
 
+result<plan> make_self_plan(std::span<const rank_input> ranks, uint32_t files, uint64_t align) {
+  const uint64_t n = ranks.size();
+  if (n == 0) return status(errc::invalid_argument, "aggregation plan: no rank");
+  if (n > UINT32_MAX) return status(errc::invalid_argument, "aggregation plan: more than 2^32 ranks");
+  if (files < 1 || files > n)
+    return status(errc::invalid_argument, "aggregate_files = " + std::to_string(files) + ": must be 1 to the " +
+                                              std::to_string(n) + " ranks of the job");
+  if (align % 4096 != 0)
+    return status(errc::invalid_argument, "stripe size " + std::to_string(align) + " must be a multiple of 4096");
+  plan p;
+  p.kind = layout::file_per_leader;
+  p.stripe = align;
+  p.file_bytes.assign(files, 0);
+  p.leaders.resize(n);
+  std::iota(p.leaders.begin(), p.leaders.end(), 0u);
+  p.owned.resize(n);
+  p.capacity.resize(n);
+  p.used.resize(n);
+  p.pieces.reserve(n);
+  const uint64_t per = n / files, extra = n % files;  // the first `extra` files get one rank more
+  uint64_t r = 0;
+  for (uint32_t f = 0; f < files; ++f) {
+    uint64_t at = 0;
+    for (uint64_t i = 0; i < per + (f < extra ? 1 : 0); ++i, ++r) {
+      const uint64_t bytes = ranks[r].bytes;
+      const uint64_t room = align ? align_up(bytes, align) : bytes;
+      p.owned[r] = {f, at, room, 1, 0};
+      p.capacity[r] = room;
+      p.used[r] = bytes;
+      if (bytes) {
+        p.pieces.push_back({static_cast<uint32_t>(r), 0, bytes, static_cast<uint32_t>(r), 0});
+        p.file_bytes[f] = at + bytes;
+      }
+      at += room;
+    }
+    // Padding: the gaps before the file's last byte.
+    uint64_t data = 0;
+    for (uint64_t q = r - per - (f < extra ? 1 : 0); q < r; ++q) data += ranks[q].bytes;
+    p.padding += p.file_bytes[f] - data;
+  }
+  return p;
+}
+
 std::vector<file_run> locate(const plan& p, const piece& x) {
   const owned_extents& e = p.owned[x.leader];
   std::vector<file_run> out;

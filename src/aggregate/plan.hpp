@@ -79,6 +79,7 @@ struct plan {
   std::vector<uint64_t> file_bytes;     // per output file: its size
   uint64_t bytes_between_nodes = 0;     // moved from a rank to a leader on another node
   uint64_t bytes_within_nodes = 0;      // moved to a leader on the same node (not itself)
+  uint64_t padding = 0;                 // bytes between extents, written by nobody (self plans)
 };
 
 // Where a piece's bytes go: (file, offset, length) runs, split at the ends of
@@ -93,6 +94,15 @@ std::vector<file_run> locate(const plan& p, const piece& x);
 // Computes the plan. invalid_argument when the options cannot work (no rank,
 // M outside 1..ranks, a stripe that is not a positive multiple of 4096).
 result<plan> make_plan(std::span<const rank_input> ranks, const plan_options& options);
+
+// The baselines of paper 004, section 2.1: every rank writes its own image
+// (every rank is a "leader" of itself: plan::leaders is 0..N-1), ranks in
+// order split into `files` groups of nearly equal count, each group one file
+// laid out by a prefix sum of its images. `align` > 0 pads every extent to a
+// multiple of it (the `aligned` strategy: no two ranks share a stripe); 0
+// packs them (`posix_shared`: neighbours share stripes). invalid_argument for
+// no rank, files outside 1..ranks, or an align that is not a multiple of 4096.
+result<plan> make_self_plan(std::span<const rank_input> ranks, uint32_t files, uint64_t align);
 
 // Checks every invariant of a plan against its input: every byte of every
 // image assigned exactly once, every piece inside its leader's extents, no

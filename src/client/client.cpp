@@ -15,7 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "aggregate/stage.hpp"
 #include "engine/stages.hpp"
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/commit.hpp"
@@ -23,6 +25,8 @@
 #include "format/tree.hpp"
 #include "util/clock.hpp"
 #include "util/cpu.hpp"
+#include "util/hash.hpp"
+#include "storage/geometry.hpp"
 
 namespace cairn {
 namespace {
@@ -281,6 +285,9 @@ status client_impl::start() {
     else if (!cfg_.reference_run.empty()) why = "the online comparison would read the regions after the agents";
     if (!why.empty()) return {errc::invalid_argument, "configuration key 'agents_lend': " + why};
   }
+  if (aggregated() && !cfg_.agents.empty())
+    return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
+                                    "the persistent level themselves, a file per rank): choose one"};
   if (!cfg_.agents.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
     stages.push_back(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
@@ -289,7 +296,11 @@ status client_impl::start() {
     if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
   } else {
     if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
-    stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+    if (aggregated()) {
+      stages.push_back(aggregate::make_self_write_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io}));
+    } else {
+      stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+    }
   }
   if (!cfg_.reference_run.empty()) {
     if (cfg_.reference_run == cfg_.run)
@@ -312,6 +323,7 @@ status client_impl::start() {
   comm_->broadcast(&tag, 0);
   attempt_ = static_cast<uint32_t>(std::stoul(tag));
   if (agents_) CAIRN_RETURN_IF_ERROR(start_agents());
+  if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
   int home = sched_getcpu();
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads,
                                              util::placement_cpus(cfg_.placement, home < 0 ? 0 : home),
@@ -370,6 +382,87 @@ status client_impl::install_fault() {
   fault_env_ = storage::make_fault_env(storage::storage_env::posix(), spec);
   env_ = fault_env_.get();
   return {};
+}
+
+status client_impl::start_aggregation() {
+  // Collective (one broadcast): every rank plans with rank 0's geometry.
+  node_ = cfg_.node_id.empty() ? host_ : cfg_.node_id;
+  if (cfg_.ranks_per_node > 0) node_ += "#" + std::to_string(rank() / cfg_.ranks_per_node);
+  std::string text;
+  if (rank() == 0) {
+    auto g = storage::detect_geometry(cfg_.persistent);
+    if (!g) std::fprintf(stderr, "cairn: warning: stripe geometry of %s unknown (%s); using 1 MiB stripes\n",
+                         cfg_.persistent.c_str(), g.error().to_string().c_str());
+    uint64_t unit = cfg_.stripe_size ? cfg_.stripe_size : g ? g->stripe_unit : 0;
+    if (unit == 0 || unit % storage::kDirectAlign != 0) unit = unit < storage::kDirectAlign && unit ? storage::kDirectAlign : 1 << 20;
+    const uint32_t count = cfg_.stripe_count ? cfg_.stripe_count : g ? std::max<uint32_t>(1, g->stripe_count) : 1;
+    text = std::to_string(unit) + " " + std::to_string(count) + " " + (g ? g->fs : std::string("unknown"));
+  }
+  comm_->broadcast(&text, 0);
+  std::istringstream in(text);
+  in >> stripe_ >> stripe_count_ >> fs_name_;
+  aggregate_files_ = cfg_.aggregate_files ? cfg_.aggregate_files : std::min<uint32_t>(stripe_count_, size());
+  const char* strategy = cfg_.aggregate_strategy == aggregate_strategy::mpiio ? "mpiio" : "leaders";
+  if (cfg_.aggregate_strategy == aggregate_strategy::mpiio || cfg_.aggregate_strategy == aggregate_strategy::leaders)
+    return {errc::not_supported, std::string("aggregate_strategy = ") + strategy +
+                                     " is not available in this build yet; use aligned or posix_shared "
+                                     "(docs/design/aggregation.md)"};
+  if (aggregate_files_ > static_cast<uint32_t>(size()))
+    return {errc::invalid_argument, "aggregate_files = " + std::to_string(aggregate_files_) + " is more than the " +
+                                        std::to_string(size()) + " ranks of this job: set it to at most " +
+                                        std::to_string(size()) + " (or auto)"};
+  return {};
+}
+
+result<std::shared_ptr<const aggregate::plan>> client_impl::plan_version(const std::vector<plan_record>& records) {
+  // Nodes as dense indices, in the order of their hashes: the same on every rank.
+  std::vector<uint64_t> nodes;
+  for (const auto& r : records) nodes.push_back(r.node);
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  std::vector<aggregate::rank_input> in(records.size());
+  for (size_t r = 0; r < records.size(); ++r) {
+    in[r].bytes = records[r].bytes;
+    in[r].node = static_cast<uint32_t>(std::lower_bound(nodes.begin(), nodes.end(), records[r].node) - nodes.begin());
+    in[r].load = records[r].load;
+  }
+  result<aggregate::plan> p = status();
+  switch (cfg_.aggregate_strategy) {
+    case aggregate_strategy::posix_shared: p = aggregate::make_self_plan(in, aggregate_files_, 0); break;
+    case aggregate_strategy::aligned: p = aggregate::make_self_plan(in, aggregate_files_, stripe_); break;
+    default: {
+      aggregate::plan_options o;
+      o.leaders = aggregate_files_;
+      o.stripe = stripe_;
+      p = aggregate::make_plan(in, o);
+    }
+  }
+  if (!p) return p.take_status().with_context("planning the aggregated flush");
+  return std::shared_ptr<const aggregate::plan>(std::make_shared<aggregate::plan>(std::move(p).value()));
+}
+
+void client_impl::describe_container(const aggregate::plan& p, format::manifest* m) const {
+  m->aggregated = true;
+  format::container_info& c = m->container;
+  switch (cfg_.aggregate_strategy) {
+    case aggregate_strategy::posix_shared: c.strategy = "posix_shared"; break;
+    case aggregate_strategy::aligned: c.strategy = "aligned"; break;
+    case aggregate_strategy::mpiio: c.strategy = "mpiio"; break;
+    case aggregate_strategy::leaders: c.strategy = "leaders"; break;
+  }
+  c.stripe = p.stripe;
+  c.stripe_count = stripe_count_;
+  c.leaders = p.leaders;
+  c.bytes_between_nodes = p.bytes_between_nodes;
+  c.bytes_within_nodes = p.bytes_within_nodes;
+  c.padding = p.padding;
+  c.files.resize(p.file_bytes.size());
+  for (uint32_t f = 0; f < c.files.size(); ++f) {
+    c.files[f].name = format::data_file_name(f);
+    c.files[f].size = p.file_bytes[f];
+  }
+  for (uint32_t k = 0; k < p.owned.size(); ++k)
+    if (p.used[k]) c.files[p.owned[k].file].writers.push_back(p.leaders[k]);
 }
 
 status client_impl::start_run_identity() {
@@ -698,8 +791,19 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
                 ", use another run (CAIRN_RUN), or remove old versions with 'cairn gc'"};
   }
 
+  // Whether this version goes to the persistent level (the same on every rank).
+  const bool to_persistent = !agents_ && ((count_[name] + 1) % cfg_.persistent_interval == 0 || !cfg_.local_enabled);
+  // Aggregated: every rank's size, node and load ride on the collective below.
+  const bool plan_it = aggregated() && to_persistent;
+  plan_record my_record;
+  std::vector<plan_record> records;
+  if (plan_it) {
+    my_record.bytes = st ? h.file_size : 0;
+    my_record.node = util::xxh3(node_.data(), node_.size());
+    my_record.load = util::node_load();
+  }
   bool all_have_slot = true;
-  CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot, &st));
+  CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot, &st, plan_it ? &my_record : nullptr, &records));
   if (divergence_ && cfg_.on_divergence == divergence_action::stop) {
     return {errc::diverged, "run '" + cfg_.run + "' diverged from '" + cfg_.reference_run + "' at '" +
                                 divergence_->name + "' version " + std::to_string(divergence_->version) + ", rank " +
@@ -710,6 +814,13 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     return {errc::again, "checkpoint '" + name + "' version " + std::to_string(version) +
                              ": staging memory is full on some rank (staging_policy = eagain); retry later or raise "
                              "staging_limit"};
+  }
+
+  std::shared_ptr<const aggregate::plan> plan;
+  if (plan_it) {
+    // The same pure function of the same records on every rank: the same plan
+    // (or the same error) everywhere, with no further agreement.
+    CAIRN_ASSIGN_OR_RETURN(plan, plan_version(records));
   }
 
   engine::aligned_buffer* slot = pool_.acquire(true);
@@ -737,17 +848,18 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
   job->capture_s = util::now_s() - t0;
 
-  int64_t n = ++count_[name];
+  ++count_[name];
   unsigned wanted = CAIRN_LEVEL_CAPTURED;
   if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
   if (agents_) wanted |= CAIRN_LEVEL_PROTECTED;  // the agents (or the fallback) write the persistent level
-  else if (n % cfg_.persistent_interval == 0 || !cfg_.local_enabled) wanted |= CAIRN_LEVEL_PERSISTENT;
+  else if (to_persistent) wanted |= CAIRN_LEVEL_PERSISTENT;
   ++checkpoints_taken_;
   last_image_bytes_ = h.file_size;
   job->header = std::move(h);
   job->image = slot;
   job->pool = &pool_;
   job->wanted = wanted;
+  job->plan = std::move(plan);
   // A lent version is captured once the agents hold it (or it was copied).
   job->done = job->lent.empty() ? CAIRN_LEVEL_CAPTURED : 0;
   last_version_[name] = version;
@@ -782,7 +894,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   return {};
 }
 
-status client_impl::progress(bool consume_error, bool* all_have_slot, const status* mine) {
+status client_impl::progress(bool consume_error, bool* all_have_slot, const status* mine, const plan_record* record,
+                             std::vector<plan_record>* records) {
   // Layout (identical on every rank, because it depends only on state that
   // changes through this function's collective results):
   //   [0] latched error code, [1] free-slot flag, [2] first divergent
@@ -832,7 +945,27 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
     }
   }
   constexpr size_t kFixed = 4;
-  comm_->allreduce_min(v);
+  if (record) {
+    // The same minimum, through an allgather that also carries every rank's
+    // plan record: still one collective.
+    const size_t row = v.size() * sizeof(int64_t) + sizeof(plan_record);
+    std::vector<std::byte> mine(row), all;
+    std::memcpy(mine.data(), v.data(), v.size() * sizeof(int64_t));
+    std::memcpy(mine.data() + v.size() * sizeof(int64_t), record, sizeof(plan_record));
+    comm_->allgather(mine, &all);
+    records->resize(static_cast<size_t>(size()));
+    for (int r = 0; r < size(); ++r) {
+      const std::byte* p = all.data() + static_cast<size_t>(r) * row;
+      for (size_t i = 0; i < v.size(); ++i) {
+        int64_t x;
+        std::memcpy(&x, p + i * sizeof(int64_t), sizeof x);
+        v[i] = std::min(v[i], x);
+      }
+      std::memcpy(&(*records)[static_cast<size_t>(r)], p + v.size() * sizeof(int64_t), sizeof(plan_record));
+    }
+  } else {
+    comm_->allreduce_min(v);
+  }
   if (online_) progress_divergence(v[2]);
 
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -960,6 +1093,13 @@ void client_impl::on_durable(version_record& rec) {
   std::snprintf(d.host, sizeof d.host, "%s", host_.c_str());
   std::vector<std::byte> all;
   comm_->gather(std::as_bytes(std::span<const shard_digest>(&d, 1)), &all);
+  // Aggregated: where each rank's image went, with the checksums its stage computed.
+  std::vector<std::string> extents;
+  if (job.plan) {
+    std::string mine(job.extents.size() * sizeof(format::image_extent), '\0');
+    if (!mine.empty()) std::memcpy(mine.data(), job.extents.data(), mine.size());
+    comm_->gather_strings(mine, &extents);
+  }
   rec.manifest_state = std::make_shared<std::atomic<int>>(0);
   rec.manifest_error = std::make_shared<status>();
   if (rank() != 0) return;
@@ -988,8 +1128,14 @@ void client_impl::on_durable(version_record& rec) {
     e.persistent_s = sd.persistent_s;
     e.persistent_at = sd.persistent_at;
     e.host = sd.host;
+    if (job.plan) {
+      const std::string& x = extents[static_cast<size_t>(r)];
+      e.extents.resize(x.size() / sizeof(format::image_extent));
+      if (!x.empty()) std::memcpy(e.extents.data(), x.data(), x.size());
+    }
     m.shards.push_back(std::move(e));
   }
+  if (job.plan) describe_container(*job.plan, &m);
   auto state = rec.manifest_state;
   auto err = rec.manifest_error;
   double local_at = rec.local_done_at;

@@ -22,6 +22,7 @@
 #include "comm/comm.hpp"
 #include "engine/engine.hpp"
 #include "engine/staging.hpp"
+#include "format/manifest.hpp"
 #include "format/run_info.hpp"
 #include "format/shard.hpp"
 #include "history/catalog.hpp"
@@ -133,7 +134,16 @@ class client_impl {
   // Returns the latched error of some rank (consumed) when consume_error.
   // `mine` (may be null): a status of the caller's that every rank agrees on
   // in the same round; its failure (the lowest rank's message) is returned.
-  status progress(bool consume_error, bool* all_have_slot = nullptr, const status* mine = nullptr);
+  // What a rank contributes to the plan of an aggregated version (src/aggregate/plan.hpp).
+  struct plan_record {
+    uint64_t bytes = 0;  // image size
+    uint64_t node = 0;   // hash of the node's name
+    double load = 0;     // util::node_load()
+  };
+  // `record`: this rank's plan record, carried by the same collective (an
+  // allgather instead of the allreduce); `records` receives every rank's.
+  status progress(bool consume_error, bool* all_have_slot = nullptr, const status* mine = nullptr,
+                  const plan_record* record = nullptr, std::vector<plan_record>* records = nullptr);
   // Exchanges the message of the lowest rank with `failing` set. Collective.
   std::string exchange_message(bool failing, const std::string& mine);
   void on_durable(version_record& rec);
@@ -190,6 +200,20 @@ class client_impl {
   storage::storage_env* env_;
   std::unique_ptr<storage::storage_env> fault_env_;
   std::string host_;
+  // persistent_layout = aggregated: this rank's node (leader spread), the
+  // stripe size extents align to, the data files per version (M), all agreed
+  // at init.
+  bool aggregated() const { return cfg_.persistent_layout == persistent_layout::aggregated; }
+  status start_aggregation();
+  // The plan of an aggregated version from every rank's record (the same on every rank).
+  result<std::shared_ptr<const aggregate::plan>> plan_version(const std::vector<plan_record>& records);
+  // The container section of an aggregated version's manifest.
+  void describe_container(const aggregate::plan& p, format::manifest* m) const;
+  std::string node_;
+  uint64_t stripe_ = 0;
+  uint32_t stripe_count_ = 1;
+  std::string fs_name_;
+  uint32_t aggregate_files_ = 1;
   engine::staging_pool pool_;
   std::unique_ptr<engine::engine> engine_;
   std::mutex catalog_mu_;

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "client/client.hpp"
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard_io.hpp"
@@ -17,8 +18,10 @@ namespace {
 // Reads a whole shard (compressed or not) into an aligned buffer and
 // verifies it. `expect` (may be null) is the manifest entry the shard must
 // match; it and the shard's identity are checked before any data are read.
-status read_verified(storage::storage_env* env, const std::string& path, uint32_t rank, uint32_t nranks,
-                     const std::string& name, int64_t version, const format::shard_entry* expect,
+// `file`: the shard, opened (a shard file, or the rank's image in an
+// aggregated version); `path` names it.
+status read_verified(result<std::unique_ptr<storage::readable_file>> file, const std::string& path, uint32_t rank,
+                     uint32_t nranks, const std::string& name, int64_t version, const format::shard_entry* expect,
                      format::shard_header* h, engine::aligned_buffer* image) {
   auto check = [&](const format::shard_header& got) -> status {
     if (got.rank != rank || got.name != name || got.version != version)
@@ -33,7 +36,8 @@ status read_verified(storage::storage_env* env, const std::string& path, uint32_
       return {errc::corruption, path + ": does not match the version's MANIFEST (replaced after the commit)"};
     return {};
   };
-  CAIRN_ASSIGN_OR_RETURN(format::shard_image s, format::read_shard_image(env, path, check));
+  if (!file) return file.take_status();
+  CAIRN_ASSIGN_OR_RETURN(format::shard_image s, format::read_shard_image(std::move(file).value(), path, check));
   *h = std::move(s.header);
   *image = std::move(s.image);
   return {};
@@ -87,7 +91,8 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
     std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
     if (env_->exists(path)) {
       const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
-      status st = read_verified(env_, path, me, n, name, version, expect, &restart_header_, &restart_image_);
+      status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, &restart_header_,
+                                &restart_image_);
       if (st) {
         restart_name_ = name;
         restart_version_ = version;
@@ -134,8 +139,11 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
                                               " ranks; this job has " + std::to_string(n) +
                                               " (restart with the same number of ranks)");
     } else {
-      std::string path = format::shard_path(cfg_.persistent, cfg_.run, name, version, me);
-      st = read_verified(env_, path, me, n, name, version, &m->shards[me], &restart_header_, &restart_image_);
+      // Straight from the shard file or the data files (aggregated): no copy to scratch first.
+      const format::manifest* mf = &*m;
+      st = read_verified(format::open_persistent_image(env_, cfg_.persistent, cfg_.run, name, version, me, mf),
+                         format::persistent_image_where(cfg_.persistent, cfg_.run, name, version, me, mf), me, n,
+                         name, version, &m->shards[me], &restart_header_, &restart_image_);
     }
     if (st) {
       restart_name_ = name;

@@ -22,6 +22,11 @@ class communicator {
   // Gathers `mine` (same size on every rank) to rank 0; `all` (rank 0 only)
   // receives size()*mine.size() bytes in rank order.
   virtual void gather(std::span<const std::byte> mine, std::vector<std::byte>* all) = 0;
+  // Every rank's `mine` (same size on every rank) on every rank: `all`
+  // receives size()*mine.size() bytes in rank order.
+  virtual void allgather(std::span<const std::byte> mine, std::vector<std::byte>* all) = 0;
+  // Gathers strings of any length to rank 0 (`all`, rank 0 only, in rank order).
+  virtual void gather_strings(const std::string& mine, std::vector<std::string>* all) = 0;
   // Broadcasts a string from `root`.
   virtual void broadcast(std::string* s, int root) = 0;
   virtual void barrier() = 0;

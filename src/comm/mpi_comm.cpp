@@ -25,6 +25,30 @@ class mpi_comm final : public communicator {
     MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, rank_ == 0 ? all->data() : nullptr,
                static_cast<int>(mine.size()), MPI_BYTE, 0, comm_);
   }
+  void allgather(std::span<const std::byte> mine, std::vector<std::byte>* all) override {
+    all->resize(mine.size() * static_cast<size_t>(size_));
+    MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_BYTE, all->data(), static_cast<int>(mine.size()),
+                  MPI_BYTE, comm_);
+  }
+  void gather_strings(const std::string& mine, std::vector<std::string>* all) override {
+    int n = static_cast<int>(mine.size());
+    std::vector<int> sizes(rank_ == 0 ? static_cast<size_t>(size_) : 0), displs;
+    MPI_Gather(&n, 1, MPI_INT, rank_ == 0 ? sizes.data() : nullptr, 1, MPI_INT, 0, comm_);
+    std::string buf;
+    if (rank_ == 0) {
+      int total = 0;
+      for (int s : sizes) {
+        displs.push_back(total);
+        total += s;
+      }
+      buf.resize(static_cast<size_t>(total));
+    }
+    MPI_Gatherv(mine.data(), n, MPI_CHAR, rank_ == 0 ? buf.data() : nullptr, rank_ == 0 ? sizes.data() : nullptr,
+                rank_ == 0 ? displs.data() : nullptr, MPI_CHAR, 0, comm_);
+    if (rank_ != 0) return;
+    all->clear();
+    for (int r = 0; r < size_; ++r) all->push_back(buf.substr(static_cast<size_t>(displs[r]), static_cast<size_t>(sizes[r])));
+  }
   void broadcast(std::string* s, int root) override {
     int64_t n = static_cast<int64_t>(s->size());
     MPI_Bcast(&n, 1, MPI_INT64_T, root, comm_);

@@ -19,6 +19,10 @@ class serial_comm final : public communicator {
   void gather(std::span<const std::byte> mine, std::vector<std::byte>* all) override {
     all->assign(mine.begin(), mine.end());
   }
+  void allgather(std::span<const std::byte> mine, std::vector<std::byte>* all) override {
+    all->assign(mine.begin(), mine.end());
+  }
+  void gather_strings(const std::string& mine, std::vector<std::string>* all) override { all->assign(1, mine); }
   void broadcast(std::string*, int) override {}
   void barrier() override {}
 };

@@ -23,8 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "aggregate/plan.hpp"
 #include "cairn/status.hpp"
 #include "engine/staging.hpp"
+#include "format/manifest.hpp"
 #include "format/shard.hpp"
 #include "util/config.hpp"
 
@@ -48,6 +50,11 @@ struct version_job {
   const std::byte* region_data(size_t i) const {
     return !lent.empty() && lent[i] ? lent[i] : image->data() + header.regions[i].offset;
   }
+
+  // persistent_layout = aggregated: the version's plan (the same on every
+  // rank), and where the stage put this rank's image (checksummed extents).
+  std::shared_ptr<const aggregate::plan> plan;
+  std::vector<format::image_extent> extents;
 
   // Timings (seconds; *_at are wall-clock timestamps).
   double captured_at = 0, capture_s = 0, checksum_s = 0, hash_s = 0, local_s = 0, persistent_s = 0,

@@ -14,7 +14,7 @@ using nlohmann::json;
 std::string encode_manifest(const manifest& m) {
   json j;
   j["format"] = "cairn-manifest";
-  j["format_version"] = kManifestFormatVersion;
+  j["format_version"] = m.aggregated ? kManifestAggregatedVersion : kManifestFormatVersion;
   j["run"] = m.run;
   j["name"] = m.name;
   j["version"] = m.version;
@@ -22,10 +22,28 @@ std::string encode_manifest(const manifest& m) {
   j["committed_at"] = m.committed_at;
   j["executable"] = m.executable;
   j["mode"] = m.mode;
+  if (m.aggregated) {
+    const container_info& c = m.container;
+    json files = json::array();
+    for (auto& f : c.files) files.push_back({{"name", f.name}, {"size", f.size}, {"writers", f.writers}});
+    j["layout"] = "aggregated";
+    j["container"] = {{"format_version", kContainerFormatVersion},
+                      {"strategy", c.strategy},
+                      {"stripe", c.stripe},
+                      {"stripe_count", c.stripe_count},
+                      {"files", files},
+                      {"leaders", c.leaders},
+                      {"bytes_between_nodes", c.bytes_between_nodes},
+                      {"bytes_within_nodes", c.bytes_within_nodes},
+                      {"padding", c.padding}};
+  }
   json shards = json::array();
   for (auto& s : m.shards) {
+    json extents = json::array();
+    for (auto& e : s.extents)
+      extents.push_back({e.src, e.length, e.file, e.offset, util::hex64(e.checksum)});
     shards.push_back({{"rank", s.rank},
-                      {"file", shard_file_name(s.rank)},
+                      {"file", m.aggregated ? std::string() : shard_file_name(s.rank)},
                       {"size", s.size},
                       {"header_checksum", util::hex64(s.header_checksum)},
                       {"captured_at", s.captured_at},
@@ -37,6 +55,7 @@ std::string encode_manifest(const manifest& m) {
                       {"persistent_s", s.persistent_s},
                       {"persistent_at", s.persistent_at},
                       {"host", s.host}});
+    if (m.aggregated) shards.back()["extents"] = extents;
   }
   j["shards"] = shards;
   return seal_json(j.dump(1) + "\n");
@@ -51,8 +70,33 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
     json j = json::parse(*body);
     if (j.at("format") != "cairn-manifest") return corrupt("not a cairn manifest");
     int fv = j.at("format_version");
-    if (fv != kManifestFormatVersion)
-      return status(errc::not_supported, where + ": manifest format version " + std::to_string(fv) + " not readable");
+    if (fv != kManifestFormatVersion && fv != kManifestAggregatedVersion)
+      return status(errc::not_supported, where + ": manifest format version " + std::to_string(fv) +
+                                             " not readable by this cairn (it reads 1 and 2); upgrade cairn");
+    if (j.value("layout", "file_per_process") == "aggregated") {
+      const json& c = j.at("container");
+      int cv = c.at("format_version");
+      if (cv != kContainerFormatVersion)
+        return status(errc::not_supported, where + ": container format version " + std::to_string(cv) +
+                                               " not readable by this cairn (it reads " +
+                                               std::to_string(kContainerFormatVersion) + "); upgrade cairn");
+      m.aggregated = true;
+      m.container.strategy = c.at("strategy");
+      m.container.stripe = c.at("stripe");
+      m.container.stripe_count = c.value("stripe_count", 0u);
+      for (auto& f : c.at("files")) {
+        data_file d;
+        d.name = f.at("name");
+        d.size = f.at("size");
+        d.writers = f.value("writers", std::vector<uint32_t>{});
+        if (d.name.empty() || d.name.find('/') != std::string::npos) return corrupt("bad data file name");
+        m.container.files.push_back(std::move(d));
+      }
+      m.container.leaders = c.value("leaders", std::vector<uint32_t>{});
+      m.container.bytes_between_nodes = c.value("bytes_between_nodes", uint64_t{0});
+      m.container.bytes_within_nodes = c.value("bytes_within_nodes", uint64_t{0});
+      m.container.padding = c.value("padding", uint64_t{0});
+    }
     m.run = j.at("run");
     m.name = j.at("name");
     m.version = j.at("version");
@@ -74,6 +118,25 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
       e.persistent_s = s.value("persistent_s", 0.0);
       e.persistent_at = s.value("persistent_at", 0.0);
       e.host = s.value("host", "");
+      if (m.aggregated) {
+        uint64_t next = 0;
+        for (auto& x : s.at("extents")) {
+          image_extent ie;
+          ie.src = x.at(0);
+          ie.length = x.at(1);
+          ie.file = x.at(2);
+          ie.offset = x.at(3);
+          if (!util::parse_hex64(x.at(4), &ie.checksum)) return corrupt("bad extent checksum");
+          if (ie.src != next || ie.file >= m.container.files.size() ||
+              ie.offset + ie.length > m.container.files[ie.file].size || ie.length == 0)
+            return corrupt("rank " + std::to_string(e.rank) + ": extents do not tile the image inside the data files");
+          next += ie.length;
+          e.extents.push_back(ie);
+        }
+        if (next != e.size)
+          return corrupt("rank " + std::to_string(e.rank) + ": extents cover " + std::to_string(next) + " of " +
+                         std::to_string(e.size) + " bytes");
+      }
       m.shards.push_back(std::move(e));
     }
   } catch (const json::exception& e) {

@@ -13,7 +13,43 @@
 
 namespace cairn::format {
 
+// 1: file per process (a shard file per rank). 2: adds the aggregated layout
+// (docs/format/container.md); a file-per-process manifest is still written as 1.
 inline constexpr int kManifestFormatVersion = 1;
+inline constexpr int kManifestAggregatedVersion = 2;
+inline constexpr int kContainerFormatVersion = 1;
+
+// Aggregated layout: bytes [src, src+length) of a rank's image are at `offset`
+// of data file `file`; `checksum` is xxh3 of those bytes.
+struct image_extent {
+  uint64_t src = 0;
+  uint64_t length = 0;
+  uint32_t file = 0;
+  uint64_t offset = 0;
+  uint64_t checksum = 0;
+};
+
+// One data file of an aggregated version: data.<index:06>, `size` bytes,
+// written by the ranks in `writers` (one for leaders; several for the
+// baselines).
+struct data_file {
+  std::string name;
+  uint64_t size = 0;
+  std::vector<uint32_t> writers;
+};
+
+// How an aggregated version was written (container.md): what `cairn show`
+// prints and the benchmarks count.
+struct container_info {
+  std::string strategy;            // posix_shared, aligned, mpiio, leaders
+  uint64_t stripe = 0;             // stripe size the extents were aligned to
+  uint32_t stripe_count = 0;       // of the data files' layout (0: unknown)
+  std::vector<data_file> files;
+  std::vector<uint32_t> leaders;   // the writers of the version, in plan order
+  uint64_t bytes_between_nodes = 0;
+  uint64_t bytes_within_nodes = 0;
+  uint64_t padding = 0;            // bytes written only to align extents
+};
 
 // Per rank: the shard's identity and when each stage ran (wall-clock seconds
 // since the epoch for *_at, durations in seconds).
@@ -30,6 +66,7 @@ struct shard_entry {
   double persistent_s = 0;
   double persistent_at = 0;  // when the shard became durable
   std::string host;
+  std::vector<image_extent> extents;  // aggregated layout: where the image is, in src order
 };
 
 struct manifest {
@@ -41,6 +78,8 @@ struct manifest {
   std::string executable;
   std::string mode;
   std::vector<shard_entry> shards;  // one per rank, in rank order
+  bool aggregated = false;          // layout: shards in data files (container) or a file per rank
+  container_info container;         // aggregated only
 };
 
 std::string encode_manifest(const manifest& m);

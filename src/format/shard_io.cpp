@@ -263,6 +263,15 @@ result<std::unique_ptr<shard_reader>> shard_reader::open(storage::storage_env* e
   return std::unique_ptr<shard_reader>(new shard_reader(std::move(s)));
 }
 
+result<std::unique_ptr<shard_reader>> shard_reader::open(std::unique_ptr<storage::readable_file> file,
+                                                         const std::string& where) {
+  auto s = std::make_unique<state>();
+  s->path = where;
+  s->file = std::move(file);
+  CAIRN_ASSIGN_OR_RETURN(s->header, read_header(*s->file, where, &s->bytes_read));
+  return std::unique_ptr<shard_reader>(new shard_reader(std::move(s)));
+}
+
 result<std::unique_ptr<shard_reader>> shard_reader::open(std::span<const std::byte> file, const std::string& where) {
   auto s = std::make_unique<state>();
   s->path = where;
@@ -339,6 +348,12 @@ result<shard_image> read_image(shard_reader& rd, const header_check& check) {
 
 result<shard_image> read_shard_image(storage::storage_env* env, const std::string& path, const header_check& check) {
   CAIRN_ASSIGN_OR_RETURN(auto rd, shard_reader::open(env, path));
+  return read_image(*rd, check);
+}
+
+result<shard_image> read_shard_image(std::unique_ptr<storage::readable_file> file, const std::string& where,
+                                     const header_check& check) {
+  CAIRN_ASSIGN_OR_RETURN(auto rd, shard_reader::open(std::move(file), where));
   return read_image(*rd, check);
 }
 

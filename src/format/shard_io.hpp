@@ -80,6 +80,10 @@ using header_check = std::function<status(const shard_header&)>;
 // no_space (memory), or check's.
 result<shard_image> read_shard_image(storage::storage_env* env, const std::string& path,
                                      const header_check& check = {});
+// The same for a shard opened by open_persistent_image (container.hpp) or
+// any other readable file; `where` names it in errors.
+result<shard_image> read_shard_image(std::unique_ptr<storage::readable_file> file, const std::string& where,
+                                     const header_check& check = {});
 // The same for the bytes of a shard file held in memory; `where` names it.
 result<shard_image> decode_shard_image(std::span<const std::byte> file, const std::string& where,
                                        const header_check& check = {});
@@ -94,6 +98,10 @@ class shard_reader {
  public:
   // Opens `path` and reads and validates its header (read_header's checks).
   static result<std::unique_ptr<shard_reader>> open(storage::storage_env* env, const std::string& path);
+  // A reader of an open file (open_persistent_image: a shard file or a rank's
+  // image in an aggregated version); `where` names it in errors.
+  static result<std::unique_ptr<shard_reader>> open(std::unique_ptr<storage::readable_file> file,
+                                                    const std::string& where);
   // A reader of a shard file's bytes in memory (not copied: `file` must
   // outlive the reader).
   static result<std::unique_ptr<shard_reader>> open(std::span<const std::byte> file, const std::string& where);

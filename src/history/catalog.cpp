@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cairn.h"
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/run_info.hpp"
 #include "format/tree.hpp"
@@ -444,8 +445,9 @@ result<catalog_impl::version_data> catalog_impl::load_version(storage::storage_e
                                         std::to_string(m.version) + ", not the directory it is in");
   }
   for (const auto& e : m.shards) {
-    const std::string spath = format::shard_path(root_, run, name, version, e.rank);
-    auto h = format::read_header(env, spath);
+    const std::string spath = format::persistent_image_where(root_, run, name, version, e.rank, &m);
+    auto file = format::open_persistent_image(env, root_, run, name, version, e.rank, &m);
+    auto h = file ? format::read_header(**file, spath) : result<format::shard_header>(file.take_status());
     if (!h) {
       if (h.error().code() == errc::not_found)
         return status(errc::corruption, spath + ": missing, but the manifest lists it");
@@ -506,7 +508,8 @@ status catalog_impl::write_version(const version_data& v) {
         run_sql("INSERT INTO shards(run, name, version, rank, file, size, header_checksum, host,"
                 " captured_at, capture_s, checksum_s, local_s, persistent_s, persistent_at)"
                 " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
-                m.run, m.name, m.version, e.rank, format::shard_file_name(e.rank), e.size, hex(e.header_checksum),
+                m.run, m.name, m.version, e.rank, m.aggregated ? std::string() : format::shard_file_name(e.rank),
+                e.size, hex(e.header_checksum),
                 e.host, e.captured_at, e.capture_s, e.checksum_s, e.local_s, e.persistent_s, e.persistent_at));
     for (const auto& r : v.headers[i].regions) {
       const format::region_tree* rt = v.trees[i] ? v.trees[i]->find(r.name) : nullptr;

@@ -97,8 +97,8 @@ class posix_readable final : public readable_file {
 
 class posix_env final : public storage_env {
  public:
-  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct) override {
-    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0);
     int fd = -1;
     bool direct = false;
     if (want_direct) {

@@ -109,9 +109,9 @@ class fault_env final : public storage_env {
     std::unique_ptr<writable_file> f_;
   };
 
-  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct) override {
+  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
     if (should_fail(path, "create")) return injected(path, "create");
-    CAIRN_ASSIGN_OR_RETURN(auto f, base_->create(path, want_direct));
+    CAIRN_ASSIGN_OR_RETURN(auto f, base_->create(path, want_direct, truncate));
     return std::unique_ptr<writable_file>(new file(this, path, std::move(f)));
   }
   result<std::unique_ptr<readable_file>> open_read(const std::string& path) override { return base_->open_read(path); }

@@ -41,9 +41,12 @@ class readable_file {
 class storage_env {
  public:
   virtual ~storage_env() = default;
-  // Creates (truncating) a file for writing. want_direct asks for O_DIRECT; the
-  // file falls back to buffered I/O where the file system refuses it.
-  virtual result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct) = 0;
+  // Creates a file for writing, truncating it unless `truncate` is false (a
+  // file several processes write parts of keeps what the others wrote).
+  // want_direct asks for O_DIRECT; the file falls back to buffered I/O where
+  // the file system refuses it.
+  virtual result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct,
+                                                        bool truncate = true) = 0;
   virtual result<std::unique_ptr<readable_file>> open_read(const std::string& path) = 0;
   virtual status rename(const std::string& from, const std::string& to) = 0;
   virtual status sync_dir(const std::string& dir) = 0;

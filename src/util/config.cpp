@@ -127,6 +127,36 @@ const std::vector<key_def>& keys() {
       {"direct_io", "O_DIRECT for the persistent level", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("direct_io", v); if (!r) return r.take_status(); c.direct_io = *r; return {}; },
        [](const config& c) { return std::string(c.direct_io ? "true" : "false"); }},
+      {"persistent_layout", "file_per_process or aggregated", [](config& c, const std::string& v) {
+         return parse_enum<persistent_layout>("persistent_layout", v, {{"file_per_process", persistent_layout::file_per_process},
+                                              {"aggregated", persistent_layout::aggregated}}, &c.persistent_layout); },
+       [](const config& c) { return std::string(c.persistent_layout == persistent_layout::aggregated ? "aggregated" : "file_per_process"); }},
+      {"aggregate_files", "data files per aggregated version (auto: one per storage target)", [](config& c, const std::string& v) -> status {
+         if (v == "auto") { c.aggregate_files = 0; return {}; }
+         auto r = parse_int("aggregate_files", v, 1, 1 << 24);
+         if (!r) return bad_value("aggregate_files", v, "auto or an integer from 1 to the number of ranks");
+         c.aggregate_files = static_cast<uint32_t>(*r); return {}; },
+       [](const config& c) { return c.aggregate_files == 0 ? std::string("auto") : std::to_string(c.aggregate_files); }},
+      {"aggregate_strategy", "posix_shared, aligned, mpiio or leaders", [](config& c, const std::string& v) {
+         return parse_enum<aggregate_strategy>("aggregate_strategy", v, {{"posix_shared", aggregate_strategy::posix_shared},
+                                               {"aligned", aggregate_strategy::aligned}, {"mpiio", aggregate_strategy::mpiio},
+                                               {"leaders", aggregate_strategy::leaders}}, &c.aggregate_strategy); },
+       [](const config& c) {
+         switch (c.aggregate_strategy) { case aggregate_strategy::posix_shared: return std::string("posix_shared");
+           case aggregate_strategy::aligned: return std::string("aligned"); case aggregate_strategy::mpiio: return std::string("mpiio");
+           default: return std::string("leaders"); } }},
+      {"stripe_size", "stripe size of aggregated files (0: detected)", [](config& c, const std::string& v) -> status {
+         auto r = parse_size(v);
+         if (!r || (*r % 4096) != 0) return bad_value("stripe_size", v, "0 or a multiple of 4 KiB such as 1M");
+         c.stripe_size = *r; return {}; }, [](const config& c) { return std::to_string(c.stripe_size); }},
+      {"stripe_count", "stripe count of aggregated files (0: detected)", [](config& c, const std::string& v) -> status {
+         auto r = parse_int("stripe_count", v, 0, 1 << 16); if (!r) return r.take_status();
+         c.stripe_count = static_cast<uint32_t>(*r); return {}; }, [](const config& c) { return std::to_string(c.stripe_count); }},
+      {"node_id", "this rank's node (empty: the host name)", [](config& c, const std::string& v) -> status {
+         c.node_id = v; return {}; }, [](const config& c) { return c.node_id; }},
+      {"ranks_per_node", "emulate nodes of this many consecutive ranks (0: off)", [](config& c, const std::string& v) {
+         return set_int("ranks_per_node", v, 0, 1 << 20, &c.ranks_per_node); },
+       [](const config& c) { return std::to_string(c.ranks_per_node); }},
       {"local_enabled", "write the local level", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("local_enabled", v); if (!r) return r.take_status(); c.local_enabled = *r; return {}; },
        [](const config& c) { return std::string(c.local_enabled ? "true" : "false"); }},

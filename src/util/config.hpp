@@ -17,6 +17,10 @@ enum class placement { none, core, socket, node };
 enum class staging_policy { block, eagain };
 enum class divergence_action { cont, stop };
 enum class agents_transfer { pull, push };
+enum class persistent_layout { file_per_process, aggregated };
+// docs/design/aggregation.md: paper 004's two baselines (2.1 unaligned and
+// padded to stripes), its collective MPI-IO baseline (2.2), its leaders (3).
+enum class aggregate_strategy { posix_shared, aligned, mpiio, leaders };
 
 struct config {
   std::string run;          // run id; default: executable name
@@ -34,6 +38,16 @@ struct config {
   uint64_t staging_limit = 0;  // bytes; 0 = two slots
   cairn::staging_policy staging_policy = staging_policy::block;
   bool direct_io = true;
+  // The persistent level's layout (docs/design/aggregation.md).
+  cairn::persistent_layout persistent_layout = persistent_layout::file_per_process;
+  uint32_t aggregate_files = 1;    // M data files per version; 0 = auto (one per storage target)
+  cairn::aggregate_strategy aggregate_strategy = aggregate_strategy::leaders;
+  uint64_t stripe_size = 0;        // 0: detected from the persistent directory
+  uint32_t stripe_count = 0;       // 0: detected
+  // This rank's node (failure domain, leader spread): empty = the host name.
+  // ranks_per_node > 0 emulates nodes of that many consecutive ranks.
+  std::string node_id;
+  int ranks_per_node = 0;
   bool local_enabled = true;
   bool hash_trees = true;         // hash stage (history comparisons)
   uint64_t hash_chunk = 64 << 10; // bytes per tree leaf

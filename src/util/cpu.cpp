@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -83,6 +85,30 @@ status bind_this_thread(const std::vector<int>& cpus) {
   int rc = pthread_setaffinity_np(pthread_self(), sizeof set, &set);
   if (rc != 0) return status::from_errno(rc, "binding an engine thread to its CPUs (placement)");
   return {};
+}
+
+double node_load() {
+  double load = 0;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    double one = 0;
+    if (std::fscanf(f, "%lf", &one) == 1) {
+      const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+      load += one / static_cast<double>(cpus > 0 ? cpus : 1);
+    }
+    std::fclose(f);
+  }
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char key[64];
+    unsigned long long kb = 0, total = 0, avail = 0;
+    while (std::fscanf(f, "%63s %llu kB", key, &kb) == 2) {
+      if (std::strcmp(key, "MemTotal:") == 0) total = kb;
+      else if (std::strcmp(key, "MemAvailable:") == 0) avail = kb;
+      if (total && avail) break;
+    }
+    std::fclose(f);
+    if (total) load += 1.0 - static_cast<double>(avail) / static_cast<double>(total);
+  }
+  return load;
 }
 
 }  // namespace cairn::util

@@ -16,6 +16,11 @@ namespace cairn::util {
 // it has none; socket: the CPUs of home_cpu's package; node: every online CPU.
 std::vector<int> placement_cpus(placement p, int home_cpu);
 
+// This node's load for the aggregation plan (lower is better): the 1-minute
+// load average per online CPU plus the fraction of memory in use, from
+// /proc (0 where unreadable). Network use is not measured. About 20 us.
+double node_load();
+
 // Binds the calling thread to `cpus` (no-op when empty).
 status bind_this_thread(const std::vector<int>& cpus);
 

@@ -40,26 +40,6 @@ def deployment(tmp_path):
     d.stop_all()
 
 
-def rank_pids(mpirun_pid: int) -> dict:
-    """{rank: pid} of the ckpt_app processes mpirun started."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            if ppid != mpirun_pid:
-                continue
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        for kv in env:
-            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                out[int(kv.split(b"=", 1)[1])] = int(entry.name)
-    return out
-
-
 def held_versions(d: Deployment, run: str) -> dict:
     """{rank: set of versions} the agents logged as held for `run`."""
     out = {}
@@ -123,7 +103,7 @@ def test_ranks_killed_mid_transfer_restart_from_agent_memory(deployment, make_jo
         p = job.start("--steps", STEPS, "--every", 1, "--bytes", NBYTES, "--sleep-ms", 1, **cfg)
         wait_until(f"{run}: a version held", lambda: held_versions(d, run), timeout=30)
         time.sleep(rng.uniform(0.0, 1.0))
-        ranks = rank_pids(p.pid)
+        ranks = harness.rank_pids(p.pid)
         assert len(ranks) == NRANKS, f"{run}: ranks {ranks}\n" + harness.finish_process(p).describe()
         victim = rng.randrange(NRANKS)
         os.kill(ranks[victim], signal.SIGKILL)

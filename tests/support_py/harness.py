@@ -344,3 +344,23 @@ def run_cli(*args, timeout: float = TIMEOUT_S) -> Result:
     cli = cli_path()
     assert cli is not None
     return run_process([cli, *args], base_env(), Path("/"), timeout)
+
+
+def rank_pids(mpirun_pid: int) -> dict:
+    """{rank: pid} of the ckpt_app processes mpirun started."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            if ppid != mpirun_pid:
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        for kv in env:
+            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                out[int(kv.split(b"=", 1)[1])] = int(entry.name)
+    return out

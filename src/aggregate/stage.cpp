@@ -1,0 +1,85 @@
+#include "aggregate/stage.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "cairn.h"
+#include "format/container.hpp"
+#include "format/layout.hpp"
+#include "util/clock.hpp"
+#include "util/hash.hpp"
+
+namespace cairn::aggregate {
+
+std::vector<format::image_extent> image_extents_of(const plan& p, uint32_t rank, const std::byte* image) {
+  std::vector<format::image_extent> out;
+  auto first = std::lower_bound(p.pieces.begin(), p.pieces.end(), rank,
+                                [](const piece& x, uint32_t r) { return x.rank < r; });
+  for (auto it = first; it != p.pieces.end() && it->rank == rank; ++it) {
+    uint64_t src = it->src;
+    for (const file_run& run : locate(p, *it)) {
+      out.push_back({src, run.length, run.file, run.offset, util::xxh3(image + src, run.length)});
+      src += run.length;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+bool aligned(uint64_t v) { return v % storage::kDirectAlign == 0; }
+
+class self_write_stage final : public engine::stage {
+ public:
+  self_write_stage(storage::storage_env* env, engine::level_paths paths, stage_options o)
+      : env_(env), paths_(std::move(paths)), o_(o) {}
+  const char* name() const override { return "persistent (aggregated, own extent)"; }
+  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+
+  status run(engine::version_job& job) override {
+    const double t0 = util::now_s();
+    const auto& h = job.header;
+    if (!job.plan) return {errc::internal, "aggregated persistent stage without a plan"};
+    const plan& p = *job.plan;
+    const std::string dir = format::version_dir(paths_.persistent, h.run, h.name, h.version);
+    CAIRN_RETURN_IF_ERROR(env_->make_dirs(dir));
+    const std::byte* image = job.image->data();
+    job.extents = image_extents_of(p, h.rank, image);
+    // One open per data file this rank writes (normally one); O_DIRECT when
+    // every write is page aligned.
+    std::map<uint32_t, std::unique_ptr<storage::writable_file>> files;
+    for (const auto& e : job.extents) {
+      auto it = files.find(e.file);
+      if (it == files.end()) {
+        const bool direct = o_.direct_io && std::all_of(job.extents.begin(), job.extents.end(), [](const auto& x) {
+          return aligned(x.src) && aligned(x.offset) && aligned(x.length);
+        });
+        auto f = env_->create(storage::join(dir, format::data_file_name(e.file)), direct, /*truncate=*/false);
+        if (!f) return f.take_status().with_context("aggregated persistent level");
+        it = files.emplace(e.file, std::move(*f)).first;
+      }
+      CAIRN_RETURN_IF_ERROR(it->second->write_at(e.offset, image + e.src, e.length));
+    }
+    for (auto& [k, f] : files) {
+      CAIRN_RETURN_IF_ERROR(f->sync());
+      CAIRN_RETURN_IF_ERROR(f->close());
+    }
+    job.persistent_s = util::now_s() - t0;
+    job.persistent_at = util::wall_s();
+    return {};
+  }
+
+ private:
+  storage::storage_env* env_;
+  engine::level_paths paths_;
+  stage_options o_;
+};
+
+}  // namespace
+
+std::unique_ptr<engine::stage> make_self_write_stage(storage::storage_env* env, engine::level_paths paths,
+                                                     stage_options options) {
+  return std::make_unique<self_write_stage>(env, std::move(paths), options);
+}
+
+}  // namespace cairn::aggregate

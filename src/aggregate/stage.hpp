@@ -1,0 +1,38 @@
+// The persistent level's aggregated implementation (persistent_layout =
+// aggregated; docs/design/aggregation.md, docs/format/container.md): one more
+// engine stage completing CAIRN_LEVEL_PERSISTENT, chosen by configuration in
+// place of the file-per-process stage. Every rank runs it for every version
+// that goes to the persistent level; job.plan (computed by every rank from the
+// record the checkpoint's collective carried) says who writes what where.
+// It fills job.extents (this rank's image in the data files, checksummed);
+// the commit (MANIFEST with the index) stays with the client.
+#ifndef CAIRN_AGGREGATE_STAGE_HPP
+#define CAIRN_AGGREGATE_STAGE_HPP
+
+#include <memory>
+#include <string>
+
+#include "engine/engine.hpp"
+#include "engine/stages.hpp"
+#include "storage/storage_env.hpp"
+#include "util/config.hpp"
+
+namespace cairn::aggregate {
+
+struct stage_options {
+  cairn::aggregate_strategy strategy = cairn::aggregate_strategy::leaders;
+  bool direct_io = true;
+};
+
+// posix_shared and aligned: every rank writes its own image into its extent
+// of a shared data file (paper 004, 2.1).
+std::unique_ptr<engine::stage> make_self_write_stage(storage::storage_env* env, engine::level_paths paths,
+                                                     stage_options options);
+
+// This rank's extents of `p` with their checksums over `image` (the rank's
+// whole image), in image order.
+std::vector<format::image_extent> image_extents_of(const plan& p, uint32_t rank, const std::byte* image);
+
+}  // namespace cairn::aggregate
+
+#endif
