@@ -16,6 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregate/stage.hpp"
+#ifdef CAIRN_HAVE_FABRIC
+#include "aggregate/leaders.hpp"
+#endif
 #include "engine/stages.hpp"
 #include "format/container.hpp"
 #include "format/layout.hpp"
@@ -232,6 +235,7 @@ client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
     : comm_(std::move(comm)), cfg_(std::move(cfg)), env_(storage::storage_env::posix()) {}
 
 client_impl::~client_impl() {
+  for (auto& [key, rec] : records_) rec->job->cancelled = true;
   if (engine_) engine_->shutdown(false);
 }
 
@@ -296,7 +300,18 @@ status client_impl::start() {
     if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
   } else {
     if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
-    if (aggregated()) {
+    if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
+#ifdef CAIRN_HAVE_FABRIC
+      aggregate::data_plane_options o;
+      o.provider = cfg_.agents_provider;
+      o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
+      CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
+      stages.push_back(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io}, plane_));
+#else
+      return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
+                                   "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
+#endif
+    } else if (aggregated()) {
       stages.push_back(aggregate::make_self_write_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io}));
     } else {
       stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
@@ -402,11 +417,27 @@ status client_impl::start_aggregation() {
   std::istringstream in(text);
   in >> stripe_ >> stripe_count_ >> fs_name_;
   aggregate_files_ = cfg_.aggregate_files ? cfg_.aggregate_files : std::min<uint32_t>(stripe_count_, size());
-  const char* strategy = cfg_.aggregate_strategy == aggregate_strategy::mpiio ? "mpiio" : "leaders";
-  if (cfg_.aggregate_strategy == aggregate_strategy::mpiio || cfg_.aggregate_strategy == aggregate_strategy::leaders)
-    return {errc::not_supported, std::string("aggregate_strategy = ") + strategy +
-                                     " is not available in this build yet; use aligned or posix_shared "
-                                     "(docs/design/aggregation.md)"};
+  if (cfg_.aggregate_strategy == aggregate_strategy::mpiio)
+    return {errc::not_supported, "aggregate_strategy = mpiio is not available yet; use leaders, aligned or "
+                                 "posix_shared (docs/design/aggregation.md)"};
+#ifdef CAIRN_HAVE_FABRIC
+  if (plane_) {
+    // Every rank's data-plane endpoint, in rank order.
+    constexpr size_t kRow = 256;
+    const std::string& name = aggregate::data_plane_name(*plane_);
+    if (name.size() >= kRow) return {errc::internal, "data-plane endpoint name too long"};
+    std::vector<std::byte> row(kRow), all;
+    row[0] = static_cast<std::byte>(name.size());
+    std::memcpy(row.data() + 1, name.data(), name.size());
+    comm_->allgather(row, &all);
+    std::vector<std::string> names;
+    for (int r = 0; r < size(); ++r) {
+      const std::byte* p = all.data() + static_cast<size_t>(r) * kRow;
+      names.emplace_back(reinterpret_cast<const char*>(p + 1), static_cast<size_t>(p[0]));
+    }
+    CAIRN_RETURN_IF_ERROR(aggregate::set_data_plane_peers(*plane_, std::move(names)));
+  }
+#endif
   if (aggregate_files_ > static_cast<uint32_t>(size()))
     return {errc::invalid_argument, "aggregate_files = " + std::to_string(aggregate_files_) + " is more than the " +
                                         std::to_string(size()) + " ranks of this job: set it to at most " +
@@ -1009,6 +1040,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
 
 void client_impl::agree_level_failure(version_record& rec, unsigned level) {
   rec.global_failed |= level;
+  if (level == CAIRN_LEVEL_PERSISTENT) rec.job->cancelled = true;  // ranks waiting for others stop
   bool mine = level_state(*engine_, *rec.job, level) < 0;
   status e, soft;
   unsigned done, failed;

@@ -24,6 +24,7 @@
 #include "engine/staging.hpp"
 #include "format/manifest.hpp"
 #include "format/run_info.hpp"
+namespace cairn::aggregate { class data_plane; }
 #include "format/shard.hpp"
 #include "history/catalog.hpp"
 #include "storage/storage_env.hpp"
@@ -214,6 +215,7 @@ class client_impl {
   uint32_t stripe_count_ = 1;
   std::string fs_name_;
   uint32_t aggregate_files_ = 1;
+  std::shared_ptr<aggregate::data_plane> plane_;  // aggregate_strategy = leaders (libfabric builds)
   engine::staging_pool pool_;
   std::unique_ptr<engine::engine> engine_;
   std::mutex catalog_mu_;

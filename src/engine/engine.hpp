@@ -55,6 +55,9 @@ struct version_job {
   // rank), and where the stage put this rank's image (checksummed extents).
   std::shared_ptr<const aggregate::plan> plan;
   std::vector<format::image_extent> extents;
+  // Set by the client when the version failed on some rank: a stage waiting
+  // for other ranks (the leaders' exchange) gives up.
+  std::atomic<bool> cancelled{false};
 
   // Timings (seconds; *_at are wall-clock timestamps).
   double captured_at = 0, capture_s = 0, checksum_s = 0, hash_s = 0, local_s = 0, persistent_s = 0,

@@ -1,0 +1,295 @@
+#include "aggregate/leaders.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "agents/fabric.hpp"
+#include "agents/transfer.hpp"
+#include "cairn.h"
+#include "format/container.hpp"
+#include "format/layout.hpp"
+#include "util/aligned_buffer.hpp"
+#include "util/clock.hpp"
+
+namespace cairn::aggregate {
+
+using agents::data_message;
+using agents::data_msg;
+
+class data_plane {
+ public:
+  data_plane_options opts;
+  std::unique_ptr<agents::fabric_context> ctx;       // messages; the target of the leaders' reads
+  std::unique_ptr<agents::transfer_engine> lanes;    // a leader's pulls
+  std::vector<std::string> peers;                    // endpoint names, rank order
+  std::vector<agents::fabric_addr> addrs;            // inserted on first use (0 = not yet)
+  std::vector<bool> inserted;
+  util::aligned_buffer window;                       // a leader's bounce buffer, reused
+  uint64_t next_request = 1;
+  // Messages that arrived before the stage asked for them: (name, version,
+  // rank) -> the message. READY comes from senders, HELD from leaders.
+  std::map<std::tuple<std::string, int64_t, uint32_t>, data_message> ready, held;
+
+  result<agents::fabric_addr> peer(uint32_t rank) {
+    if (rank >= peers.size()) return status(errc::internal, "aggregation data plane: no rank " + std::to_string(rank));
+    if (!inserted[rank]) {
+      CAIRN_ASSIGN_OR_RETURN(addrs[rank], ctx->insert_peer(peers[rank]));
+      inserted[rank] = true;
+    }
+    return addrs[rank];
+  }
+
+  status send(uint32_t rank, const data_message& m) {
+    CAIRN_ASSIGN_OR_RETURN(auto a, peer(rank));
+    return ctx->send(a, agents::encode_data_message(m));
+  }
+
+  // Receives until `want` (READY from rank `from`, or HELD from leader
+  // `from`) of (name, version) is there; drops what belongs to older versions
+  // of the name. Gives up when the job is cancelled (its version failed on
+  // some rank) or nothing at all arrives for timeout_s.
+  result<data_message> await(data_msg want, const std::string& name, int64_t version, uint32_t from,
+                             const std::atomic<bool>& cancelled) {
+    auto& box = want == data_msg::ready ? ready : held;
+    const auto key = std::make_tuple(name, version, from);
+    double quiet_since = util::now_s();
+    while (true) {
+      if (auto it = box.find(key); it != box.end()) {
+        data_message m = std::move(it->second);
+        box.erase(it);
+        return m;
+      }
+      if (cancelled.load())
+        return status(errc::cancelled, "'" + name + "' version " + std::to_string(version) +
+                                           ": the flush failed on another rank");
+      if (util::now_s() - quiet_since > opts.timeout_s)
+        return status(errc::io_error, "'" + name + "' version " + std::to_string(version) + ": no " +
+                                          agents::data_msg_name(want) + " from rank " + std::to_string(from) +
+                                          " within " + std::to_string(static_cast<int>(opts.timeout_s)) +
+                                          " s (rank gone?)");
+      auto bytes = ctx->recv(0.1);
+      if (!bytes) {
+        if (bytes.error().code() == errc::again) continue;
+        return bytes.take_status().with_context("aggregation data plane");
+      }
+      auto m = agents::decode_data_message(*bytes);
+      if (!m || (m->type != data_msg::ready && m->type != data_msg::held)) continue;
+      quiet_since = util::now_s();
+      auto& to = m->type == data_msg::ready ? ready : held;
+      // Older versions of this name are over: what still arrives for them is stale.
+      if (m->name == name && m->version < version) continue;
+      to[std::make_tuple(m->name, m->version, m->rank)] = std::move(*m);
+    }
+  }
+};
+
+result<std::shared_ptr<data_plane>> make_data_plane(const data_plane_options& o) {
+  auto d = std::make_shared<data_plane>();
+  d->opts = o;
+  agents::fabric_options f;
+  f.provider = o.provider;
+  f.node = o.bind;
+  f.timeout_s = o.timeout_s;
+  f.thread_safe = true;
+  f.progress_thread = true;  // leaders read this rank's staging slot through this endpoint
+  auto ctx = agents::fabric_context::create(f);
+  if (!ctx) return ctx.take_status().with_context("aggregation data plane (aggregate_strategy = leaders)");
+  d->ctx = std::move(ctx).value();
+  agents::transfer_options t;
+  t.fabric = f;
+  t.fabric.thread_safe = false;
+  t.fabric.progress_thread = false;
+  t.threads = std::max(1, o.lanes);
+  CAIRN_ASSIGN_OR_RETURN(d->lanes, agents::transfer_engine::create(t));
+  return d;
+}
+
+const std::string& data_plane_name(const data_plane& d) { return d.ctx->name(); }
+
+status set_data_plane_peers(data_plane& d, std::vector<std::string> names) {
+  d.peers = std::move(names);
+  d.addrs.assign(d.peers.size(), 0);
+  d.inserted.assign(d.peers.size(), false);
+  return {};
+}
+
+namespace {
+
+bool aligned(uint64_t v) { return v % storage::kDirectAlign == 0; }
+
+class leaders_stage final : public engine::stage {
+ public:
+  leaders_stage(storage::storage_env* env, engine::level_paths paths, stage_options o, std::shared_ptr<data_plane> d)
+      : env_(env), paths_(std::move(paths)), o_(o), d_(std::move(d)) {}
+  const char* name() const override { return "persistent (aggregated, leaders)"; }
+  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+
+  status run(engine::version_job& job) override {
+    const double t0 = util::now_s();
+    const auto& h = job.header;
+    if (!job.plan) return {errc::internal, "aggregated persistent stage without a plan"};
+    const plan& p = *job.plan;
+    const uint32_t me = h.rank;
+    std::byte* image = job.image->data();
+    job.extents = image_extents_of(p, me, image);
+
+    // 1. Announce the image to every other leader that gets bytes of it.
+    std::set<uint32_t> my_leaders;
+    for (const auto& x : pieces_of(p, me))
+      if (p.leaders[x.leader] != me) my_leaders.insert(p.leaders[x.leader]);
+    agents::memory_region mr;
+    status st;
+    if (!my_leaders.empty()) {
+      auto r = d_->ctx->register_memory(image, h.file_size, agents::kRemoteRead);
+      if (!r) return r.take_status().with_context("aggregated flush: exposing the image");
+      mr = std::move(r).value();
+      data_message ready;
+      ready.type = data_msg::ready;
+      ready.request = d_->next_request++;
+      ready.run = h.run;
+      ready.name = h.name;
+      ready.version = h.version;
+      ready.rank = me;
+      ready.nranks = h.nranks;
+      ready.addr = mr.remote_address();
+      ready.key = mr.key();
+      ready.length = h.file_size;
+      ready.reply_to = d_->ctx->name();
+      for (uint32_t l : my_leaders)
+        if (st) st = d_->send(l, ready).with_context("aggregated flush: READY to leader rank " + std::to_string(l));
+    }
+
+    // 2. As a leader: own bytes and every sender's, into the extents it owns.
+    auto k = std::find(p.leaders.begin(), p.leaders.end(), me);
+    if (st && k != p.leaders.end() && p.used[static_cast<size_t>(k - p.leaders.begin())] > 0)
+      st = lead(job, static_cast<uint32_t>(k - p.leaders.begin()));
+
+    // 3. The image must stay put until every leader has read it.
+    for (uint32_t l : my_leaders) {
+      if (!st) break;
+      auto m = d_->await(data_msg::held, h.name, h.version, l, job.cancelled);
+      if (!m) st = m.take_status();
+      else st = agents::data_message_status(*m).with_context("leader rank " + std::to_string(l));
+    }
+    if (!st) return st;
+    job.persistent_s = util::now_s() - t0;
+    job.persistent_at = util::wall_s();
+    return {};
+  }
+
+ private:
+  static std::span<const piece> pieces_of(const plan& p, uint32_t rank) {
+    auto first = std::lower_bound(p.pieces.begin(), p.pieces.end(), rank,
+                                  [](const piece& x, uint32_t r) { return x.rank < r; });
+    auto last = std::upper_bound(first, p.pieces.end(), rank, [](uint32_t r, const piece& x) { return r < x.rank; });
+    return std::span<const piece>(first, last);
+  }
+
+  // Writes stream bytes [stream, stream+len) of leader k from `data`.
+  status write_stream(const plan& p, uint32_t k, uint64_t stream, const std::byte* data, uint64_t len,
+                      std::map<uint32_t, std::unique_ptr<storage::writable_file>>& files, const std::string& dir,
+                      bool direct) {
+    piece x{0, 0, len, k, stream};
+    uint64_t at = 0;
+    for (const file_run& run : locate(p, x)) {
+      auto it = files.find(run.file);
+      if (it == files.end()) {
+        // file_per_leader: this leader is the file's only writer; shared_striped: keep the others' stripes.
+        auto f = env_->create(storage::join(dir, format::data_file_name(run.file)), direct,
+                              p.kind == layout::file_per_leader);
+        if (!f) return f.take_status().with_context("aggregated persistent level");
+        it = files.emplace(run.file, std::move(*f)).first;
+      }
+      CAIRN_RETURN_IF_ERROR(it->second->write_at(run.offset, data + at, run.length));
+      at += run.length;
+    }
+    return {};
+  }
+
+  status lead(engine::version_job& job, uint32_t k) {
+    const auto& h = job.header;
+    const plan& p = *job.plan;
+    const uint32_t me = h.rank;
+    const std::string dir = format::version_dir(paths_.persistent, h.run, h.name, h.version);
+    CAIRN_RETURN_IF_ERROR(env_->make_dirs(dir));
+    // Who sends what to this leader, and whether every write is page aligned.
+    std::map<uint32_t, std::vector<piece>> from;
+    bool direct = o_.direct_io;
+    for (const auto& x : p.pieces)
+      if (x.leader == k) {
+        if (x.rank != me) from[x.rank].push_back(x);
+        direct &= aligned(x.src) && aligned(x.length) && aligned(x.stream);
+      }
+    std::map<uint32_t, std::unique_ptr<storage::writable_file>> files;
+    status st;
+    // Its own bytes straight from its staging slot.
+    for (const auto& x : pieces_of(p, me))
+      if (st && x.leader == k) st = write_stream(p, k, x.stream, job.image->data() + x.src, x.length, files, dir, direct);
+    if (st && !from.empty() && d_->window.size() < d_->opts.window) {
+      auto w = util::aligned_buffer::allocate(d_->opts.window);
+      if (!w) st = w.take_status();
+      else d_->window = std::move(w).value();
+    }
+    // Every sender, in the order their READYs arrive; each gets HELD once its
+    // bytes are in this leader's files (or the error that stopped it).
+    std::set<uint32_t> waiting;
+    for (auto& [r, v] : from) waiting.insert(r);
+    while (!waiting.empty()) {
+      uint32_t r = *waiting.begin();
+      for (uint32_t c : waiting)
+        if (d_->ready.count({h.name, h.version, c})) {
+          r = c;
+          break;
+        }
+      auto m = d_->await(data_msg::ready, h.name, h.version, r, job.cancelled);
+      if (!m) return m.take_status();  // cancelled or gone: the senders learn it the same way
+      waiting.erase(r);
+      if (st) {
+        agents::remote_buffer src{d_->peers[r], m->addr, m->key, m->length};
+        for (const auto& x : from[r]) {
+          for (uint64_t o = 0; st && o < x.length; o += d_->window.size()) {
+            const uint64_t n = std::min<uint64_t>(d_->window.size(), x.length - o);
+            agents::remote_buffer part{src.peer, src.addr + x.src + o, src.key, n};
+            agents::extent e{0, n};
+            st = d_->lanes->pull(part, d_->window.span().first(n), {&e, 1});
+            if (!st) st = st.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
+            if (st) st = write_stream(p, k, x.stream + o, d_->window.data(), n, files, dir, direct);
+          }
+        }
+      }
+      data_message reply;
+      reply.type = data_msg::held;
+      reply.request = m->request;
+      reply.name = h.name;
+      reply.version = h.version;
+      reply.rank = me;
+      if (!st) {
+        reply.code = static_cast<int32_t>(st.code());
+        reply.text = st.message();
+      }
+      if (status s = d_->send(r, reply); !s && st) st = s.with_context("aggregated flush: HELD to rank " + std::to_string(r));
+    }
+    for (auto& [f, file] : files) {
+      if (st) st = file->sync();
+      if (st) st = file->close();
+    }
+    return st;
+  }
+
+  storage::storage_env* env_;
+  engine::level_paths paths_;
+  stage_options o_;
+  std::shared_ptr<data_plane> d_;
+};
+
+}  // namespace
+
+std::unique_ptr<engine::stage> make_leaders_stage(storage::storage_env* env, engine::level_paths paths,
+                                                  stage_options options, std::shared_ptr<data_plane> plane) {
+  return std::make_unique<leaders_stage>(env, std::move(paths), options, std::move(plane));
+}
+
+}  // namespace cairn::aggregate
