@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <map>
 #include <set>
 #include <tuple>
@@ -160,6 +161,7 @@ class leaders_stage final : public engine::stage {
       ready.reply_to = d_->ctx->name();
       for (uint32_t l : my_leaders)
         if (st) st = d_->send(l, ready).with_context("aggregated flush: READY to leader rank " + std::to_string(l));
+      if (o_.kill.version == h.version && !o_.kill.leader) ::raise(SIGKILL);  // test hook
     }
 
     // 2. As a leader: own bytes and every sender's, into the extents it owns.
@@ -256,6 +258,7 @@ class leaders_stage final : public engine::stage {
             agents::extent e{0, n};
             st = d_->lanes->pull(part, d_->window.span().first(n), {&e, 1});
             if (!st) st = st.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
+            if (o_.kill.version == h.version && o_.kill.leader) ::raise(SIGKILL);  // test hook: mid-exchange
             if (st) st = write_stream(p, k, x.stream + o, d_->window.data(), n, files, dir, direct);
           }
         }

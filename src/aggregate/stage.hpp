@@ -19,9 +19,18 @@
 
 namespace cairn::aggregate {
 
+// Test hook (fault_inject level=transfer): SIGKILL in the middle of the
+// leaders' exchange of `version` (-1: never), as a leader (reading a sender's
+// image) or as a sender (once it announced its image).
+struct transfer_kill {
+  int64_t version = -1;
+  bool leader = false;
+};
+
 struct stage_options {
   cairn::aggregate_strategy strategy = cairn::aggregate_strategy::leaders;
   bool direct_io = true;
+  transfer_kill kill;
 };
 
 // posix_shared and aligned: every rank writes its own image into its extent

@@ -306,7 +306,7 @@ status client_impl::start() {
       o.provider = cfg_.agents_provider;
       o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
       CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
-      stages.push_back(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io}, plane_));
+      stages.push_back(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_}, plane_));
 #else
       return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
                                    "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
@@ -353,6 +353,7 @@ status client_impl::start() {
 status client_impl::install_fault() {
   storage::fault_spec spec;
   std::string level = "persistent";
+  std::string role;
   int only_rank = -1;
   auto bad = [&](const std::string& why) {
     return status(errc::invalid_argument, "configuration key 'fault_inject': " + why);
@@ -373,6 +374,7 @@ status client_impl::install_fault() {
       else if (k == "errno") spec.err = std::stoi(v);
       else if (k == "after") spec.after = std::stoi(v);
       else if (k == "rank") only_rank = std::stoi(v);
+      else if (k == "role") role = v;
       else if (k == "version") {
         kill_capture_version_ = std::stoll(v);
         spec.path_part = "/" + format::version_dir_name(kill_capture_version_) + "/";
@@ -382,7 +384,8 @@ status client_impl::install_fault() {
       return bad("bad number in '" + kv + "'");
     }
   }
-  if (level != "local" && level != "persistent" && level != "capture") return bad("level must be local, persistent or capture");
+  if (level != "local" && level != "persistent" && level != "capture" && level != "transfer")
+    return bad("level must be local, persistent, capture or transfer");
   if (spec.action != "error" && spec.action != "kill") return bad("action must be error or kill");
   if (only_rank >= 0 && only_rank != rank()) {
     kill_capture_version_ = -1;
@@ -390,6 +393,15 @@ status client_impl::install_fault() {
   }
   if (level == "capture") {
     if (spec.action != "kill" || kill_capture_version_ < 0) return bad("level=capture needs action=kill and a version");
+    return {};
+  }
+  if (level == "transfer") {
+    // aggregate_strategy = leaders: a sender killed once it announced its
+    // image, or a leader killed in the middle of reading a sender's.
+    if (spec.action != "kill" || kill_capture_version_ < 0 || (role != "leader" && role != "sender"))
+      return bad("level=transfer needs action=kill, a version and role=leader or role=sender");
+    kill_transfer_ = {kill_capture_version_, role == "leader"};
+    kill_capture_version_ = -1;
     return {};
   }
   kill_capture_version_ = -1;

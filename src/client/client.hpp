@@ -20,15 +20,19 @@
 #include "cairn.h"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
+#include "aggregate/stage.hpp"
 #include "engine/engine.hpp"
 #include "engine/staging.hpp"
 #include "format/manifest.hpp"
 #include "format/run_info.hpp"
-namespace cairn::aggregate { class data_plane; }
 #include "format/shard.hpp"
 #include "history/catalog.hpp"
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
+
+namespace cairn::aggregate {
+class data_plane;
+}
 
 namespace cairn {
 
@@ -276,6 +280,7 @@ class client_impl {
   std::map<std::string, agents_holdings> agent_holdings_;
   format::run_info run_info_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)
+  aggregate::transfer_kill kill_transfer_;  // test hook (fault_inject level=transfer)
 };
 
 }  // namespace cairn

@@ -128,7 +128,35 @@ def test_kill_mid_write_commits_nothing(rank, reference, make_job):
     check_container(job, 6, "posix_shared", 1)
 
 
-def test_kill_at_random_moments(reference, make_job):
+@pytest.mark.parametrize("phase,spec", [
+    ("local write", "level=local,action=kill,kind=write,version=6,rank=1"),
+    ("transfer, sender", "level=transfer,action=kill,version=6,role=sender"),
+    ("transfer, leader", "level=transfer,action=kill,version=6,role=leader"),
+    ("leader writing", "level=persistent,action=kill,kind=write,version=6"),
+    ("before the manifest", "level=persistent,action=kill,kind=rename,version=6,rank=0"),
+])
+def test_leaders_killed_at_each_phase(phase, spec, reference, make_job):
+    """leaders, 4 ranks on 2 emulated nodes, 2 data files: a leader or a
+    sender SIGKILLed at each phase of version 6's flush. 6 is not committed,
+    the newest version every rank has at some level restores bit for bit,
+    and the rerun commits 6, 8 and 10."""
+    ref = reference(4)
+    job = make_job(4)
+    cfg = aggregated("leaders", 2, local_enabled="true" if phase == "local write" else "false")
+    killed = job.run("--steps", 10, "--wait-persistent", fault_inject=spec, **cfg)
+    assert killed.rc != 0 and not killed.timed_out, killed.describe()
+    assert job.committed() == [2, 4], phase
+    expected = job.restorable()
+    again = job.run("--steps", 10, "--dump-restored", job.dumps / "restored", **cfg).ok()
+    assert again.restarted_from == expected, f"{phase}\n" + again.describe()
+    assert_same_state(ref.dump(expected), job.read_dump(job.dumps / "restored"), f"{phase}: restored {expected}")
+    assert again.final_hash == ref.final_hash
+    assert job.committed() == [2, 4, 6, 8, 10]
+    check_container(job, 6, "leaders", 2)
+
+
+@pytest.mark.parametrize("strategy", ["aligned", "leaders"])
+def test_kill_at_random_moments(strategy, reference, make_job):
     """Three runs of 4 ranks (2 data files, a checkpoint every step) in which
     one random rank is SIGKILLed at a random moment, mid-capture, mid-write
     or between versions: whatever is committed restores bit for bit, nothing
@@ -138,7 +166,7 @@ def test_kill_at_random_moments(reference, make_job):
     kills = []
     for trial in range(3):
         job = make_job(4)
-        cfg = aggregated("aligned", 2, local_enabled="false")
+        cfg = aggregated(strategy, 2, local_enabled="false")
         p = job.start("--steps", 10, "--every", 1, "--sleep-ms", 50, **cfg)
         time.sleep(rng.uniform(0.1, 0.5))
         ranks = harness.rank_pids(p.pid)
