@@ -320,6 +320,10 @@ typedef struct mode_result {
   double *protected_; /* agents only: until cairn_wait(PROTECTED) returned */
   int protected_failed; /* versions some rank's agent did not take (agents only) */
   stage_times *stages;
+  /* File system operations per timed checkpoint, summed over ranks
+   * (cairn_io_counters from the first timed checkpoint to the end of
+   * cairn_finalize: retention and commits included). */
+  double creates, opens, fsyncs, renames, dir_fsyncs, mkdirs, removes, bytes_written;
 } mode_result;
 
 typedef struct restart_result {
@@ -370,6 +374,8 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
    * in RUSAGE_SELF): the CPU that cairn's background work takes from the
    * application's cores. The main thread's fill and waits are excluded. */
   const double self0 = cpu_s(RUSAGE_SELF), main0 = cpu_s(RUSAGE_THREAD);
+  cairn_io_counters_t io0, io1;
+  cairn_io_counters(&io0);
   int done = 0;
   for (int k = 0; k < n; ++k) {
     const int64_t v = k + 1;
@@ -415,6 +421,21 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   check("cairn_finalize", cairn_finalize(&c, 1));
   const double background = (cpu_s(RUSAGE_SELF) - self0) - (cpu_s(RUSAGE_THREAD) - main0);
   out->background_cpu = gmax(background / n);
+  cairn_io_counters(&io1);
+  double mine[8] = {(double)(io1.creates - io0.creates), (double)(io1.opens - io0.opens),
+                    (double)(io1.fsyncs - io0.fsyncs), (double)(io1.renames - io0.renames),
+                    (double)(io1.dir_fsyncs - io0.dir_fsyncs), (double)(io1.mkdirs - io0.mkdirs),
+                    (double)(io1.removes - io0.removes), (double)(io1.bytes_written - io0.bytes_written)};
+  double all[8];
+  MPI_Allreduce(mine, all, 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  out->creates = all[0] / n;
+  out->opens = all[1] / n;
+  out->fsyncs = all[2] / n;
+  out->renames = all[3] / n;
+  out->dir_fsyncs = all[4] / n;
+  out->mkdirs = all[5] / n;
+  out->removes = all[6] / n;
+  out->bytes_written = all[7] / n;
 }
 
 /* Restart of the newest version of `name` (expected: `version`) in a fresh
@@ -648,11 +669,14 @@ int main(int argc, char **argv) {
           print_array(r->protected_, r->n);
         }
         printf(", \"stage_capture_s\": %.6g, \"stage_checksum_s\": %.6g, \"stage_hash_s\": %.6g"
-               ", \"stage_local_s\": %.6g, \"stage_persistent_s\": %.6g, \"commit_latency_s\": %.6g}",
+               ", \"stage_local_s\": %.6g, \"stage_persistent_s\": %.6g, \"commit_latency_s\": %.6g",
                stage_median(r, offsetof(stage_times, capture)), stage_median(r, offsetof(stage_times, checksum)),
                stage_median(r, offsetof(stage_times, hash)),
                stage_median(r, offsetof(stage_times, local)), stage_median(r, offsetof(stage_times, persistent)),
                stage_median(r, offsetof(stage_times, commit_latency)));
+        printf(", \"io_per_checkpoint\": {\"creates\": %.6g, \"opens\": %.6g, \"fsyncs\": %.6g, \"renames\": %.6g"
+               ", \"dir_fsyncs\": %.6g, \"mkdirs\": %.6g, \"removes\": %.6g, \"bytes_written\": %.6g}}",
+               r->creates, r->opens, r->fsyncs, r->renames, r->dir_fsyncs, r->mkdirs, r->removes, r->bytes_written);
       }
       printf("}");
       if (!no_restart) {

@@ -156,6 +156,21 @@ int cairn_finalize(cairn_t **c, int wait_for_pending);
 const char *cairn_strerror(int code);
 const char *cairn_last_error(void);
 
+/* What this process asked of the file system (every level, every handle)
+ * since it started: for benchmarks and monitoring (metadata operations per
+ * version: compare the counts before and after). Thread-safe, never fails. */
+typedef struct {
+  uint64_t creates;       /* files opened for writing (created or truncated) */
+  uint64_t opens;         /* files opened for reading */
+  uint64_t fsyncs;        /* fdatasync of files */
+  uint64_t renames;
+  uint64_t dir_fsyncs;    /* fsync of directories */
+  uint64_t mkdirs;        /* mkdir calls, one per path component of a new directory */
+  uint64_t removes;       /* unlink and rmdir */
+  uint64_t bytes_written;
+} cairn_io_counters_t;
+void cairn_io_counters(cairn_io_counters_t *out);
+
 /* Run identity, recorded in <store>/runs/<run>/RUN and the catalog (also
  * settable by the configuration keys code_version and tags). Rank 0's values
  * are recorded; other ranks may call these too (they do nothing there). */

@@ -3,6 +3,7 @@
 
 #include "capi/handle.hpp"
 #include "client/client.hpp"
+#include "storage/storage_env.hpp"
 
 namespace cairn {
 
@@ -242,6 +243,19 @@ int cairn_finalize(cairn_t** c, int wait_for_pending) {
     *c = nullptr;
     return st;
   });
+}
+
+void cairn_io_counters(cairn_io_counters_t* out) {
+  if (!out) return;
+  const cairn::storage::io_counters c = cairn::storage::posix_io_counters();
+  out->creates = c.creates;
+  out->opens = c.opens;
+  out->fsyncs = c.syncs;
+  out->renames = c.renames;
+  out->dir_fsyncs = c.dir_syncs;
+  out->mkdirs = c.mkdirs;
+  out->removes = c.removes;
+  out->bytes_written = c.bytes_written;
 }
 
 const char* cairn_strerror(int code) {

@@ -3,13 +3,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "storage/storage_env.hpp"
 
 namespace cairn::storage {
 namespace {
+
+// Process-wide counts of the file system operations (posix_io_counters).
+struct counters {
+  std::atomic<uint64_t> creates{0}, opens{0}, syncs{0}, renames{0}, dir_syncs{0}, mkdirs{0}, removes{0},
+      bytes_written{0};
+};
+counters g_counters;
 
 class posix_writable final : public writable_file {
  public:
@@ -17,6 +27,7 @@ class posix_writable final : public writable_file {
   ~posix_writable() override { (void)close(); }
 
   status write_at(uint64_t offset, const void* data, size_t len) override {
+    g_counters.bytes_written.fetch_add(len, std::memory_order_relaxed);
     const char* p = static_cast<const char*>(data);
     while (len > 0) {
       // Bounded chunks: large pwrite calls can return short on some systems.
@@ -42,6 +53,7 @@ class posix_writable final : public writable_file {
   }
 
   status sync() override {
+    g_counters.syncs.fetch_add(1, std::memory_order_relaxed);
     while (::fdatasync(fd_) != 0) {
       if (errno == EINTR) continue;
       return status::from_errno(errno, "fdatasync of " + path_);
@@ -98,6 +110,7 @@ class posix_readable final : public readable_file {
 class posix_env final : public storage_env {
  public:
   result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
+    g_counters.creates.fetch_add(1, std::memory_order_relaxed);
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0);
     int fd = -1;
     bool direct = false;
@@ -112,6 +125,7 @@ class posix_env final : public storage_env {
   }
 
   result<std::unique_ptr<readable_file>> open_read(const std::string& path) override {
+    g_counters.opens.fetch_add(1, std::memory_order_relaxed);
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       if (errno == ENOENT) return status(errc::not_found, path + " does not exist");
@@ -127,11 +141,13 @@ class posix_env final : public storage_env {
   }
 
   status rename(const std::string& from, const std::string& to) override {
+    g_counters.renames.fetch_add(1, std::memory_order_relaxed);
     if (::rename(from.c_str(), to.c_str()) != 0) return status::from_errno(errno, "rename " + from + " to " + to);
     return {};
   }
 
   status sync_dir(const std::string& dir) override {
+    g_counters.dir_syncs.fetch_add(1, std::memory_order_relaxed);
     int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return status::from_errno(errno, "open directory " + dir);
     int rc = ::fsync(fd);
@@ -144,13 +160,24 @@ class posix_env final : public storage_env {
 
   status make_dirs(const std::string& dir) override {
     if (dir.empty()) return {};
-    std::string cur;
-    size_t pos = 0;
-    while (pos != std::string::npos) {
-      pos = dir.find('/', pos + 1);
-      cur = dir.substr(0, pos);
-      if (cur.empty()) continue;
-      if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return status::from_errno(errno, "mkdir " + cur);
+    // Up to the deepest directory that exists (usually the parent), then one
+    // mkdir per missing component: on a parallel file system every mkdir is
+    // a metadata request, even of a directory that exists.
+    std::vector<std::string> missing;
+    std::string cur = dir;
+    while (!cur.empty() && cur != "/") {
+      struct stat st {};
+      if (::stat(cur.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return {errc::io_error, cur + " exists and is not a directory"};
+        break;
+      }
+      missing.push_back(cur);
+      const size_t slash = cur.find_last_of('/');
+      cur = slash == std::string::npos ? std::string() : cur.substr(0, slash);
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      g_counters.mkdirs.fetch_add(1, std::memory_order_relaxed);
+      if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) return status::from_errno(errno, "mkdir " + *it);
     }
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0) return status::from_errno(errno, "stat " + dir);
@@ -158,12 +185,15 @@ class posix_env final : public storage_env {
     return {};
   }
 
+
   status remove_file(const std::string& path) override {
+    g_counters.removes.fetch_add(1, std::memory_order_relaxed);
     if (::unlink(path.c_str()) != 0 && errno != ENOENT) return status::from_errno(errno, "unlink " + path);
     return {};
   }
 
   status remove_dir(const std::string& dir) override {
+    g_counters.removes.fetch_add(1, std::memory_order_relaxed);
     if (::rmdir(dir.c_str()) != 0 && errno != ENOENT) return status::from_errno(errno, "rmdir " + dir);
     return {};
   }
@@ -190,6 +220,19 @@ class posix_env final : public storage_env {
 };
 
 }  // namespace
+
+io_counters posix_io_counters() {
+  io_counters c;
+  c.creates = g_counters.creates.load();
+  c.opens = g_counters.opens.load();
+  c.syncs = g_counters.syncs.load();
+  c.renames = g_counters.renames.load();
+  c.dir_syncs = g_counters.dir_syncs.load();
+  c.mkdirs = g_counters.mkdirs.load();
+  c.removes = g_counters.removes.load();
+  c.bytes_written = g_counters.bytes_written.load();
+  return c;
+}
 
 storage_env* storage_env::posix() {
   static posix_env* env = new posix_env();

@@ -73,6 +73,20 @@ class storage_env {
   static storage_env* posix();
 };
 
+// What this process asked of the file system through the POSIX env since it
+// started (cairn_io_counters, benchmarks): metadata operations and bytes.
+struct io_counters {
+  uint64_t creates = 0;    // files opened for writing (created or truncated)
+  uint64_t opens = 0;      // files opened for reading
+  uint64_t syncs = 0;      // fdatasync of files
+  uint64_t renames = 0;
+  uint64_t dir_syncs = 0;  // fsync of directories
+  uint64_t mkdirs = 0;     // mkdir calls (make_dirs: one per path component)
+  uint64_t removes = 0;    // unlink and rmdir
+  uint64_t bytes_written = 0;
+};
+io_counters posix_io_counters();
+
 // Fault injection for tests (config key fault_inject, not a user feature).
 // An env that forwards to `base` but, for paths under `prefix` (and containing
 // `path_part` when set), after `after` matching calls:
