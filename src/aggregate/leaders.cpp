@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <future>
 #include <map>
 #include <set>
 #include <tuple>
@@ -28,7 +29,7 @@ class data_plane {
   std::vector<std::string> peers;                    // endpoint names, rank order
   std::vector<agents::fabric_addr> addrs;            // inserted on first use (0 = not yet)
   std::vector<bool> inserted;
-  util::aligned_buffer window;                       // a leader's bounce buffer, reused
+  util::aligned_buffer windows[2];                   // a leader's bounce buffers (pull one, write the other), reused
   uint64_t next_request = 1;
   // Messages that arrived before the stage asked for them: (name, version,
   // rank) -> the message. READY comes from senders, HELD from leaders.
@@ -226,19 +227,39 @@ class leaders_stage final : public engine::stage {
         direct &= aligned(x.src) && aligned(x.length) && aligned(x.stream);
       }
     std::map<uint32_t, std::unique_ptr<storage::writable_file>> files;
+    // One write in flight while the next window is pulled (two windows).
+    std::future<status> writing;
     status st;
-    // Its own bytes straight from its staging slot.
+    auto finish_write = [&] {
+      if (writing.valid()) {
+        status w = writing.get();
+        if (st) st = w;
+      }
+    };
+    auto write_async = [&](uint64_t stream, const std::byte* data, uint64_t len) {
+      finish_write();
+      if (!st) return;
+      writing = std::async(std::launch::async, [this, &p, k, stream, data, len, &files, &dir, direct] {
+        return write_stream(p, k, stream, data, len, files, dir, direct);
+      });
+    };
+    // Its own bytes straight from its staging slot, written while the first
+    // sender's are pulled.
     for (const auto& x : pieces_of(p, me))
-      if (st && x.leader == k) st = write_stream(p, k, x.stream, job.image->data() + x.src, x.length, files, dir, direct);
-    if (st && !from.empty() && d_->window.size() < d_->opts.window) {
-      auto w = util::aligned_buffer::allocate(d_->opts.window);
-      if (!w) st = w.take_status();
-      else d_->window = std::move(w).value();
+      if (x.leader == k) write_async(x.stream, job.image->data() + x.src, x.length);
+    if (!from.empty()) {
+      for (auto& w : d_->windows)
+        if (st && w.size() < d_->opts.window) {
+          auto b = util::aligned_buffer::allocate(d_->opts.window);
+          if (!b) st = b.take_status();
+          else w = std::move(b).value();
+        }
     }
     // Every sender, in the order their READYs arrive; each gets HELD once its
-    // bytes are in this leader's files (or the error that stopped it).
+    // bytes are pulled (its image may then change: this leader has them).
     std::set<uint32_t> waiting;
     for (auto& [r, v] : from) waiting.insert(r);
+    size_t turn = 0;
     while (!waiting.empty()) {
       uint32_t r = *waiting.begin();
       for (uint32_t c : waiting)
@@ -247,19 +268,24 @@ class leaders_stage final : public engine::stage {
           break;
         }
       auto m = d_->await(data_msg::ready, h.name, h.version, r, job.cancelled);
-      if (!m) return m.take_status();  // cancelled or gone: the senders learn it the same way
+      if (!m) {
+        finish_write();
+        return m.take_status();  // cancelled or gone: the senders learn it the same way
+      }
       waiting.erase(r);
       if (st) {
         agents::remote_buffer src{d_->peers[r], m->addr, m->key, m->length};
+        const uint64_t window = d_->opts.window;
         for (const auto& x : from[r]) {
-          for (uint64_t o = 0; st && o < x.length; o += d_->window.size()) {
-            const uint64_t n = std::min<uint64_t>(d_->window.size(), x.length - o);
+          for (uint64_t o = 0; st && o < x.length; o += window) {
+            const uint64_t n = std::min<uint64_t>(window, x.length - o);
+            util::aligned_buffer& w = d_->windows[turn++ % 2];  // not the one being written
             agents::remote_buffer part{src.peer, src.addr + x.src + o, src.key, n};
             agents::extent e{0, n};
-            st = d_->lanes->pull(part, d_->window.span().first(n), {&e, 1});
-            if (!st) st = st.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
+            status pulled = d_->lanes->pull(part, w.span().first(n), {&e, 1});
+            if (!pulled) st = pulled.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
             if (o_.kill.version == h.version && o_.kill.leader) ::raise(SIGKILL);  // test hook: mid-exchange
-            if (st) st = write_stream(p, k, x.stream + o, d_->window.data(), n, files, dir, direct);
+            if (st) write_async(x.stream + o, w.data(), n);
           }
         }
       }
@@ -275,6 +301,7 @@ class leaders_stage final : public engine::stage {
       }
       if (status s = d_->send(r, reply); !s && st) st = s.with_context("aggregated flush: HELD to rank " + std::to_string(r));
     }
+    finish_write();
     for (auto& [f, file] : files) {
       if (st) st = file->sync();
       if (st) st = file->close();

@@ -21,7 +21,7 @@ struct data_plane_options {
   std::string bind;          // local address; empty: the provider's default
   int lanes = 2;             // threads pulling in parallel on a leader
   double timeout_s = 120;    // no message and no completion for this long: the peer is gone
-  uint64_t window = 16 << 20;  // a leader's bounce buffer (pulled, then written), reused
+  uint64_t window = 16 << 20;  // each of a leader's two bounce buffers (one pulled while the other is written), reused
 };
 
 // This rank's end of the aggregation data plane. Create at init (no
