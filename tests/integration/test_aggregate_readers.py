@@ -211,6 +211,9 @@ def test_verify_reports_a_truncated_and_a_missing_data_file(copy):
             "the extents of ranks 0, 1)\n") in res.stdout
     assert res.stdout.rstrip().endswith(": 2 problems"), res.stdout
     assert "2 shards (2 persistent, 0 local)" in res.stdout  # only version 6 was readable
+    # show names the missing data file once, though both ranks' extents are in it.
+    shown = cli("show", dst, CKPT, 2, "--run", "agg", rc=1)
+    assert shown.stderr.count("data.000000 does not exist (the MANIFEST lists it") == 1, shown.describe()
 
 
 # ---- ls, reindex, gc ------------------------------------------------------------

@@ -1,6 +1,7 @@
 // cairn show: the regions and timings of one version, from its MANIFEST and
 // shard headers; for an aggregated version (docs/format/container.md) also its
 // data files, writers and bytes moved, and each rank's extents.
+#include <algorithm>
 #include <cstdio>
 #include <set>
 
@@ -195,8 +196,12 @@ int cmd_show(const show_options& o) {
     auto file = format::open_persistent_image(env, o.store, run, o.name, o.version, rank, container);
     auto h = file ? format::read_header(**file, path) : result<format::shard_header>(file.take_status());
     if (!h) {
-      js["error"] = h.error().message();
-      errors.push_back(h.error().message());
+      std::string message = h.error().message();
+      if (container && h.error().code() == errc::not_found)
+        message += " (the MANIFEST lists it: this version cannot be restored; `cairn verify` checks the store)";
+      js["error"] = message;
+      // Ranks whose extents share a missing data file report it once.
+      if (std::find(errors.begin(), errors.end(), message) == errors.end()) errors.push_back(message);
       rc = kExitFailure;
       shards.add(
           row({e ? std::to_string(e->size) : "-", e ? util::hex64(e->header_checksum) : "-", e ? e->host : "-"}));
