@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
@@ -75,7 +76,9 @@ struct shard_src {
   uint64_t expect_checksum = 0;     // the MANIFEST's header checksum
   uint64_t expect_size = 0;
   bool tree_written = false;        // the MANIFEST says a tree was written
-  std::string persistent_path;
+  std::string persistent_path;      // the shard file, or "<dir>/data.* (rank r)" (aggregated)
+  std::string persistent_dir;       // its version directory
+  const format::manifest* container = nullptr;  // the version's MANIFEST when aggregated
   std::string local_path;           // empty = no scratch directory given
   bool local = false;               // data come from local_path
   format::shard_header header;
@@ -220,19 +223,29 @@ class differ {
     }
   }
 
-  // Opens and validates a shard file (its header, and that the file has the
-  // size the header says), compressed or not.
-  result<std::unique_ptr<format::shard_reader>> open_reader(const std::string& path) {
-    CAIRN_ASSIGN_OR_RETURN(auto rd, format::shard_reader::open(env_, path));
+  // Opens and validates a shard (its header, and that the file has the size
+  // the header says), compressed or not: s's local copy (a shard file) or its
+  // persistent shard (a shard file, or the rank's image in the data files of
+  // an aggregated version).
+  result<std::unique_ptr<format::shard_reader>> open_reader(const shard_src& s, bool local) {
+    std::unique_ptr<format::shard_reader> rd;
+    if (local || !s.container) {
+      CAIRN_ASSIGN_OR_RETURN(rd, format::shard_reader::open(env_, local ? s.local_path : s.persistent_path));
+    } else {
+      CAIRN_ASSIGN_OR_RETURN(auto file, format::open_container_image(env_, s.persistent_dir, *s.container, s.rank));
+      CAIRN_ASSIGN_OR_RETURN(rd, format::shard_reader::open(std::move(file), s.persistent_path));
+    }
     res_.io.metadata_bytes += rd->bytes_read();
     return rd;
   }
 
-  // Opens `path` as the shard of `s` if it is the image the MANIFEST records.
-  // Sets s.header unless it is already known (a header with the same checksum
-  // is the same header: references into it stay valid).
-  status open_shard(shard_src& s, const std::string& path, bool keep_header = false) {
-    CAIRN_ASSIGN_OR_RETURN(auto f, open_reader(path));
+  // Opens s's local copy or persistent shard as the shard of `s` if it is the
+  // image the MANIFEST records. Sets s.header unless it is already known (a
+  // header with the same checksum is the same header: references into it stay
+  // valid).
+  status open_shard(shard_src& s, bool local, bool keep_header = false) {
+    const std::string& path = local ? s.local_path : s.persistent_path;
+    CAIRN_ASSIGN_OR_RETURN(auto f, open_reader(s, local));
     const format::shard_header& h = f->header();
     if (h.header_checksum != s.expect_checksum || h.file_size != s.expect_size) {
       return status(errc::corruption, path + ": header checksum " + util::hex64(h.header_checksum) + " / size " +
@@ -253,7 +266,8 @@ class differ {
     const std::string name = format::tree_file_name(s.rank);
     std::vector<std::string> paths;
     if (s.local) paths.push_back(storage::join(storage::dirname_of(s.local_path), name));
-    paths.push_back(storage::join(storage::dirname_of(s.persistent_path), name));
+    // An aggregated version has no trees (container.md): its data are read.
+    if (!s.container) paths.push_back(storage::join(s.persistent_dir, name));
     std::string why;
     for (auto& p : paths) {
       if (!env_->exists(p)) continue;
@@ -277,7 +291,7 @@ class differ {
       ++res_.io.trees_used;
       return;
     }
-    if (why.empty() && !s.tree_written) {
+    if (why.empty() && (!s.tree_written || paths.empty())) {
       ++res_.io.trees_absent;
       return;
     }
@@ -295,13 +309,15 @@ class differ {
       s.expect_checksum = m.shards[r].header_checksum;
       s.expect_size = m.shards[r].size;
       s.tree_written = m.shards[r].tree;
-      s.persistent_path = format::shard_path(o_.store, side.run, name, m.version, r);
+      s.container = m.aggregated ? &m : nullptr;  // m outlives side.shards (compare_version)
+      s.persistent_dir = format::version_dir(o_.store, side.run, name, m.version);
+      s.persistent_path = format::persistent_image_where(o_.store, side.run, name, m.version, r, s.container);
       res_.io.checkpoint_bytes += s.expect_size;
       ++res_.io.shards;
       if (!side.scratch.empty()) {
         s.local_path = format::shard_path(side.scratch, side.run, name, m.version, r);
         if (env_->exists(s.local_path)) {
-          status st = open_shard(s, s.local_path);
+          status st = open_shard(s, /*local=*/true);
           if (st) {
             s.local = true;
             ++res_.io.shards_local;
@@ -311,7 +327,7 @@ class differ {
         }
       }
       if (!s.local) {
-        status st = open_shard(s, s.persistent_path);
+        status st = open_shard(s, /*local=*/false);
         if (!st) {
           s.error = st.message();
           version_problem(r, "run " + std::string(side.label) + " (" + side.run + ") rank " + std::to_string(r) +
@@ -577,7 +593,7 @@ class differ {
   bool read(shard_src& s, const char* label, uint64_t offset, void* buf, size_t len) {
     if (!s.file) {
       if (open_files_ >= kMaxOpenFiles) close_idle(&s);
-      auto f = open_reader(s.data_path());
+      auto f = open_reader(s, s.local);
       if (!f) return fail_read(s, label, f.error().message());
       s.file = std::move(*f);
       ++open_files_;
@@ -613,7 +629,7 @@ class differ {
     }
     s.local = false;
     --res_.io.shards_local;
-    status st = open_shard(s, s.persistent_path, /*keep_header=*/true);
+    status st = open_shard(s, /*local=*/false, /*keep_header=*/true);
     if (!st) return fail_read(s, label, st.message());
     return true;
   }

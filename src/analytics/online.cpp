@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard_io.hpp"
@@ -34,21 +35,34 @@ result<online_outcome> compare_with_reference(storage::storage_env* env, const o
     out->reference = std::to_string(m.nranks) + " ranks";
     return online_outcome::diverged;
   }
-  // The reference shard: its local copy when it is the committed one, else the persistent one.
-  std::string path = format::shard_path(ref.store, ref.run, mine.name, mine.version, mine.rank);
+  if (mine.rank >= m.shards.size())
+    return status(errc::corruption, mpath + ": lists " + std::to_string(m.shards.size()) + " shards for " +
+                                        std::to_string(m.nranks) + " ranks");
+  // The reference shard: its local copy (a shard file at every level's
+  // layout) when it is the committed one, else the persistent one: a shard
+  // file, or the rank's image in the data files of an aggregated version.
+  std::string path = format::persistent_image_where(ref.store, ref.run, mine.name, mine.version, mine.rank, &m);
+  bool local = false;
   if (!ref.scratch.empty()) {
-    std::string local = format::shard_path(ref.scratch, ref.run, mine.name, mine.version, mine.rank);
-    auto lh = format::read_header(env, local);
-    if (lh && lh->header_checksum == m.shards[mine.rank].header_checksum) path = local;
+    std::string lpath = format::shard_path(ref.scratch, ref.run, mine.name, mine.version, mine.rank);
+    auto lh = format::read_header(env, lpath);
+    if (lh && lh->header_checksum == m.shards[mine.rank].header_checksum) {
+      path = lpath;
+      local = true;
+    }
   }
   // The reference shard may be compressed (written by an agent): read it
   // through a shard_reader, by the image's offsets.
-  CAIRN_ASSIGN_OR_RETURN(auto file, format::shard_reader::open(env, path));
+  CAIRN_ASSIGN_OR_RETURN(auto opened, local ? env->open_read(path)
+                                           : format::open_persistent_image(env, ref.store, ref.run, mine.name,
+                                                                           mine.version, mine.rank, &m));
+  CAIRN_ASSIGN_OR_RETURN(auto file, format::shard_reader::open(std::move(opened), path));
   const format::shard_header& rh = file->header();
   if (rh.header_checksum != m.shards[mine.rank].header_checksum)
     return status(errc::corruption, path + ": does not match the reference's MANIFEST");
+  // No trees are written for aggregated versions (container.md): their data are read.
   std::optional<format::tree_file> rtree;
-  if (my_tree) {
+  if (my_tree && (local || !m.aggregated)) {
     auto t = format::read_tree(env, storage::join(storage::dirname_of(path), format::tree_file_name(mine.rank)));
     if (t && t->shard_header_checksum == rh.header_checksum && t->chunk_bytes == my_tree->chunk_bytes)
       rtree = std::move(t).value();

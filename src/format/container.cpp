@@ -109,6 +109,11 @@ std::string persistent_image_where(const std::string& store, const std::string& 
 
 status verify_container_extents(storage::storage_env* env, const std::string& version_dir, const manifest& m,
                                 int64_t rank, uint64_t* bytes) {
+  return verify_container_extents(env, version_dir, m, rank, bytes, nullptr);
+}
+
+status verify_container_extents(storage::storage_env* env, const std::string& version_dir, const manifest& m,
+                                int64_t rank, uint64_t* bytes, extent_problem* where) {
   if (!m.aggregated) return {errc::invalid_argument, version_dir + ": not an aggregated version"};
   constexpr uint64_t kChunk = 8 << 20;
   std::vector<std::byte> buf;
@@ -116,25 +121,30 @@ status verify_container_extents(storage::storage_env* env, const std::string& ve
   for (const auto& s : m.shards) {
     if (rank >= 0 && s.rank != static_cast<uint64_t>(rank)) continue;
     for (const auto& e : s.extents) {
+      auto blame = [&](status st) {
+        if (where) *where = {s.rank, e, storage::join(version_dir, m.container.files.at(e.file).name)};
+        return st;
+      };
       auto it = files.find(e.file);
       if (it == files.end()) {
-        CAIRN_ASSIGN_OR_RETURN(auto f, env->open_read(storage::join(version_dir, m.container.files.at(e.file).name)));
-        it = files.emplace(e.file, std::move(f)).first;
+        auto f = env->open_read(storage::join(version_dir, m.container.files.at(e.file).name));
+        if (!f) return blame(f.take_status());
+        it = files.emplace(e.file, std::move(f).value()).first;
       }
       util::xxh3_stream h;
       for (uint64_t done = 0; done < e.length;) {
         const size_t n = static_cast<size_t>(std::min(kChunk, e.length - done));
         buf.resize(std::max<size_t>(buf.size(), n));
-        CAIRN_RETURN_IF_ERROR(it->second->read_at(e.offset + done, buf.data(), n));
+        if (status st = it->second->read_at(e.offset + done, buf.data(), n); !st) return blame(st);
         h.update(buf.data(), n);
         done += n;
       }
       if (bytes) *bytes += e.length;
       if (h.digest() != e.checksum) {
-        return {errc::corruption, storage::join(version_dir, m.container.files[e.file].name) + ": bytes [" +
+        return blame({errc::corruption, storage::join(version_dir, m.container.files[e.file].name) + ": bytes [" +
                                       std::to_string(e.offset) + ", " + std::to_string(e.offset + e.length) +
                                       ") of rank " + std::to_string(s.rank) + "'s image (from image offset " +
-                                      std::to_string(e.src) + ") do not match their checksum"};
+                                      std::to_string(e.src) + ") do not match their checksum"});
       }
     }
   }

@@ -47,6 +47,18 @@ std::string persistent_image_where(const std::string& store, const std::string& 
 status verify_container_extents(storage::storage_env* env, const std::string& version_dir, const manifest& m,
                                 int64_t rank, uint64_t* bytes = nullptr);
 
+// Where verify_container_extents stopped: the rank, its extent, and the data
+// file's path (cairn verify names them).
+struct extent_problem {
+  uint32_t rank = 0;
+  image_extent extent;
+  std::string path;
+};
+// The same, and when it fails on an extent (a checksum that does not match,
+// or its bytes that cannot be read), sets *where to it.
+status verify_container_extents(storage::storage_env* env, const std::string& version_dir, const manifest& m,
+                                int64_t rank, uint64_t* bytes, extent_problem* where);
+
 }  // namespace cairn::format
 
 #endif

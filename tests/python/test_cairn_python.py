@@ -520,3 +520,102 @@ def test_nbody_restart_is_bit_identical_with_one_thread(tmp_path):
     base = ["--particles", 64, "--every", 25]
     _continue_equals_straight(tmp_path, exe, "nbody", 2, base + ["--steps", 60], base + ["--steps", 120],
                               {"OMP_NUM_THREADS": 1})
+
+
+# ---- aggregated versions (docs/format/container.md) ------------------------------
+
+AGGREGATED_ENV = {"CAIRN_PERSISTENT_LAYOUT": "aggregated", "CAIRN_AGGREGATE_STRATEGY": "aligned",
+                  "CAIRN_AGGREGATE_FILES": "2", "CAIRN_STRIPE_SIZE": "64K"}
+
+
+@pytest.fixture(scope="module")
+def heat2d_aggregated(tmp_path_factory):
+    """heat2d (48 x 40, 60 iterations, checkpoint every 20) on 2 ranks as run
+    'agg' (aggregated: 2 data files) and run 'fpp' (a shard file per rank)."""
+    exe = example("heat2d")
+    if exe is None or not mpi_enabled():
+        pytest.skip("examples/heat2d is not built (CAIRN_BUILD_EXAMPLES=OFF or no MPI)")
+    root = tmp_path_factory.mktemp("heat2d-aggregated")
+    args = ["--nx", 48, "--ny", 40, "--iters", 60, "--every", 20]
+    sums = {run: final_checksum(run_mpi(exe, 2, args, cairn_env(root / "store", root / f"scratch-{run}", run,
+                                                                 **extra)), "heat2d")
+            for run, extra in (("agg", AGGREGATED_ENV), ("fpp", {}))}
+    assert sums["agg"] == sums["fpp"]
+    return root / "store"
+
+
+def _data_offset(m, rank, image_offset):
+    """(data file name, offset in it) of byte `image_offset` of rank's image."""
+    for src, length, f, offset, _ in m["shards"][rank]["extents"]:
+        if src <= image_offset < src + length:
+            return m["container"]["files"][f]["name"], offset + image_offset - src
+    raise AssertionError(f"no extent of rank {rank} holds image offset {image_offset}")
+
+
+def test_aggregated_version_reads_like_file_per_process(heat2d_aggregated):
+    s = cairn.open(heat2d_aggregated)
+    assert s.versions("agg", "heat2d") == s.versions("fpp", "heat2d") == [20, 40, 60]
+    assert s.layout("agg", "heat2d", 20) == "aggregated" and s.layout("fpp", "heat2d", 20) == "file_per_process"
+    m = s.manifest("agg", "heat2d", 60)
+    assert m["format_version"] == 2 and [f["name"] for f in m["container"]["files"]] == ["data.000000", "data.000001"]
+    vdir = Path(s.version_dir("agg", "heat2d", 60))
+    assert sorted(p.name for p in vdir.iterdir()) == ["MANIFEST", "data.000000", "data.000001"]
+    for v in (20, 40, 60):
+        a, b = s.region("agg", "heat2d", v, "grid"), s.region("fpp", "heat2d", v, "grid")
+        assert a.shape == (48, 40) and a.dtype == np.float64 and np.array_equal(a, b)
+        for r in (0, 1):
+            assert np.array_equal(s.region("agg", "heat2d", v, "grid", rank=r),
+                                  s.region("fpp", "heat2d", v, "grid", rank=r))
+            assert list(s.region("agg", "heat2d", v, "iter", rank=r)) == [v, 48, 40]
+    h = s.shard_header("agg", "heat2d", 40, 1)
+    assert h.path == str(vdir.parent / "v000000000040" / "data.* (rank 1)")
+    assert h.file_size == m["shards"][1]["size"] and (h.rank, h.nranks) == (1, 2)
+    assert [r.name for r in s.regions("agg", "heat2d", 40, rank=1)] == \
+        [r.name for r in s.regions("fpp", "heat2d", 40, rank=1)]
+
+
+def test_aggregated_damage_raises(heat2d_aggregated, tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(heat2d_aggregated, store)
+    s = cairn.open(store)
+    m = s.manifest("agg", "heat2d", 60)
+    grid = [r for r in s.regions("agg", "heat2d", 60, rank=1) if r.name == "grid"][0]
+    name, at = _data_offset(m, 1, grid.offset + grid.length // 2)
+    vdir = Path(s.version_dir("agg", "heat2d", 60))
+    _flip(vdir / name, at)
+    s = cairn.open(store)
+    with pytest.raises(cairn.CorruptionError, match=r"data\.\* \(rank 1\): checksum mismatch in region 'grid'"):
+        s.region("agg", "heat2d", 60, "grid", rank=1)
+    with pytest.raises(cairn.CorruptionError, match="checksum mismatch in region 'grid'"):
+        s.region("agg", "heat2d", 60, "grid")
+    assert s.region("agg", "heat2d", 60, "grid", rank=0).shape == (24, 40)  # rank 0's extents are intact
+    # A data file shorter than the MANIFEST says, and a missing one.
+    d40 = Path(s.version_dir("agg", "heat2d", 40))
+    with open(d40 / "data.000001", "r+b") as f:
+        f.truncate(4096)
+    (Path(s.version_dir("agg", "heat2d", 20)) / "data.000000").unlink()
+    s = cairn.open(store)
+    with pytest.raises(cairn.CorruptionError,
+                       match=r"data\.000001: has 4096 bytes, the manifest says \d+ \(truncated\)"):
+        s.region("agg", "heat2d", 40, "grid")
+    with pytest.raises(cairn.CorruptionError, match=r"data\.000000: data file listed in the manifest is missing"):
+        s.region("agg", "heat2d", 20, "grid")
+
+
+def test_aggregated_manifest_checks(heat2d_aggregated, tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(heat2d_aggregated, store)
+    path = Path(cairn.open(store).version_dir("agg", "heat2d", 60)) / "MANIFEST"
+    text = path.read_bytes()
+    m = json.loads(text[:text.rindex(b"xxh3 ")])
+    newer = json.loads(json.dumps(m))
+    newer["container"]["format_version"] = 2
+    path.write_bytes(_seal(newer))
+    with pytest.raises(cairn.NotSupportedError, match="container format version 2"):
+        cairn.open(store).manifest("agg", "heat2d", 60)
+    gap = json.loads(json.dumps(m))
+    gap["shards"][1]["extents"][0][0] = 4096  # no longer starts at image offset 0
+    path.write_bytes(_seal(gap))
+    with pytest.raises(cairn.CorruptionError, match="rank 1: extents do not tile the image"):
+        cairn.open(store).manifest("agg", "heat2d", 60)
+    assert cairn.open(store).versions("agg", "heat2d") == [20, 40]  # the damaged version is not listed

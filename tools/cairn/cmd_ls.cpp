@@ -24,8 +24,10 @@ int cmd_ls(const ls_options& o) {
   storage::storage_env* env = storage::storage_env::posix();
   nlohmann::json jruns = nlohmann::json::array();
   nlohmann::json jversions = nlohmann::json::array();
-  table t({"RUN", "NAME", "VERSION", "STATE", "RANKS", "BYTES", "LEVELS", "COMMITTED"},
-          {false, false, true, false, true, true, false, false});
+  // Rows of the versions table; its LAYOUT column is only shown when the store
+  // has aggregated versions (docs/format/container.md).
+  std::vector<std::vector<std::string>> rows;
+  bool any_aggregated = false;
   table ids({"RUN", "APPLICATION", "CODE_VERSION", "EXECUTIONS", "RANKS", "STARTED", "ENDED", "TAGS"},
             {false, false, false, true, true, false, false, false});
   for (const std::string& run : *runs) {
@@ -56,7 +58,7 @@ int cmd_ls(const ls_options& o) {
       jrun["identity_problem"] = info.error().message();
     }
     jruns.push_back(std::move(jrun));
-    if (names.empty()) t.add({run, "-", "-", "empty", "-", "-", "-", "-"});
+    if (names.empty()) rows.push_back({run, "-", "-", "empty", "-", "-", "-", "-", "-"});
     for (const std::string& name : names) {
       for (int64_t version : version_numbers(o.store, o.scratch, run, name)) {
         version_scan s = scan_version(env, o.store, run, name, version);
@@ -84,21 +86,30 @@ int cmd_ls(const ls_options& o) {
         switch (s.state) {
           case version_state::committed: state_text = "committed"; break;
           case version_state::incomplete:
-            state_text = "incomplete " + std::to_string(s.shard_ranks.size()) + "/" + ranks_text;
+            // An aggregated version's data files say nothing of the ranks until its MANIFEST is written.
+            state_text = s.aggregated() ? "incomplete" : "incomplete " + std::to_string(s.shard_ranks.size()) +
+                                                            "/" + ranks_text;
             break;
           case version_state::invalid: state_text = "invalid manifest"; break;
           case version_state::absent: state_text = "local only"; break;
         }
         double committed_at = s.manifest ? s.manifest->committed_at : 0;
-        t.add({run, name, std::to_string(version), state_text, ranks_text, format_bytes(bytes),
-               levels_text.empty() ? "-" : levels_text, format_time(committed_at)});
+        const bool aggregated = s.state != version_state::absent && s.aggregated();
+        any_aggregated = any_aggregated || aggregated;
+        std::string layout_text = "-";
+        if (s.state != version_state::absent) layout_text = aggregated ? "aggregated" : "file-per-process";
+        rows.push_back({run, name, std::to_string(version), state_text, layout_text, ranks_text, format_bytes(bytes),
+                        levels_text.empty() ? "-" : levels_text, format_time(committed_at)});
 
         nlohmann::json jv = {{"run", run},
                              {"name", name},
                              {"version", version},
                              {"state", s.state == version_state::absent ? "local_only" : state_name(s.state)},
                              {"nranks", nranks ? nlohmann::json(*nranks) : nlohmann::json(nullptr)},
+                             {"layout", s.state == version_state::absent ? nlohmann::json(nullptr)
+                                                                          : nlohmann::json(layout_name(s))},
                              {"shards_present", s.shard_ranks.size()},
+                             {"data_files_present", s.data_files.size()},
                              {"bytes", bytes},
                              {"levels", levels},
                              {"committed_at", s.manifest ? nlohmann::json(committed_at) : nlohmann::json(nullptr)}};
@@ -107,6 +118,16 @@ int cmd_ls(const ls_options& o) {
       }
     }
   }
+  std::vector<std::string> headers = {"RUN", "NAME", "VERSION", "STATE", "LAYOUT", "RANKS", "BYTES", "LEVELS",
+                                      "COMMITTED"};
+  std::vector<bool> right = {false, false, true, false, false, true, true, false, false};
+  if (!any_aggregated) {
+    headers.erase(headers.begin() + 4);
+    right.erase(right.begin() + 4);
+    for (auto& r : rows) r.erase(r.begin() + 4);
+  }
+  table t(headers, right);
+  for (auto& r : rows) t.add(std::move(r));
   if (o.json) {
     print_json({{"store", o.store}, {"runs", jruns}, {"versions", jversions}});
   } else if (t.empty()) {

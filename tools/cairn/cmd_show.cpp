@@ -1,8 +1,12 @@
 // cairn show: the regions and timings of one version, from its MANIFEST and
-// shard headers.
+// shard headers; for an aggregated version (docs/format/container.md) also its
+// data files, writers and bytes moved, and each rank's extents.
+#include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "commands.hpp"
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
 #include "output.hpp"
@@ -50,6 +54,52 @@ std::string shape_text(const format::region_desc& r) {
   return s;
 }
 
+std::string numbers_text(const std::vector<uint32_t>& v) {
+  std::string s;
+  for (uint32_t x : v) s += (s.empty() ? "" : ", ") + std::to_string(x);
+  return s.empty() ? "-" : s;
+}
+
+// The container section of an aggregated version's MANIFEST.
+nlohmann::json container_json(const format::container_info& c, const std::string& dir) {
+  nlohmann::json files = nlohmann::json::array();
+  for (const auto& f : c.files) {
+    files.push_back({{"name", f.name},
+                     {"path", storage::join(dir, f.name)},
+                     {"size", f.size},
+                     {"size_on_disk", file_size_of(storage::join(dir, f.name))},
+                     {"writers", f.writers}});
+  }
+  return {{"strategy", c.strategy},
+          {"stripe", c.stripe},
+          {"stripe_count", c.stripe_count},
+          {"files", files},
+          {"leaders", c.leaders},
+          {"bytes_between_nodes", c.bytes_between_nodes},
+          {"bytes_within_nodes", c.bytes_within_nodes},
+          {"padding", c.padding}};
+}
+
+void print_container(const format::container_info& c) {
+  std::printf("layout:      aggregated\n");
+  std::printf("strategy:    %s\n", c.strategy.c_str());
+  std::printf("stripe:      %s\n",
+              c.stripe == 0 ? "none"
+                            : (std::to_string(c.stripe) + " (" + format_bytes(c.stripe) + "), count " +
+                               (c.stripe_count == 0 ? std::string("unknown") : std::to_string(c.stripe_count)))
+                                  .c_str());
+  std::printf("leaders:     %s\n", numbers_text(c.leaders).c_str());
+  std::printf("moved:       %llu bytes between nodes, %llu within nodes\n",
+              static_cast<unsigned long long>(c.bytes_between_nodes),
+              static_cast<unsigned long long>(c.bytes_within_nodes));
+  std::printf("padding:     %llu bytes (%s)\n", static_cast<unsigned long long>(c.padding),
+              format_bytes(c.padding).c_str());
+  std::printf("\ndata files:\n");
+  table files({"FILE", "SIZE", "WRITERS"}, {false, true, false});
+  for (const auto& f : c.files) files.add({f.name, std::to_string(f.size), numbers_text(f.writers)});
+  files.print(stdout);
+}
+
 }  // namespace
 
 int cmd_show(const show_options& o) {
@@ -87,15 +137,51 @@ int cmd_show(const show_options& o) {
   nlohmann::json jshards = nlohmann::json::array();
   table regions({"RANK", "REGION", "TYPE", "COUNT", "SHAPE", "OFFSET", "LENGTH", "CHECKSUM"},
                 {true, false, false, true, false, true, true, false});
-  table shards({"RANK", "FILE", "SIZE", "HEADER_CHECKSUM", "HOST"}, {true, false, true, false, false});
+  // An aggregated version's ranks have extents in data files, not a shard file.
+  const format::manifest* container = s.manifest && s.manifest->aggregated ? &*s.manifest : nullptr;
+  table shards(container ? std::vector<std::string>{"RANK", "EXTENTS", "FILES", "SIZE", "HEADER_CHECKSUM", "HOST"}
+                         : std::vector<std::string>{"RANK", "FILE", "SIZE", "HEADER_CHECKSUM", "HOST"},
+               container ? std::vector<bool>{true, true, false, true, false, false}
+                         : std::vector<bool>{true, false, true, false, false});
   table timings({"RANK", "CAPTURED_AT", "CAPTURE_S", "CHECKSUM_S", "LOCAL_S", "PERSISTENT_S", "PERSISTENT_AT"},
                 {true, false, true, true, true, true, false});
   std::vector<std::string> errors;
   uint64_t compressed_shards = 0, stored_bytes = 0, image_bytes = 0;
   for (uint32_t rank : ranks) {
-    const std::string path = format::shard_path(o.store, run, o.name, o.version, rank);
-    nlohmann::json js = {{"rank", rank}, {"file", format::shard_file_name(rank)}};
+    const std::string path = format::persistent_image_where(o.store, run, o.name, o.version, rank, container);
+    nlohmann::json js = {{"rank", rank}};
     const format::shard_entry* e = s.manifest ? &s.manifest->shards[rank] : nullptr;
+    // The FILE column (file per process), or EXTENTS and FILES (aggregated).
+    std::vector<std::string> where_cells = {format::shard_file_name(rank)};
+    if (container) {
+      nlohmann::json jextents = nlohmann::json::array();
+      std::set<uint32_t> in_files;
+      uint64_t extent_bytes = 0;
+      for (const auto& x : e->extents) {
+        jextents.push_back({{"src", x.src},
+                            {"length", x.length},
+                            {"file", container->container.files[x.file].name},
+                            {"offset", x.offset},
+                            {"checksum", util::hex64(x.checksum)}});
+        in_files.insert(x.file);
+        extent_bytes += x.length;
+      }
+      std::string names;
+      for (uint32_t f : in_files) names += (names.empty() ? "" : ",") + container->container.files[f].name;
+      js["file"] = nullptr;
+      js["extent_count"] = e->extents.size();
+      js["extent_bytes"] = extent_bytes;
+      js["extents"] = std::move(jextents);
+      where_cells = {std::to_string(e->extents.size()), names.empty() ? "-" : names};
+    } else {
+      js["file"] = format::shard_file_name(rank);
+    }
+    auto row = [&](std::vector<std::string> tail) {
+      std::vector<std::string> cells = {std::to_string(rank)};
+      cells.insert(cells.end(), where_cells.begin(), where_cells.end());
+      cells.insert(cells.end(), tail.begin(), tail.end());
+      return cells;
+    };
     if (e != nullptr) {
       js["size"] = e->size;
       js["header_checksum"] = util::hex64(e->header_checksum);
@@ -107,13 +193,18 @@ int cmd_show(const show_options& o) {
                    format_seconds(e->checksum_s), format_seconds(e->local_s), format_seconds(e->persistent_s),
                    format_time(e->persistent_at, true)});
     }
-    auto h = format::read_header(env, path);
+    auto file = format::open_persistent_image(env, o.store, run, o.name, o.version, rank, container);
+    auto h = file ? format::read_header(**file, path) : result<format::shard_header>(file.take_status());
     if (!h) {
-      js["error"] = h.error().message();
-      errors.push_back(h.error().message());
+      std::string message = h.error().message();
+      if (container && h.error().code() == errc::not_found)
+        message += " (the MANIFEST lists it: this version cannot be restored; `cairn verify` checks the store)";
+      js["error"] = message;
+      // Ranks whose extents share a missing data file report it once.
+      if (std::find(errors.begin(), errors.end(), message) == errors.end()) errors.push_back(message);
       rc = kExitFailure;
-      shards.add({std::to_string(rank), format::shard_file_name(rank), e ? std::to_string(e->size) : "-",
-                  e ? util::hex64(e->header_checksum) : "-", e ? e->host : "-"});
+      shards.add(
+          row({e ? std::to_string(e->size) : "-", e ? util::hex64(e->header_checksum) : "-", e ? e->host : "-"}));
       jshards.push_back(std::move(js));
       continue;
     }
@@ -129,8 +220,7 @@ int cmd_show(const show_options& o) {
       stored_bytes += h->stored_size;
       image_bytes += h->file_size;
     }
-    shards.add({std::to_string(rank), format::shard_file_name(rank), std::to_string(h->file_size),
-                util::hex64(h->header_checksum), e ? e->host : "-"});
+    shards.add(row({std::to_string(h->file_size), util::hex64(h->header_checksum), e ? e->host : "-"}));
     nlohmann::json jregions = nlohmann::json::array();
     for (const auto& r : h->regions) {
       std::vector<uint64_t> shape = r.dims.empty() ? std::vector<uint64_t>{r.count} : r.dims;
@@ -153,7 +243,10 @@ int cmd_show(const show_options& o) {
 
   uint64_t bytes = s.bytes;
   std::string state_text = state_name(s.state);
-  if (s.state == version_state::incomplete) {
+  if (s.state == version_state::incomplete && s.aggregated()) {
+    state_text += " (aggregated: " + std::to_string(s.data_files.size()) + " data file" +
+                  (s.data_files.size() == 1 ? "" : "s") + ", no MANIFEST)";
+  } else if (s.state == version_state::incomplete) {
     state_text += " (" + std::to_string(s.shard_ranks.size()) + " of " +
                   (s.nranks ? std::to_string(*s.nranks) : std::string("?")) + " shards, no MANIFEST)";
   } else if (s.state == version_state::invalid) {
@@ -165,12 +258,14 @@ int cmd_show(const show_options& o) {
     nlohmann::json j = {{"store", o.store},   {"run", run},        {"name", o.name},
                         {"version", o.version}, {"state", state_name(s.state)},
                         {"nranks", s.nranks ? nlohmann::json(*s.nranks) : nlohmann::json(nullptr)},
-                        {"bytes", bytes},       {"shards", jshards}};
+                        {"bytes", bytes},       {"layout", layout_name(s)},
+                        {"shards", jshards}};
     if (s.manifest) {
       j["committed_at"] = s.manifest->committed_at;
       j["executable"] = s.manifest->executable;
       j["mode"] = s.manifest->mode;
     }
+    if (container) j["container"] = container_json(container->container, s.dir);
     if (s.state == version_state::invalid) j["problem"] = s.manifest_error.message();
     print_json(j);
   } else {
@@ -184,6 +279,11 @@ int cmd_show(const show_options& o) {
       std::printf("committed:   %s\n", format_time(s.manifest->committed_at, true).c_str());
       std::printf("executable:  %s\n", s.manifest->executable.c_str());
       std::printf("mode:        %s\n", s.manifest->mode.c_str());
+    }
+    if (container) {
+      print_container(container->container);
+    } else if (s.aggregated()) {
+      std::printf("layout:      aggregated\n");
     }
     std::printf("\nregions:\n");
     regions.print(stdout);

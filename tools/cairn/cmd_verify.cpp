@@ -1,10 +1,15 @@
 // cairn verify: re-reads every shard of every version (committed or not) at
 // the persistent level, and at the local level when --scratch is given, and
-// checks it against its own header and against the version's MANIFEST.
+// checks it against its own header and against the version's MANIFEST. A
+// rank's image in an aggregated version (docs/format/container.md) is checked
+// twice: every extent against its checksum in the MANIFEST, then every region
+// read through the image reader, as a shard file.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "commands.hpp"
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
 #include "format/shard_io.hpp"
@@ -26,6 +31,7 @@ struct problem {
   std::string name;
   int64_t version = 0;
   std::string message;
+  std::optional<format::extent_problem> extent;  // a damaged extent of an aggregated version
 };
 
 struct shard_job {
@@ -34,10 +40,11 @@ struct shard_job {
   std::string name;
   int64_t version = 0;
   uint32_t rank = 0;
-  std::string path;
+  std::string path;                           // the shard file, or "<dir>/data.* (rank r)"
   std::optional<format::shard_entry> expect;  // from a valid MANIFEST
   std::optional<uint32_t> nranks;             // from a valid MANIFEST
-  uint64_t size = 0;
+  uint64_t size = 0;                          // bytes to read (progress)
+  std::shared_ptr<const format::manifest> container;  // an aggregated version's MANIFEST
 };
 
 // Strips "<file>: " from messages of the format module, which name the file
@@ -78,8 +85,9 @@ class verifier {
 
  private:
   void add_problem(const std::string& file, const std::string& level, const std::string& run,
-                   const std::string& name, int64_t version, const std::string& message) {
-    problem p{file, level, run, name, version, without_prefix(message, file)};
+                   const std::string& name, int64_t version, const std::string& message,
+                   std::optional<format::extent_problem> extent = std::nullopt) {
+    problem p{file, level, run, name, version, without_prefix(message, file), std::move(extent)};
     if (!o_.json) {
       if (progress_) progress_->clear();
       std::printf("%s: %s\n", p.file.c_str(), p.message.c_str());
@@ -102,6 +110,9 @@ class verifier {
       const std::string mpath = storage::join(s.dir, format::kManifestName);
       add_problem(mpath, "persistent", run, name, version, s.manifest_error.message());
     }
+    if (s.manifest && s.manifest->aggregated) {
+      plan_container(s, run, name, version);
+    }
     auto job = [&](const std::string& level, const std::string& root, uint32_t rank) {
       shard_job j;
       j.level = level;
@@ -117,7 +128,9 @@ class verifier {
       j.size = file_size_of(j.path);
       return j;
     };
-    if (s.manifest) {
+    if (s.manifest && s.manifest->aggregated) {
+      // Planned above.
+    } else if (s.manifest) {
       // Committed: every shard the manifest lists must be there.
       for (const auto& e : s.manifest->shards) {
         const std::string path = format::shard_path(o_.store, run, name, version, e.rank);
@@ -139,17 +152,108 @@ class verifier {
     }
   }
 
+  // An aggregated version: every data file the MANIFEST lists must be there,
+  // as long as it says; then a job per rank whose extents lie in intact files.
+  void plan_container(const version_scan& s, const std::string& run, const std::string& name, int64_t version) {
+    auto m = std::make_shared<const format::manifest>(*s.manifest);
+    std::vector<bool> file_ok(m->container.files.size(), true);
+    for (size_t f = 0; f < m->container.files.size(); ++f) {
+      const format::data_file& d = m->container.files[f];
+      const std::string path = storage::join(s.dir, d.name);
+      if (!storage::storage_env::posix()->exists(path)) {
+        add_problem(path, "persistent", run, name, version,
+                    "missing (the MANIFEST lists it, with the extents of ranks " + ranks_in_file(*m, f) + ")");
+        file_ok[f] = false;
+      } else if (const uint64_t size = file_size_of(path); size < d.size) {
+        add_problem(path, "persistent", run, name, version,
+                    "has " + std::to_string(size) + " bytes, the MANIFEST says " + std::to_string(d.size) +
+                        " (truncated; it holds the extents of ranks " + ranks_in_file(*m, f) + ")");
+        file_ok[f] = false;
+      }
+    }
+    for (const auto& e : m->shards) {
+      if (!std::all_of(e.extents.begin(), e.extents.end(), [&](auto& x) { return file_ok[x.file]; })) continue;
+      shard_job j;
+      j.level = "persistent";
+      j.run = run;
+      j.name = name;
+      j.version = version;
+      j.rank = e.rank;
+      j.path = format::persistent_image_where(o_.store, run, name, version, e.rank, m.get());
+      j.expect = e;
+      j.nranks = m->nranks;
+      j.size = 2 * e.size;  // the extents, then the regions
+      j.container = m;
+      jobs_.push_back(std::move(j));
+    }
+  }
+
+  static std::string ranks_in_file(const format::manifest& m, size_t file) {
+    std::string s;
+    for (const auto& e : m.shards) {
+      if (std::any_of(e.extents.begin(), e.extents.end(), [&](auto& x) { return x.file == file; }))
+        s += (s.empty() ? "" : ", ") + std::to_string(e.rank);
+    }
+    return s.empty() ? "none" : s;
+  }
+
+  // "; at data.000000 offset N": where image offset `at` of j's rank lies.
+  static std::string in_data_files(const shard_job& j, uint64_t at) {
+    for (const auto& x : j.container->shards[j.rank].extents) {
+      if (at >= x.src && at - x.src < x.length)
+        return "; at " + j.container->container.files[x.file].name + " offset " + std::to_string(x.offset + at - x.src);
+    }
+    return "";
+  }
+
+  // Every extent of j's rank against its checksum; the first that does not
+  // match (or cannot be read) is a problem naming its data file and offset.
+  void check_extents(const shard_job& j) {
+    uint64_t read = 0;
+    format::extent_problem where;
+    const std::string dir = format::version_dir(o_.store, j.run, j.name, j.version);
+    status st = format::verify_container_extents(storage::storage_env::posix(), dir, *j.container, j.rank, &read,
+                                                 &where);
+    extents_ += static_cast<int64_t>(j.container->shards[j.rank].extents.size());
+    bytes_ += read;
+    progress_->advance(j.size / 2, j.path);
+    if (!st) {
+      const format::image_extent& x = where.extent;
+      std::string message = st.message();
+      if (st.code() != errc::corruption || message.find("do not match their checksum") == std::string::npos) {
+        message = "extent [" + std::to_string(x.offset) + ", " + std::to_string(x.offset + x.length) + ") of rank " +
+                  std::to_string(j.rank) + "'s image: " + message;
+      }
+      add_problem(where.path, j.level, j.run, j.name, j.version, message, where);
+    }
+  }
+
+  // The shard file, or the rank's image read through its extents.
+  result<std::unique_ptr<format::shard_reader>> open_reader(const shard_job& j) {
+    storage::storage_env* env = storage::storage_env::posix();
+    if (!j.container) return format::shard_reader::open(env, j.path);
+    CAIRN_ASSIGN_OR_RETURN(auto file, format::open_container_image(
+                                          env, format::version_dir(o_.store, j.run, j.name, j.version),
+                                          *j.container, j.rank));
+    return format::shard_reader::open(std::move(file), j.path);
+  }
+
   void check_shard(const shard_job& j) {
     auto problem_here = [&](const std::string& message) {
       add_problem(j.path, j.level, j.run, j.name, j.version, message);
     };
     ++(j.level == "local" ? local_shards_ : persistent_shards_);
-    storage::storage_env* env = storage::storage_env::posix();
+    // Bytes of this pass (progress): the file's, or an aggregated image's second half.
+    uint64_t size = j.size;
+    if (j.container) {
+      check_extents(j);
+      size = j.size - j.size / 2;
+    }
     // Magic, format, header checksum, table, file size; compressed or not.
-    auto rd = format::shard_reader::open(env, j.path);
+    auto rd = open_reader(j);
     if (!rd) {
       problem_here(rd.error().message());
-      progress_->advance(j.size, j.path);
+      progress_->advance(size, j.path);
       return;
     }
     const format::shard_header& h = (*rd)->header();
@@ -174,11 +278,11 @@ class verifier {
       }
     }
     if (buffer_.empty()) buffer_.resize(kChunkBytes);
-    // Progress counts the file's bytes (j.size) as they are read: a
+    // Progress counts the file's bytes (size) as they are read: a
     // compressed region advances by its stored bytes.
     uint64_t advanced = 0;
     auto advance = [&] {
-      const uint64_t now = std::min<uint64_t>((*rd)->bytes_read(), j.size);
+      const uint64_t now = std::min<uint64_t>((*rd)->bytes_read(), size);
       if (now > advanced) progress_->advance(now - advanced, j.path);
       advanced = std::max(advanced, now);
     };
@@ -199,10 +303,11 @@ class verifier {
         problem_here("reading region '" + r.name + "': " + without_prefix(st.message(), j.path));
       } else if (hash.digest() != r.checksum) {
         problem_here("checksum mismatch in region '" + r.name + "' (offset " + std::to_string(r.offset) +
-                     ", length " + std::to_string(r.length) + ")");
+                     ", length " + std::to_string(r.length) + (j.container ? in_data_files(j, r.offset) : "") +
+                     ")");
       }
     }
-    if (advanced < j.size) progress_->advance(j.size - advanced, j.path);
+    if (advanced < size) progress_->advance(size - advanced, j.path);
   }
 
   void report() {
@@ -215,6 +320,14 @@ class verifier {
                       {"name", p.name},
                       {"version", p.version},
                       {"message", p.message}});
+        if (p.extent) {
+          // The damaged extent of an aggregated version: where it is, and whose.
+          jp.back()["extent"] = {{"rank", p.extent->rank},
+                                 {"data_file", p.extent->path},
+                                 {"offset", p.extent->extent.offset},
+                                 {"length", p.extent->extent.length},
+                                 {"image_offset", p.extent->extent.src}};
+        }
       }
       print_json({{"store", o_.store},
                   {"ok", problems_.empty()},
@@ -226,6 +339,7 @@ class verifier {
                     {"local_only", local_only_}}},
                   {"shards", {{"persistent", persistent_shards_}, {"local", local_shards_}}},
                   {"regions", regions_},
+                  {"extents", extents_},
                   {"bytes", bytes_},
                   {"problems", jp}});
       return;
@@ -240,8 +354,10 @@ class verifier {
     std::string outcome = problems_.empty() ? "no problems"
                           : problems_.size() == 1 ? "1 problem"
                                                   : std::to_string(problems_.size()) + " problems";
-    std::printf("verified %s, %s, %lld regions, %s: %s\n", versions.c_str(), shards.c_str(),
-                static_cast<long long>(regions_), format_bytes(bytes_).c_str(), outcome.c_str());
+    // Extents are counted only where aggregated versions have some.
+    const std::string extents = extents_ > 0 ? ", " + std::to_string(extents_) + " extents" : std::string();
+    std::printf("verified %s, %s, %lld regions%s, %s: %s\n", versions.c_str(), shards.c_str(),
+                static_cast<long long>(regions_), extents.c_str(), format_bytes(bytes_).c_str(), outcome.c_str());
   }
 
   const verify_options& o_;
@@ -250,7 +366,7 @@ class verifier {
   std::vector<std::byte> buffer_;
   std::unique_ptr<progress> progress_;
   int64_t versions_ = 0, committed_ = 0, incomplete_ = 0, invalid_ = 0, local_only_ = 0;
-  int64_t persistent_shards_ = 0, local_shards_ = 0, regions_ = 0;
+  int64_t persistent_shards_ = 0, local_shards_ = 0, regions_ = 0, extents_ = 0;
   uint64_t bytes_ = 0;
 };
 

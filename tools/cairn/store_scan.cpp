@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
 
@@ -81,6 +82,8 @@ const char* state_name(version_state s) {
   return "unknown";
 }
 
+const char* layout_name(const version_scan& s) { return s.aggregated() ? "aggregated" : "file_per_process"; }
+
 uint64_t file_size_of(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
@@ -102,9 +105,13 @@ version_scan scan_version(storage::storage_env* env, const std::string& root, co
     } else if (format::parse_shard_name(n, &rank)) {
       s.shard_ranks.push_back(rank);
       s.bytes += file_size_of(storage::join(s.dir, n));
+    } else if (uint32_t index = 0; format::parse_data_file_name(n, &index)) {
+      s.data_files.push_back(index);
+      s.bytes += file_size_of(storage::join(s.dir, n));
     }
   }
   std::sort(s.shard_ranks.begin(), s.shard_ranks.end());
+  std::sort(s.data_files.begin(), s.data_files.end());
   std::sort(s.tmp_files.begin(), s.tmp_files.end());
   if (has_manifest) {
     auto m = format::read_manifest(env, storage::join(s.dir, format::kManifestName));

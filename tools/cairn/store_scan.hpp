@@ -58,14 +58,24 @@ struct version_scan {
   std::optional<format::manifest> manifest;  // when committed
   status manifest_error;                     // when invalid
   std::vector<uint32_t> shard_ranks;         // shard.NNNNNN files present, ascending
+  std::vector<uint32_t> data_files;          // data.NNNNNN files present (aggregated layout), ascending
   std::vector<std::string> tmp_files;        // names ending in .tmp
   std::optional<uint32_t> nranks;            // manifest's, else the first readable shard header's
-  uint64_t bytes = 0;                        // sizes of the present shard files
+  uint64_t bytes = 0;                        // sizes of the present shard and data files
+
+  // The aggregated layout (docs/format/container.md): the MANIFEST says so,
+  // or, without a valid one, data files are there and no shard file is.
+  bool aggregated() const {
+    return manifest ? manifest->aggregated : !data_files.empty() && shard_ranks.empty();
+  }
 };
 
+// "aggregated" or "file_per_process" (the names of --json output).
+const char* layout_name(const version_scan& s);
+
 // Scans <root>/runs/<run>/<name>/v<version>: reads the MANIFEST (if any), lists
-// the files, and, without a valid MANIFEST, reads shard headers until one gives
-// nranks. Never fails: what it finds wrong lands in the fields.
+// the files (shard files, or an aggregated version's data files), and, without
+// a valid MANIFEST, reads shard headers until one gives nranks. Never fails: what it finds wrong lands in the fields.
 version_scan scan_version(storage::storage_env* env, const std::string& root, const std::string& run,
                           const std::string& name, int64_t version);
 

@@ -1,10 +1,12 @@
 """Readers of cairn's on-disk formats: shard (docs/format/shard.md, versions 1
-to 3; version 3 is compressed with zstd, read with the `zstandard` package) and
+to 3; version 3 is compressed with zstd, read with the `zstandard` package),
+a rank's image in the data files of an aggregated version (container.md), and
 the sealed JSON files, MANIFEST (manifest.md) and RUN (run.md).
 
 Everything here validates what it parses and raises CorruptionError (or
 NotSupportedError for a newer format) naming the file.
 """
+import io
 import json
 import os
 import struct
@@ -110,6 +112,98 @@ def _corrupt(path, what):
     return CorruptionError(f"{path}: {what}")
 
 
+class ContainerImage:
+    """Rank `rank`'s image in an aggregated version (docs/format/container.md),
+    read through the extents its MANIFEST entry lists: [src, length, file,
+    offset, checksum] = bytes [src, src+length) of the image at `offset` of data
+    file `file`. Read like a shard file by read_shard_header and
+    read_region_data (which verify the header and every region checksum).
+    `manifest` is the version's, already validated (Store.manifest)."""
+
+    def __init__(self, version_dir: str, manifest: dict, rank: int):
+        files = manifest["container"]["files"]
+        entry = manifest["shards"][rank]
+        self.where = os.path.join(version_dir, f"data.* (rank {rank})")
+        self.size = int(entry["size"])
+        self.extents = [(int(src), int(length), int(f), int(offset)) for src, length, f, offset, _ in entry["extents"]]
+        self.paths = {f: os.path.join(version_dir, files[f]["name"]) for _, _, f, _ in self.extents}
+        self.sizes = {f: int(files[f]["size"]) for f in self.paths}
+
+    def __str__(self):
+        return self.where
+
+    def open(self) -> "io.RawIOBase":
+        """The image as a binary file (seek, read, readinto); closing it closes the data files.
+        A data file that is missing or shorter than the MANIFEST says is corruption."""
+        return _ImageFile(self)
+
+
+class _ImageFile(io.RawIOBase):
+    def __init__(self, image: ContainerImage):
+        super().__init__()
+        self._image, self._pos, self._files = image, 0, {}
+        try:
+            for f, path in image.paths.items():
+                self._files[f] = open(path, "rb")
+                size = os.fstat(self._files[f].fileno()).st_size
+                if size < image.sizes[f]:
+                    raise _corrupt(path, f"has {size} bytes, the manifest says {image.sizes[f]} (truncated)")
+        except FileNotFoundError as e:
+            self.close()
+            raise _corrupt(e.filename, "data file listed in the manifest is missing") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._image.size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, b):
+        out = memoryview(b).cast("B")
+        done = 0
+        for src, length, f, offset in self._image.extents:
+            if done == len(out) or self._pos >= self._image.size:
+                break
+            if self._pos >= src + length:
+                continue
+            rel = self._pos - src
+            n = min(length - rel, len(out) - done)
+            fh = self._files[f]
+            fh.seek(offset + rel)
+            got = fh.readinto(out[done:done + n])
+            done += got
+            self._pos += got
+            if got < n:
+                break
+        return done
+
+    def close(self):
+        for fh in self._files.values():
+            fh.close()
+        self._files = {}
+        super().close()
+
+
+def _open_shard(source):
+    """(binary file, size, name for messages) of a shard: a path, or a
+    ContainerImage."""
+    if isinstance(source, ContainerImage):
+        return source.open(), source.size, str(source)
+    f = open(source, "rb")
+    return f, os.fstat(f.fileno()).st_size, os.fspath(source)
+
+
 class _Reader:
     def __init__(self, buf, pos, path):
         self.buf, self.pos, self.path = buf, pos, path
@@ -130,12 +224,14 @@ class _Reader:
         return b
 
 
-def read_shard_header(path: str) -> ShardHeader:
+def read_shard_header(path) -> ShardHeader:
     """Reads and validates a shard's header (magic, format version, header
-    checksum, region table, file size)."""
+    checksum, region table, file size). `path`: a shard file, or a rank's
+    image in an aggregated version (ContainerImage)."""
+    where = str(path)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+        f, size, path = _open_shard(path)
+        with f:
             buf = f.read(min(size, 64 * 1024))
             if len(buf) < FIXED_HEADER:
                 raise _corrupt(path, f"file of {size} bytes is shorter than a shard header")
@@ -157,7 +253,7 @@ def read_shard_header(path: str) -> ShardHeader:
                 f.seek(0)
                 buf = f.read(hb)
     except OSError as e:
-        raise CorruptionError(f"{path}: cannot read: {e}") from e
+        raise CorruptionError(f"{where}: cannot read: {e}") from e
     head = bytearray(buf[:hb])
     head[CHECKSUM_OFFSET:CHECKSUM_OFFSET + 8] = b"\0" * 8
     if xxh3_64(bytes(head)) != hcs:
@@ -255,21 +351,24 @@ def _decompress(path: str, region: RegionInfo, frame: bytes) -> bytearray:
     return bytearray(out)
 
 
-def read_region_data(path: str, region: RegionInfo, verify: bool = True) -> np.ndarray:
+def read_region_data(path, region: RegionInfo, verify: bool = True) -> np.ndarray:
     """The region's block as a writable numpy array of its dtype and shape
     (order 'F' for column-major regions), after verifying its checksum. A
-    compressed region (format 3) is decompressed."""
+    compressed region (format 3) is decompressed. `path`: a shard file, or a
+    rank's image in an aggregated version (ContainerImage)."""
     if region.stored_offset:  # set by read_shard_header (a RegionInfo made by hand may lack it)
         start, stored = region.stored_offset, region.stored_length
     else:
         start, stored = region.offset, region.length
     buf = bytearray(stored)
+    where = str(path)
     try:
-        with open(path, "rb") as f:
+        f, _, path = _open_shard(path)
+        with f:
             f.seek(start)
             got = f.readinto(buf)
     except OSError as e:
-        raise CorruptionError(f"{path}: cannot read region '{region.name}': {e}") from e
+        raise CorruptionError(f"{where}: cannot read region '{region.name}': {e}") from e
     if got != stored:
         raise CorruptionError(f"{path}: region '{region.name}' is truncated ({got} of {stored} bytes)")
     if region.compression == COMPRESS_ZSTD:

@@ -1,7 +1,14 @@
 """Read-only access to a cairn store (docs/format/store.md).
 
 The files are the source of truth: a version exists when its MANIFEST is valid
-(manifest.md); the catalog (catalog.sqlite) is not used.
+(manifest.md); the catalog (catalog.sqlite) is not used. A version is a shard
+file per rank (manifest format 1) or, written with persistent_layout =
+aggregated, data files holding every rank's image as extents (manifest format
+2, docs/format/container.md); both read the same here.
+
+This package reads the files itself, in pure Python; it moves onto the C++
+reader (format::open_persistent_image, the one every cairn tool uses) with
+issue 13.
 """
 import os
 import re
@@ -9,13 +16,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from ._format import (RegionInfo, ShardHeader, read_region_data, read_sealed_json,
+from ._format import (ContainerImage, RegionInfo, ShardHeader, read_region_data, read_sealed_json,
                       read_shard_header)
-from .errors import CairnError, CorruptionError, NotFoundError
+from .errors import CairnError, CorruptionError, NotFoundError, NotSupportedError
 
 MANIFEST = "MANIFEST"
 RUN_FILE = "RUN"
-MANIFEST_FORMAT_VERSION = 1
+MANIFEST_FORMAT_VERSION = 2   # 1: a shard file per rank; 2: adds the aggregated layout
+CONTAINER_FORMAT_VERSION = 1
 RUN_FORMAT_VERSION = 1
 _VERSION_DIR = re.compile(r"^v([0-9]+)$")
 
@@ -105,8 +113,16 @@ class Store:
             raise CorruptionError(f"{path}: manifest is of {m['run']}/{m['name']}/v{m['version']}")
         if len(m["shards"]) != m["nranks"]:
             raise CorruptionError(f"{path}: {len(m['shards'])} shards listed for {m['nranks']} ranks")
+        if m.get("layout", "file_per_process") == "aggregated":
+            _check_container(m, path)
+        elif m.get("layout", "file_per_process") != "file_per_process":
+            raise NotSupportedError(f"{path}: layout {m['layout']!r} is not readable by this package; upgrade cairn")
         self._manifests[key] = m
         return m
+
+    def layout(self, run: str, name: str, version: int) -> str:
+        """'aggregated' (data files, docs/format/container.md) or 'file_per_process'."""
+        return self.manifest(run, name, version).get("layout", "file_per_process")
 
     def nranks(self, run: str, name: str, version: int) -> int:
         return int(self.manifest(run, name, version)["nranks"])
@@ -129,8 +145,8 @@ class Store:
         if not 0 <= int(rank) < nranks:
             raise NotFoundError(f"{run}/{name}/v{version}: no rank {rank} (the version has {nranks} ranks)")
         entry = m["shards"][int(rank)]
-        path = self.shard_path(run, name, version, rank)
-        if not os.path.exists(path):
+        path = self._image(run, name, version, rank)
+        if not isinstance(path, ContainerImage) and not os.path.exists(path):
             raise CorruptionError(f"{path}: shard listed in the manifest is missing")
         h = read_shard_header(path)
         if "size" in entry and int(entry["size"]) != h.file_size:
@@ -140,6 +156,14 @@ class Store:
         if (h.run, h.name, h.version, h.rank, h.nranks) != (run, name, int(version), int(rank), nranks):
             raise CorruptionError(f"{path}: shard is of {h.run}/{h.name}/v{h.version} rank {h.rank} of {h.nranks}")
         return h
+
+    def _image(self, run: str, name: str, version: int, rank: int):
+        """Where rank's shard is read from: its shard file, or its image in the
+        data files of an aggregated version."""
+        m = self.manifest(run, name, version)
+        if m.get("layout") == "aggregated":
+            return ContainerImage(self.version_dir(run, name, version), m, int(rank))
+        return self.shard_path(run, name, version, rank)
 
     def regions(self, run: str, name: str, version: int, rank: int = 0) -> List[RegionInfo]:
         """The region table of one rank's shard (name, type, dtype, shape, layout, ...)."""
@@ -161,13 +185,13 @@ class Store:
         if rank is not None:
             h = self.shard_header(run, name, version, rank)
             info = self._find(h, region)
-            return read_region_data(h.path, info)
+            return read_region_data(self._image(run, name, version, rank), info)
         nranks = self.nranks(run, name, version)
         h0 = self.shard_header(run, name, version, 0)
         info0 = self._find(h0, region)
         if not info0.has_layout:
             if nranks == 1:
-                return read_region_data(h0.path, info0)
+                return read_region_data(self._image(run, name, version, 0), info0)
             raise CairnError(f"region '{region}' of {run}/{name}/v{version} has no global layout and the "
                              f"version has {nranks} ranks: give rank= (0..{nranks - 1})")
         gshape = info0.global_shape
@@ -183,7 +207,7 @@ class Store:
             sl = tuple(slice(s, s + d) for s, d in zip(info.start, info.shape))
             if covered[sl].any():
                 raise CorruptionError(f"{h.path}: block of region '{region}' overlaps another rank's block")
-            out[sl] = read_region_data(h.path, info)
+            out[sl] = read_region_data(self._image(run, name, version, r), info)
             covered[sl] = True
         if not covered.all():
             missing = int(covered.size - np.count_nonzero(covered))
@@ -200,6 +224,33 @@ class Store:
             raise NotFoundError(f"{h.path}: no region '{region}' (regions: "
                                 f"{', '.join(r.name for r in h.regions) or 'none'})")
         return info
+
+
+def _check_container(m: dict, path: str) -> None:
+    """The index of an aggregated version (container.md): a known container
+    format, and every rank's extents tiling its image [0, size), in order,
+    each inside its data file."""
+    c = m.get("container")
+    if not isinstance(c, dict) or not isinstance(c.get("files"), list):
+        raise CorruptionError(f"{path}: malformed manifest: aggregated without a 'container' section")
+    if c.get("format_version") != CONTAINER_FORMAT_VERSION:
+        raise NotSupportedError(f"{path}: container format version {c.get('format_version')} is not readable by "
+                                f"this package (reads {CONTAINER_FORMAT_VERSION}); upgrade cairn")
+    for f in c["files"]:
+        name = f.get("name", "") if isinstance(f, dict) else ""
+        if not name or "/" in name or not isinstance(f.get("size"), int):
+            raise CorruptionError(f"{path}: malformed manifest: bad data file entry {f!r}")
+    for s in m["shards"]:
+        at = 0
+        for x in s.get("extents", []):
+            ok = isinstance(x, list) and len(x) == 5 and all(isinstance(v, int) for v in x[:4])
+            if not ok or x[0] != at or x[1] <= 0 or not 0 <= x[2] < len(c["files"]) \
+                    or x[3] + x[1] > c["files"][x[2]]["size"]:
+                raise CorruptionError(f"{path}: rank {s.get('rank')}: extents do not tile the image inside the "
+                                      "data files")
+            at += x[1]
+        if at != s.get("size"):
+            raise CorruptionError(f"{path}: rank {s.get('rank')}: extents cover {at} of {s.get('size')} bytes")
 
 
 def open(path) -> Store:  # noqa: A001 - cairn.open mirrors the built-in's role
