@@ -1,5 +1,7 @@
 #include "aggregate/stage.hpp"
 
+#include <time.h>
+
 #include <algorithm>
 #include <map>
 
@@ -75,7 +77,42 @@ class self_write_stage final : public engine::stage {
   stage_options o_;
 };
 
+class collective_write_stage final : public engine::stage {
+ public:
+  collective_write_stage(storage::storage_env* env, engine::level_paths paths) : env_(env), paths_(std::move(paths)) {}
+  const char* name() const override { return "persistent (aggregated, collective MPI-IO)"; }
+  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+
+  status run(engine::version_job& job) override {
+    const double t0 = util::now_s();
+    const auto& h = job.header;
+    if (!job.plan) return {errc::internal, "aggregated persistent stage without a plan"};
+    CAIRN_RETURN_IF_ERROR(env_->make_dirs(format::version_dir(paths_.persistent, h.run, h.name, h.version)));
+    job.extents = image_extents_of(*job.plan, h.rank, job.image->data());
+    job.collective.store(1);
+    // The slot stays held (this stage has not returned) until the
+    // application thread wrote it.
+    for (int c; (c = job.collective.load()) == 1;) {
+      if (job.cancelled.load()) return {errc::cancelled, "the collective write was cancelled (another rank failed)"};
+      struct timespec ts {0, 200000};
+      nanosleep(&ts, nullptr);
+    }
+    if (job.collective.load() < 0) return job.collective_error;
+    job.persistent_s = util::now_s() - t0;
+    job.persistent_at = util::wall_s();
+    return {};
+  }
+
+ private:
+  storage::storage_env* env_;
+  engine::level_paths paths_;
+};
+
 }  // namespace
+
+std::unique_ptr<engine::stage> make_collective_write_stage(storage::storage_env* env, engine::level_paths paths) {
+  return std::make_unique<collective_write_stage>(env, std::move(paths));
+}
 
 std::unique_ptr<engine::stage> make_self_write_stage(storage::storage_env* env, engine::level_paths paths,
                                                      stage_options options) {

@@ -38,6 +38,11 @@ struct stage_options {
 std::unique_ptr<engine::stage> make_self_write_stage(storage::storage_env* env, engine::level_paths paths,
                                                      stage_options options);
 
+// mpiio (paper 004, 2.2): checksums this rank's extent, then waits until the
+// client has written the image with its collective MPI-IO call
+// (job.collective; comm::communicator::write_at_all).
+std::unique_ptr<engine::stage> make_collective_write_stage(storage::storage_env* env, engine::level_paths paths);
+
 // This rank's extents of `p` with their checksums over `image` (the rank's
 // whole image), in image order.
 std::vector<format::image_extent> image_extents_of(const plan& p, uint32_t rank, const std::byte* image);

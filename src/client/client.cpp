@@ -311,6 +311,8 @@ status client_impl::start() {
       return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
                                    "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
 #endif
+    } else if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio) {
+      stages.push_back(aggregate::make_collective_write_stage(env_, paths));
     } else if (aggregated()) {
       stages.push_back(aggregate::make_self_write_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io}));
     } else {
@@ -429,9 +431,9 @@ status client_impl::start_aggregation() {
   std::istringstream in(text);
   in >> stripe_ >> stripe_count_ >> fs_name_;
   aggregate_files_ = cfg_.aggregate_files ? cfg_.aggregate_files : std::min<uint32_t>(stripe_count_, size());
-  if (cfg_.aggregate_strategy == aggregate_strategy::mpiio)
-    return {errc::not_supported, "aggregate_strategy = mpiio is not available yet; use leaders, aligned or "
-                                 "posix_shared (docs/design/aggregation.md)"};
+  if (cfg_.aggregate_strategy == aggregate_strategy::mpiio && aggregate_files_ != 1)
+    return {errc::invalid_argument, "aggregate_strategy = mpiio writes one shared file with one collective call "
+                                    "per version: set aggregate_files = 1 (or use leaders for M files)"};
 #ifdef CAIRN_HAVE_FABRIC
   if (plane_) {
     // Every rank's data-plane endpoint, in rank order.
@@ -471,7 +473,8 @@ result<std::shared_ptr<const aggregate::plan>> client_impl::plan_version(const s
   }
   result<aggregate::plan> p = status();
   switch (cfg_.aggregate_strategy) {
-    case aggregate_strategy::posix_shared: p = aggregate::make_self_plan(in, aggregate_files_, 0); break;
+    case aggregate_strategy::posix_shared:
+    case aggregate_strategy::mpiio: p = aggregate::make_self_plan(in, aggregate_files_, 0); break;
     case aggregate_strategy::aligned: p = aggregate::make_self_plan(in, aggregate_files_, stripe_); break;
     default: {
       aggregate::plan_options o;
@@ -845,6 +848,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     my_record.node = util::xxh3(node_.data(), node_.size());
     my_record.load = util::node_load();
   }
+  if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio)
+    CAIRN_RETURN_IF_ERROR(free_slot_for_mpiio(st && h.file_size > pool_.slot_bytes()));
   bool all_have_slot = true;
   CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot, &st, plan_it ? &my_record : nullptr, &records));
   if (divergence_ && cfg_.on_divergence == divergence_action::stop) {
@@ -961,7 +966,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
   }
   v.push_back(my_first);
   v.push_back(mine ? static_cast<int64_t>(mine->code()) : 0);
-  enum class entry_kind { level, durable, manifest };
+  enum class entry_kind { level, collective, durable, manifest };
   struct entry {
     version_record* rec;
     entry_kind kind;
@@ -978,6 +983,12 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
     }
     if ((rec->wanted & CAIRN_LEVEL_PERSISTENT) &&
         !((rec->global_done | rec->global_failed) & CAIRN_LEVEL_PERSISTENT)) {
+      if (awaits_collective(*rec)) {
+        // mpiio: 1 once this rank's image waits for the collective write.
+        entries.push_back({rec, entry_kind::collective});
+        const int64_t state = level_state(*engine_, job, CAIRN_LEVEL_PERSISTENT);
+        v.push_back(state < 0 ? -1 : job.collective.load() == 1 ? 1 : 0);
+      }
       if (!rec->shards_durable) {
         entries.push_back({rec, entry_kind::durable});
         v.push_back(level_state(*engine_, job, CAIRN_LEVEL_PERSISTENT));
@@ -1020,6 +1031,11 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
         if (s > 0) on_level_complete(rec, entries[i].level);
         else agree_level_failure(rec, entries[i].level);
         break;
+      case entry_kind::collective:
+        rec.collective_done = true;
+        if (s > 0) collective_write(rec);
+        else rec.job->cancelled = true;  // some rank cannot write: nobody does
+        break;
       case entry_kind::durable:
         if (s > 0) on_durable(rec);
         else agree_level_failure(rec, CAIRN_LEVEL_PERSISTENT);
@@ -1048,6 +1064,57 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
     return agree(mine);
   }
   return {};
+}
+
+bool client_impl::awaits_collective(const version_record& rec) const {
+  return rec.job->plan && cfg_.aggregate_strategy == aggregate_strategy::mpiio && !rec.collective_done;
+}
+
+bool client_impl::collective_ready() const {
+  for (const version_record* r : pending_)
+    if (awaits_collective(*r) && r->job->collective.load() == 1) return true;
+  return false;
+}
+
+status client_impl::free_slot_for_mpiio(bool drain) {
+  // A slot is held by a version until its collective write, which only this
+  // thread makes: waiting for a slot in acquire() (or for the engine to go
+  // idle before slots grow: `drain`) would wait for ever. Drive the writes
+  // until every rank has a free slot and, when draining, none waits (the
+  // loop's condition is agreed, so every rank makes the same collective calls).
+  auto done = [&] {
+    if (drain)
+      for (version_record* r : pending_)
+        if (awaits_collective(*r)) return false;
+    return pool_.slots() == 0 || pool_.has_free();
+  };
+  while (comm_->min(done() ? 1 : 0) == 0) {
+    for (version_record* r : pending_)
+      if (awaits_collective(*r)) {
+        wait_local(*r, CAIRN_LEVEL_PERSISTENT);
+        break;
+      }
+    CAIRN_RETURN_IF_ERROR(progress(true));
+  }
+  return {};
+}
+
+void client_impl::collective_write(version_record& rec) {
+  // paper 004, 2.2: every rank's image at its prefix-sum offset of the
+  // version's shared file, in one collective MPI-IO call made here, on the
+  // application thread, inside whichever cairn call found every rank ready.
+  engine::version_job& job = *rec.job;
+  const auto& h = job.header;
+  const std::string path = storage::join(format::version_dir(cfg_.persistent, h.run, h.name, h.version),
+                                         format::data_file_name(0));
+  const uint64_t offset = job.extents.empty() ? 0 : job.extents.front().offset;
+  status st = comm_->write_at_all(path, offset, {job.image->data(), job.extents.empty() ? 0 : h.file_size});
+  if (!st) {
+    job.collective_error = st.with_context("aggregated persistent level (mpiio)");
+    job.collective.store(-1);
+  } else {
+    job.collective.store(2);
+  }
 }
 
 void client_impl::agree_level_failure(version_record& rec, unsigned level) {
@@ -1297,13 +1364,24 @@ result<unsigned> client_impl::test(const std::string& name, int64_t version) {
 }
 
 void client_impl::wait_local(version_record& rec, unsigned level) {
+  if (level == CAIRN_LEVEL_PERSISTENT && awaits_collective(rec)) {
+    // mpiio: the stage waits for this thread's collective write; wait only
+    // until this rank is ready for it (or failed).
+    while (rec.job->collective.load() == 0 && level_state(*engine_, *rec.job, CAIRN_LEVEL_PERSISTENT) == 0) {
+      struct timespec ts {0, 200000};
+      nanosleep(&ts, nullptr);
+    }
+    return;
+  }
   if (!rec.shards_durable || level != CAIRN_LEVEL_PERSISTENT) {
     engine_->wait_levels(*rec.job, level);
     return;
   }
   if (rank() != 0) return;
-  // Rank 0 waits for its manifest commit task.
-  while (rec.manifest_state->load() == 0) {
+  // Rank 0 waits for its manifest commit task, unless a later version waits
+  // for its collective write (mpiio): the engine runs the task after that
+  // version's stage, which waits for this thread.
+  while (rec.manifest_state->load() == 0 && !collective_ready()) {
     struct timespec ts {0, 200000};
     nanosleep(&ts, nullptr);
   }
@@ -1385,6 +1463,7 @@ status client_impl::finalize(bool wait_for_pending) {
     status st = progress(true);
     if (!st && first.is_ok()) first = st;
   } else {
+    for (version_record* rec : pending_) rec->job->cancelled = true;  // stages waiting for other ranks stop
     engine_->shutdown(false);
   }
   if (agents_) {

@@ -67,6 +67,7 @@ struct version_record {
   unsigned global_done = CAIRN_LEVEL_CAPTURED;
   unsigned global_failed = 0;
   bool shards_durable = false;  // every rank's shard is durable; manifest commit started
+  bool collective_done = false;  // mpiio: the collective write was made (or given up)
   bool agents_committed = false;  // agents mode: this rank saw the MANIFEST (it stays)
   std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
   double local_done_at = 0;
@@ -212,6 +213,14 @@ class client_impl {
   status start_aggregation();
   // The plan of an aggregated version from every rank's record (the same on every rank).
   result<std::shared_ptr<const aggregate::plan>> plan_version(const std::vector<plan_record>& records);
+  // mpiio: whether the version still waits for its collective write, and
+  // the write itself (collective; every rank's image is ready).
+  bool awaits_collective(const version_record& rec) const;
+  bool collective_ready() const;  // some pending version's image waits for its collective write
+  void collective_write(version_record& rec);
+  // Collective: drives the collective writes until every rank has a free
+  // staging slot (and, with drain, no version waits for its write).
+  status free_slot_for_mpiio(bool drain);
   // The container section of an aggregated version's manifest.
   void describe_container(const aggregate::plan& p, format::manifest* m) const;
   std::string node_;

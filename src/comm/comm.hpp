@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "cairn/status.hpp"
+
 namespace cairn::comm {
 
 class communicator {
@@ -27,6 +29,11 @@ class communicator {
   virtual void allgather(std::span<const std::byte> mine, std::vector<std::byte>* all) = 0;
   // Gathers strings of any length to rank 0 (`all`, rank 0 only, in rank order).
   virtual void gather_strings(const std::string& mine, std::vector<std::string>* all) = 0;
+  // Collective: every rank writes `data` at `offset` of the shared file
+  // `path` (created if missing, never truncated) in one collective call
+  // (MPI_File_write_at_all), then the file is synced (MPI_File_sync) and
+  // closed. Returns this rank's outcome.
+  virtual cairn::status write_at_all(const std::string& path, uint64_t offset, std::span<const std::byte> data) = 0;
   // Broadcasts a string from `root`.
   virtual void broadcast(std::string* s, int root) = 0;
   virtual void barrier() = 0;

@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include "comm/comm.hpp"
+#include "storage/storage_env.hpp"
 
 namespace cairn::comm {
 
@@ -23,6 +24,14 @@ class serial_comm final : public communicator {
     all->assign(mine.begin(), mine.end());
   }
   void gather_strings(const std::string& mine, std::vector<std::string>* all) override { all->assign(1, mine); }
+  cairn::status write_at_all(const std::string& path, uint64_t offset, std::span<const std::byte> data) override {
+    auto* env = storage::storage_env::posix();
+    auto f = env->create(path, false, /*truncate=*/false);
+    if (!f) return f.take_status();
+    CAIRN_RETURN_IF_ERROR((*f)->write_at(offset, data.data(), data.size()));
+    CAIRN_RETURN_IF_ERROR((*f)->sync());
+    return (*f)->close();
+  }
   void broadcast(std::string*, int) override {}
   void barrier() override {}
 };

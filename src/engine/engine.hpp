@@ -58,6 +58,13 @@ struct version_job {
   // Set by the client when the version failed on some rank: a stage waiting
   // for other ranks (the leaders' exchange) gives up.
   std::atomic<bool> cancelled{false};
+  // aggregate_strategy = mpiio: the write is a collective MPI-IO call, made on
+  // the application thread (engine threads never call MPI). The stage sets 1
+  // once the image is ready and waits; the client, in a later cairn call,
+  // once every rank is ready, writes and sets 2, or -1 with collective_error
+  // (written before the store).
+  std::atomic<int> collective{0};
+  status collective_error;
 
   // Timings (seconds; *_at are wall-clock timestamps).
   double captured_at = 0, capture_s = 0, checksum_s = 0, hash_s = 0, local_s = 0, persistent_s = 0,
