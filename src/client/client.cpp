@@ -480,6 +480,10 @@ result<std::shared_ptr<const aggregate::plan>> client_impl::plan_version(const s
       aggregate::plan_options o;
       o.leaders = aggregate_files_;
       o.stripe = stripe_;
+      // Lustre: one shared file, leader k owning stripes k, k+M, ... (its OST's
+      // objects); elsewhere a file per leader (CephFS keeps a single writing
+      // client's write-back cache: docs/benchmarks.md, "CephFS rig").
+      o.kind = fs_name_ == "lustre" ? aggregate::layout::shared_striped : aggregate::layout::file_per_leader;
       p = aggregate::make_plan(in, o);
     }
   }
