@@ -426,8 +426,23 @@ status client_impl::start_aggregation() {
     if (unit == 0 || unit % storage::kDirectAlign != 0) unit = unit < storage::kDirectAlign && unit ? storage::kDirectAlign : 1 << 20;
     const uint32_t count = cfg_.stripe_count ? cfg_.stripe_count : g ? std::max<uint32_t>(1, g->stripe_count) : 1;
     text = std::to_string(unit) + " " + std::to_string(count) + " " + (g ? g->fs : std::string("unknown"));
+    // An override on CephFS becomes the layout of this run's directory, so
+    // that every data file gets it before its first write.
+    if (g && g->fs == "cephfs" && (cfg_.stripe_size || cfg_.stripe_count)) {
+      const std::string dir = storage::join(format::runs_dir(cfg_.persistent), cfg_.run);
+      const uint64_t object = std::max<uint64_t>(g->object_size, unit) / unit * unit;
+      status st = env_->make_dirs(dir);
+      if (st)
+        st = storage::set_dir_layout(dir, cfg_.stripe_size ? unit : 0, cfg_.stripe_count ? count : 0,
+                                     cfg_.stripe_size ? object : 0);
+      if (!st) text = "error " + st.with_context("setting the layout of " + dir + " (stripe_size " +
+                                                std::to_string(unit) + ", stripe_count " + std::to_string(count) +
+                                                "): fix stripe_size/stripe_count or remove them to use the "
+                                                "directory's layout").to_string();
+    }
   }
   comm_->broadcast(&text, 0);
+  if (text.rfind("error ", 0) == 0) return {errc::invalid_argument, text.substr(6)};
   std::istringstream in(text);
   in >> stripe_ >> stripe_count_ >> fs_name_;
   aggregate_files_ = cfg_.aggregate_files ? cfg_.aggregate_files : std::min<uint32_t>(stripe_count_, size());

@@ -189,6 +189,26 @@ def test_kill_at_random_moments(strategy, files, reference, make_job):
     assert len(kills) >= 2, f"only {len(kills)} of 3 runs were killed before their end"
 
 
+def test_leader_out_of_space_fails_the_version_on_every_rank(reference, make_job):
+    """ENOSPC on the first leader's write of version 6 (leaders, 4 ranks, 2
+    files; the run goes on): every rank gets CAIRN_ENOSPC once, for version 6
+    or at finalize; 6 is not committed, every other version is."""
+    ref = reference(4)
+    job = make_job(4)
+    cfg = aggregated("leaders", 2, local_enabled="false")
+    res = job.run("--steps", 10, "--keep-going",
+                  fault_inject="level=persistent,action=error,errno=28,kind=write,version=6", **cfg).ok()
+    reports = {}
+    for (r, v), (rc, msg) in res.failed_checkpoints().items():
+        reports.setdefault(r, []).append(rc)
+    for r, rc in res.finalize_errors().items():
+        reports.setdefault(r, []).append(rc)
+    assert sorted(reports) == [0, 1, 2, 3], "the error was dropped on some rank\n" + res.describe()
+    assert all(v == [harness.CAIRN_ENOSPC] for v in reports.values()), res.describe()
+    assert 6 not in job.committed() and {2, 4, 10} <= set(job.committed()), job.committed()
+    assert res.final_hash == ref.final_hash
+
+
 @pytest.mark.parametrize("cfg,words", [
     ({"aggregate_files": 3}, ["aggregate_files = 3", "2 ranks"]),
     ({"aggregate_strategy": "mpiio", "aggregate_files": 2}, ["mpiio", "aggregate_files = 1"]),

@@ -115,3 +115,26 @@ def test_leader_or_sender_killed_on_cephfs(spec, rig, reference, make_job, tmp_p
     assert_same_state(ref.dump(4), job.read_dump(job.dumps / "restored"), "restored from version 4")
     assert again.final_hash == ref.final_hash
     assert job.committed() == [2, 4, 6, 8, 10]
+
+
+def test_stripe_override_sets_the_layout(rig, reference, make_job, tmp_path):
+    """stripe_size = 2M on a directory laid out in 1 MiB stripes: the run's
+    directory gets the 2 MiB layout before any data file is written, the
+    data files have it, and the extents are aligned to it."""
+    job = CephJob(tmp_path / "job", rig, "override")
+    cfg = config("leaders", 2, stripe_size="2M")
+    job.run("--steps", 3, **cfg).ok()
+    m = manifest(job, 2)
+    assert m["container"]["stripe"] == 2 * MiB
+    for f in m["container"]["files"]:
+        assert cephfs.get_layout(job.version_dir("persistent", 2) / f["name"])["stripe_unit"] == 2 * MiB
+
+
+def test_layout_the_file_system_rejects_is_refused_at_init(rig, make_job, tmp_path):
+    """stripe_size = 96K (CephFS wants multiples of 64 KiB): cairn_init fails
+    on every rank, naming the layout and what to do; nothing is written."""
+    job = CephJob(tmp_path / "job", rig, "rejected")
+    res = job.run("--steps", 3, **config("leaders", 2, stripe_size="96K"))
+    assert res.rc != 0, res.describe()
+    assert "stripe_size" in res.stderr and "65536" in res.stderr, res.describe()
+    assert job.committed() == []
