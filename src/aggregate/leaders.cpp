@@ -13,6 +13,8 @@
 #include "cairn.h"
 #include "format/container.hpp"
 #include "format/layout.hpp"
+#include "format/shard.hpp"
+#include "util/hash.hpp"
 #include "util/aligned_buffer.hpp"
 #include "util/clock.hpp"
 
@@ -160,6 +162,12 @@ class leaders_stage final : public engine::stage {
       ready.key = mr.key();
       ready.length = h.file_size;
       ready.reply_to = d_->ctx->name();
+      // Where a leader of this node may read the image without the network:
+      // the node-local shard (if the local stage wrote it), and the header
+      // checksum that proves the file is this image.
+      if (o_.local_level)
+        ready.text = format::shard_path(paths_.scratch, h.run, h.name, h.version, me) + "\n" +
+                     util::hex64(h.header_checksum);
       for (uint32_t l : my_leaders)
         if (st) st = d_->send(l, ready).with_context("aggregated flush: READY to leader rank " + std::to_string(l));
       if (o_.kill.version == h.version && !o_.kill.leader) ::raise(SIGKILL);  // test hook
@@ -275,14 +283,22 @@ class leaders_stage final : public engine::stage {
       waiting.erase(r);
       if (st) {
         agents::remote_buffer src{d_->peers[r], m->addr, m->key, m->length};
+        // A sender of this node: its node-local shard file, when it is this image.
+        std::unique_ptr<storage::readable_file> file =
+            p.nodes[r] == p.nodes[me] ? local_copy(*m) : nullptr;
         const uint64_t window = d_->opts.window;
         for (const auto& x : from[r]) {
           for (uint64_t o = 0; st && o < x.length; o += window) {
             const uint64_t n = std::min<uint64_t>(window, x.length - o);
             util::aligned_buffer& w = d_->windows[turn++ % 2];  // not the one being written
-            agents::remote_buffer part{src.peer, src.addr + x.src + o, src.key, n};
-            agents::extent e{0, n};
-            status pulled = d_->lanes->pull(part, w.span().first(n), {&e, 1});
+            status pulled;
+            if (file) {
+              pulled = file->read_at(x.src + o, w.data(), n);
+            } else {
+              agents::remote_buffer part{src.peer, src.addr + x.src + o, src.key, n};
+              agents::extent e{0, n};
+              pulled = d_->lanes->pull(part, w.span().first(n), {&e, 1});
+            }
             if (!pulled) st = pulled.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
             if (o_.kill.version == h.version && o_.kill.leader) ::raise(SIGKILL);  // test hook: mid-exchange
             if (st) write_async(x.stream + o, w.data(), n);
@@ -307,6 +323,19 @@ class leaders_stage final : public engine::stage {
       if (st) st = file->close();
     }
     return st;
+  }
+
+  // The sender's node-local shard named in its READY, opened, if its header
+  // is the image the READY announces; null otherwise (then RMA).
+  std::unique_ptr<storage::readable_file> local_copy(const data_message& m) {
+    const size_t nl = m.text.find('\n');
+    uint64_t checksum = 0;
+    if (nl == std::string::npos || !util::parse_hex64(m.text.substr(nl + 1), &checksum)) return nullptr;
+    auto f = env_->open_read(m.text.substr(0, nl));
+    if (!f || (*f)->size() != m.length) return nullptr;
+    auto h = format::read_header(**f, m.text.substr(0, nl));
+    if (!h || h->header_checksum != checksum || h->file_size != m.length) return nullptr;
+    return std::move(f).value();
   }
 
   storage::storage_env* env_;

@@ -68,6 +68,7 @@ result<plan> make_plan(std::span<const rank_input> ranks, const plan_options& o)
   plan p;
   p.kind = o.kind;
   p.stripe = o.stripe;
+  for (const auto& r : ranks) p.nodes.push_back(r.node);
   uint64_t total = 0;
   for (const auto& r : ranks) total += r.bytes;
 
@@ -202,6 +203,7 @@ result<plan> make_self_plan(std::span<const rank_input> ranks, uint32_t files, u
   plan p;
   p.kind = layout::file_per_leader;
   p.stripe = align;
+  for (const auto& r : ranks) p.nodes.push_back(r.node);
   p.file_bytes.assign(files, 0);
   p.leaders.resize(n);
   std::iota(p.leaders.begin(), p.leaders.end(), 0u);

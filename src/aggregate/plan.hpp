@@ -80,6 +80,7 @@ struct plan {
   uint64_t bytes_between_nodes = 0;     // moved from a rank to a leader on another node
   uint64_t bytes_within_nodes = 0;      // moved to a leader on the same node (not itself)
   uint64_t padding = 0;                 // bytes between extents, written by nobody (self plans)
+  std::vector<uint32_t> nodes;          // per rank: its node (rank_input::node)
 };
 
 // Where a piece's bytes go: (file, offset, length) runs, split at the ends of

@@ -31,6 +31,9 @@ struct stage_options {
   cairn::aggregate_strategy strategy = cairn::aggregate_strategy::leaders;
   bool direct_io = true;
   transfer_kill kill;
+  // leaders: the local level runs before this stage, so a leader may read a
+  // sender of its own node from the sender's node-local shard file.
+  bool local_level = false;
 };
 
 // posix_shared and aligned: every rank writes its own image into its extent

@@ -306,7 +306,8 @@ status client_impl::start() {
       o.provider = cfg_.agents_provider;
       o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
       CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
-      stages.push_back(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_}, plane_));
+      stages.push_back(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
+                                                                   cfg_.local_enabled}, plane_));
 #else
       return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
                                    "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
