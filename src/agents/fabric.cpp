@@ -1,7 +1,5 @@
 #include "agents/fabric.hpp"
 
-#include "agents/auth.hpp"
-
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -21,6 +19,8 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "util/hex.hpp"
 
 namespace cairn::agents {
 
@@ -73,14 +73,14 @@ status fabric_error(int ret, std::string_view what) {
   return status(code, std::string(what) + ": " + fi_strerror(err) + " (" + std::to_string(-err) + ")");
 }
 
-std::string to_hex(std::string_view bytes) { return hex_encode(bytes); }
+std::string to_hex(std::string_view bytes) { return util::hex_encode(bytes); }
 
 result<std::string> from_hex(std::string_view hex) {
   while (!hex.empty() && (hex.back() == '\n' || hex.back() == ' ' || hex.back() == '\r')) hex.remove_suffix(1);
   if (hex.empty() || hex.size() % 2 != 0)
     return status(errc::invalid_argument, "endpoint name: expected an even number of hex digits");
   std::string out;
-  if (!hex_decode(hex, hex.size() / 2, &out)) return status(errc::invalid_argument, "endpoint name: not a hex digit");
+  if (!util::hex_decode(hex, hex.size() / 2, &out)) return status(errc::invalid_argument, "endpoint name: not a hex digit");
   return out;
 }
 
