@@ -8,6 +8,7 @@
 #include <set>
 #include <tuple>
 
+#include "agents/data_protocol.hpp"
 #include "agents/fabric.hpp"
 #include "agents/transfer.hpp"
 #include "cairn.h"

@@ -20,8 +20,8 @@
 #include "util/clock.hpp"
 
 #ifdef CAIRN_HAVE_FABRIC
+#include "agents/data_protocol.hpp"
 #include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
 #endif
 
 namespace cairn {

@@ -31,7 +31,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "agents/transfer.hpp"
+#include "agents/data_protocol.hpp"
 #include "cairn.h"
 #include "util/hash.hpp"
 #include "engine/staging.hpp"

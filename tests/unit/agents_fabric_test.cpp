@@ -13,6 +13,7 @@
 #include <numeric>
 #include <vector>
 
+#include "agents/data_protocol.hpp"
 #include "agents/fabric.hpp"
 #include "agents/transfer.hpp"
 #include "cairn.h"

@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agents/data_protocol.hpp"
+#include "agents/transfer.hpp"
 #include "engine/stages.hpp"
 #include "engine/staging.hpp"
 #include "format/commit.hpp"

@@ -8,7 +8,7 @@
 // queued and running transfers are cancelled (and so they are when the run's
 // next incarnation asks what the agent holds); held versions stay.
 //
-// The protocol is in src/agents/transfer.hpp; the design in
+// The protocol is in src/agents/data_protocol.hpp; the design in
 // docs/design/agents_data_plane.md.
 #ifndef CAIRN_TOOLS_AGENT_AGENT_SERVER_HPP
 #define CAIRN_TOOLS_AGENT_AGENT_SERVER_HPP
@@ -19,7 +19,6 @@
 #include <string>
 
 #include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
 #include "cairn/status.hpp"
 
 namespace cairn::agents {

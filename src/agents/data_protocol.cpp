@@ -1,0 +1,444 @@
+#include "agents/data_protocol.hpp"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+namespace cairn::agents {
+
+// ---- messages ------------------------------------------------------------------------
+
+const char* data_msg_name(data_msg t) {
+  switch (t) {
+    case data_msg::ready: return "READY";
+    case data_msg::push_target: return "PUSH_TARGET";
+    case data_msg::push_done: return "PUSH_DONE";
+    case data_msg::held: return "HELD";
+    case data_msg::restore: return "RESTORE";
+    case data_msg::restore_source: return "RESTORE_SOURCE";
+    case data_msg::restore_done: return "RESTORE_DONE";
+    case data_msg::restored: return "RESTORED";
+    case data_msg::query: return "QUERY";
+    case data_msg::holding: return "HOLDING";
+    case data_msg::release: return "RELEASE";
+    case data_msg::released: return "RELEASED";
+  }
+  return "?";
+}
+
+namespace {
+
+class writer {
+ public:
+  template <typename T>
+  void put(T v) {
+    unsigned char b[sizeof(T)];
+    std::memcpy(b, &v, sizeof v);  // little-endian hosts only (x86-64, aarch64)
+    out_.append(reinterpret_cast<const char*>(b), sizeof b);
+  }
+  void str(std::string_view s) {
+    s = s.substr(0, 0xffff);
+    put<uint16_t>(static_cast<uint16_t>(s.size()));
+    out_.append(s);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class reader {
+ public:
+  explicit reader(std::string_view in) : in_(in) {}
+  template <typename T>
+  bool get(T* v) {
+    if (in_.size() < sizeof(T)) return false;
+    std::memcpy(v, in_.data(), sizeof(T));
+    in_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool str(std::string* s) {
+    uint16_t n = 0;
+    if (!get(&n) || in_.size() < n) return false;
+    s->assign(in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool empty() const { return in_.empty(); }
+
+ private:
+  std::string_view in_;
+};
+
+}  // namespace
+
+std::string encode_data_message(const data_message& m) {
+  writer w;
+  w.put<uint32_t>(kMessageMagic);
+  w.put<uint16_t>(kWireVersion);
+  w.put<uint16_t>(static_cast<uint16_t>(m.type));
+  w.put<uint8_t>(static_cast<uint8_t>(m.mode));
+  w.put<uint64_t>(m.request);
+  w.put<int64_t>(m.version);
+  w.put<uint32_t>(m.rank);
+  w.put<uint32_t>(m.nranks);
+  w.put<uint64_t>(m.addr);
+  w.put<uint64_t>(m.key);
+  w.put<uint64_t>(m.length);
+  w.put<int32_t>(m.code);
+  w.str(m.reply_to);
+  w.str(m.run);
+  w.str(m.name);
+  w.str(std::string_view(m.text).substr(0, 1024));
+  return w.take();
+}
+
+result<data_message> decode_data_message(std::string_view bytes) {
+  reader r(bytes);
+  uint32_t magic = 0;
+  uint16_t version = 0, type = 0;
+  uint8_t mode = 0;
+  data_message m;
+  if (!r.get(&magic) || magic != kMessageMagic) return status(errc::corruption, "agent message: bad magic");
+  if (!r.get(&version) || version != kWireVersion)
+    return status(errc::not_supported, "agent message: wire version " + std::to_string(version) + ", this side speaks " +
+                                           std::to_string(kWireVersion));
+  bool ok = r.get(&type) && r.get(&mode) && r.get(&m.request) && r.get(&m.version) && r.get(&m.rank) &&
+            r.get(&m.nranks) && r.get(&m.addr) && r.get(&m.key) && r.get(&m.length) && r.get(&m.code) &&
+            r.str(&m.reply_to) && r.str(&m.run) && r.str(&m.name) && r.str(&m.text) && r.empty();
+  if (!ok) return status(errc::corruption, "agent message: truncated or malformed");
+  if (type < 1 || type > static_cast<uint16_t>(data_msg::released))
+    return status(errc::corruption, "agent message: unknown type " + std::to_string(type));
+  if (mode > 2) return status(errc::corruption, "agent message: unknown mode " + std::to_string(mode));
+  m.type = static_cast<data_msg>(type);
+  m.mode = static_cast<transfer_mode>(mode);
+  return m;
+}
+
+status data_message_status(const data_message& m) {
+  if (m.code == 0) return {};
+  errc c = static_cast<errc>(m.code);
+  if (m.code > 0 || m.code < static_cast<int>(errc::exists)) c = errc::internal;
+  return status(c, m.text);
+}
+
+// ---- agent_client --------------------------------------------------------------------
+
+struct agent_client::impl {
+  client_options opts;
+  std::string agent_name;
+  std::unique_ptr<fabric_context> ctx;
+  fabric_addr agent = 0;
+  std::unique_ptr<transfer_engine> lanes;
+  uint64_t next_request = 1;
+  // Lent application memory, registered once (agents_lend): (address, size).
+  std::map<std::pair<const std::byte*, size_t>, memory_region> lent_mrs;
+
+  status ensure_lanes() {
+    if (lanes) return {};
+    transfer_options t;
+    t.fabric = opts.fabric;
+    t.threads = opts.threads;
+    t.piece_bytes = opts.piece_bytes;
+    CAIRN_ASSIGN_OR_RETURN(lanes, transfer_engine::create(t));
+    return {};
+  }
+
+  status send(const data_message& m) { return ctx->send(agent, encode_data_message(m)); }
+
+  // A READY for h's image of `length` bytes.
+  data_message ready(const format::shard_header& h, transfer_mode mode, uint64_t length) {
+    data_message req;
+    req.type = data_msg::ready;
+    req.mode = mode;
+    req.request = next_request++;
+    req.run = h.run;
+    req.name = h.name;
+    req.version = h.version;
+    req.rank = h.rank;
+    req.nranks = h.nranks;
+    req.length = length;
+    req.reply_to = ctx->name();
+    return req;
+  }
+
+  // Pull and lend: exposes the image for reading, sends req and waits for HELD.
+  status expose_and_wait(std::span<std::byte> image, data_message req, const std::string& what) {
+    auto not_held = [&](status st) { return st.with_context(what + " not held by the agent"); };
+    CAIRN_ASSIGN_OR_RETURN(memory_region mr, ctx->register_memory(image.data(), image.size(), kRemoteRead));
+    req.addr = mr.remote_address();
+    req.key = mr.key();
+    if (status st = send(req); !st) return not_held(st);
+    auto reply = await(req.request, data_msg::held, what);
+    if (!reply) return not_held(reply.take_status());
+    if (status st = data_message_status(*reply); !st) return not_held(st);
+    return {};
+  }
+
+  // The reply of type `want` to `request`; drops stale replies of earlier
+  // requests. io_error after reply_timeout_s.
+  result<data_message> await(uint64_t request, data_msg want, const std::string& what) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                             std::chrono::duration<double>(opts.reply_timeout_s));
+    while (true) {
+      double left = std::chrono::duration<double>(deadline - clock::now()).count();
+      if (left <= 0)
+        return status(errc::io_error, what + ": no " + data_msg_name(want) + " from the agent within " +
+                                          std::to_string(opts.reply_timeout_s) + " s (agent gone?)");
+      auto bytes = ctx->recv(left);
+      if (!bytes) {
+        if (bytes.error().code() == errc::again) continue;
+        return bytes.take_status().with_context(what);
+      }
+      auto m = decode_data_message(*bytes);
+      if (!m) continue;  // not ours to answer; the agent logs its own errors
+      if (m->request != request || m->type != want) continue;
+      return m;
+    }
+  }
+};
+
+agent_client::agent_client(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+agent_client::~agent_client() = default;
+fabric_context& agent_client::context() { return *impl_->ctx; }
+
+result<std::unique_ptr<agent_client>> agent_client::create(const client_options& options,
+                                                           const std::string& agent_name) {
+  auto p = std::make_unique<impl>();
+  p->opts = options;
+  p->agent_name = agent_name;
+  fabric_options fo = options.fabric;
+  fo.thread_safe = true;
+  fo.progress_thread = true;  // the agent reads or writes our memory while we wait
+  CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric_context::create(fo));
+  CAIRN_ASSIGN_OR_RETURN(p->agent, p->ctx->insert_peer(agent_name));
+  return std::unique_ptr<agent_client>(new agent_client(std::move(p)));
+}
+
+void agent_client::forget_lent() { impl_->lent_mrs.clear(); }
+
+status agent_client::checkpoint(std::span<std::byte> image, const format::shard_header& h,
+                                std::span<const std::byte* const> lent) {
+  if (std::none_of(lent.begin(), lent.end(), [](const std::byte* p) { return p != nullptr; }))
+    return checkpoint(image, h, transfer_mode::pull);
+  impl& m = *impl_;
+  const std::string what = h.run + "/" + h.name + " v" + std::to_string(h.version) + " rank " + std::to_string(h.rank);
+  if (image.size() != h.file_size || lent.size() != h.regions.size())
+    return status(errc::invalid_argument, what + ": image or lent regions do not match the header");
+  std::vector<lent_region> regions;
+  for (size_t i = 0; i < lent.size(); ++i) {
+    if (!lent[i]) continue;
+    const size_t len = h.regions[i].length;
+    auto it = m.lent_mrs.find({lent[i], len});
+    if (it == m.lent_mrs.end()) {
+      // The provider may need the pages mapped (FI_MR_ALLOCATED); the
+      // application's regions are. Read-only use: const is kept.
+      auto mr = m.ctx->register_memory(const_cast<std::byte*>(lent[i]), len, kRemoteRead);
+      if (!mr) return mr.take_status().with_context(what + ": registering lent region '" + h.regions[i].name + "'");
+      it = m.lent_mrs.emplace(std::make_pair(lent[i], len), std::move(mr).value()).first;
+    }
+    regions.push_back({static_cast<uint32_t>(i), it->second.remote_address(), it->second.key()});
+  }
+  data_message req = m.ready(h, transfer_mode::lend, image.size());
+  req.text = encode_lent(regions);
+  // The agent reads the header block (and any region not lent) from the image.
+  return m.expose_and_wait(image, std::move(req), what);
+}
+
+status agent_client::checkpoint(std::span<std::byte> image, const format::shard_header& h, transfer_mode mode) {
+  impl& m = *impl_;
+  const std::string what = h.run + "/" + h.name + " v" + std::to_string(h.version) + " rank " + std::to_string(h.rank);
+  if (image.size() != h.file_size)
+    return status(errc::invalid_argument, what + ": image of " + std::to_string(image.size()) +
+                                              " bytes, header says " + std::to_string(h.file_size));
+  data_message req = m.ready(h, mode, image.size());
+  if (mode == transfer_mode::pull) return m.expose_and_wait(image, std::move(req), what);
+  auto not_held = [&](status st) { return st.with_context(what + " not held by the agent"); };
+
+  if (status st = m.ensure_lanes(); !st) return not_held(st);
+  if (status st = m.send(req); !st) return not_held(st);
+  auto target = m.await(req.request, data_msg::push_target, what);
+  if (!target) return not_held(target.take_status());
+  if (status st = data_message_status(*target); !st) return not_held(st);
+  remote_buffer dst{m.agent_name, target->addr, target->key, target->length};
+  const std::vector<extent> ext = image_extents(h);
+  status pushed = m.lanes->push(dst, image, ext);
+  data_message done = req;
+  done.type = data_msg::push_done;
+  done.code = static_cast<int32_t>(pushed.code());
+  done.text = pushed.message();
+  if (status st = m.send(done); !st) return not_held(st);
+  if (!pushed) return not_held(pushed);
+  auto reply = m.await(req.request, data_msg::held, what);
+  if (!reply) return not_held(reply.take_status());
+  if (status st = data_message_status(*reply); !st) return not_held(st);
+  return {};
+}
+
+result<restored_image> agent_client::restore(const std::string& run, const std::string& name, uint32_t rank,
+                                             int64_t version, std::span<std::byte> buffer, transfer_mode mode) {
+  impl& m = *impl_;
+  const std::string what = "restore of " + run + "/" + name + " rank " + std::to_string(rank) +
+                           (version < 0 ? std::string(" (newest)") : " v" + std::to_string(version));
+  data_message req;
+  req.type = data_msg::restore;
+  req.mode = mode;
+  req.request = m.next_request++;
+  req.run = run;
+  req.name = name;
+  req.version = version;
+  req.rank = rank;
+  req.length = buffer.size();
+  req.reply_to = m.ctx->name();
+
+  if (mode == transfer_mode::push) {
+    // Registered only for this call: once it is closed, a late write from the
+    // agent fails on its side instead of landing in `buffer`.
+    CAIRN_ASSIGN_OR_RETURN(memory_region mr, m.ctx->register_memory(buffer.data(), buffer.size(), kRemoteWrite));
+    req.addr = mr.remote_address();
+    req.key = mr.key();
+    CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
+    CAIRN_ASSIGN_OR_RETURN(data_message reply, m.await(req.request, data_msg::restored, what));
+    CAIRN_RETURN_IF_ERROR(data_message_status(reply).with_context(what));
+    if (reply.length > buffer.size()) return status(errc::corruption, what + ": agent reports more bytes than asked");
+    restored_image out;
+    out.version = reply.version;
+    out.length = reply.length;
+    // Only the header and the regions were written: zero the padding so the
+    // buffer holds exactly the shard file's bytes.
+    CAIRN_ASSIGN_OR_RETURN(format::shard_header h, format::decode_header(buffer.first(reply.length), what));
+    zero_padding(h, buffer.first(reply.length));
+    CAIRN_ASSIGN_OR_RETURN(out.header, verify_shard_image(buffer.first(reply.length), what));
+    return out;
+  }
+
+  CAIRN_RETURN_IF_ERROR(m.ensure_lanes().with_context(what));
+  CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
+  CAIRN_ASSIGN_OR_RETURN(data_message src, m.await(req.request, data_msg::restore_source, what));
+  CAIRN_RETURN_IF_ERROR(data_message_status(src).with_context(what));
+  restored_image out;
+  out.version = src.version;
+  out.length = src.length;
+  data_message done = req;
+  done.type = data_msg::restore_done;
+  status st;
+  if (src.length > buffer.size()) {
+    st = status(errc::invalid_argument, what + ": version " + std::to_string(src.version) + " needs " +
+                                            std::to_string(src.length) + " bytes, the buffer has " +
+                                            std::to_string(buffer.size()));
+  } else {
+    auto h = pull_image(*m.lanes, remote_buffer{m.agent_name, src.addr, src.key, src.length}, buffer);
+    if (h) out.header = std::move(h).value();
+    else st = h.take_status().with_context(what);
+  }
+  done.code = static_cast<int32_t>(st.code());
+  (void)m.send(done);  // lets the agent drop the registration; it times out otherwise
+  if (!st) return st;
+  return out;
+}
+
+namespace {
+
+// The text lists of the protocol: "a:b:c" triples of unsigned decimals,
+// comma-separated, nothing else.
+using triple = std::array<unsigned long long, 3>;
+
+std::string join_triples(const std::vector<triple>& v) {
+  std::string out;
+  for (const auto& t : v) {
+    if (!out.empty()) out += ',';
+    out += std::to_string(t[0]) + ':' + std::to_string(t[1]) + ':' + std::to_string(t[2]);
+  }
+  return out;
+}
+
+result<std::vector<triple>> split_triples(const std::string& text, const char* what) {
+  std::vector<triple> out;
+  if (!text.empty() && text.back() == ',') return status(errc::corruption, std::string(what) + ": list ends with ','");
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(pos, end - pos);
+    triple t{};
+    int used = 0;
+    if (item.empty() || item[0] == '-' ||
+        std::sscanf(item.c_str(), "%llu:%llu:%llu%n", &t[0], &t[1], &t[2], &used) != 3 ||
+        used != static_cast<int>(item.size()))
+      return status(errc::corruption, std::string(what) + ": malformed entry '" + item + "'");
+    out.push_back(t);
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string encode_lent(const std::vector<lent_region>& v) {
+  std::vector<triple> t;
+  for (const auto& l : v) t.push_back({l.index, l.addr, l.key});
+  return join_triples(t);
+}
+
+result<std::vector<lent_region>> decode_lent(const std::string& text) {
+  CAIRN_ASSIGN_OR_RETURN(std::vector<triple> ts, split_triples(text, "READY: lent regions"));
+  std::vector<lent_region> out;
+  for (const auto& t : ts) {
+    if (t[0] > UINT32_MAX) return status(errc::corruption, "READY: lent region index " + std::to_string(t[0]));
+    out.push_back({static_cast<uint32_t>(t[0]), t[1], t[2]});
+  }
+  return out;
+}
+
+std::string encode_held(const std::vector<held_info>& v) {
+  std::vector<triple> t;
+  for (const auto& h : v) t.push_back({static_cast<unsigned long long>(h.version), h.length, h.attempt});
+  return join_triples(t);
+}
+
+result<std::vector<held_info>> decode_held(const std::string& text) {
+  CAIRN_ASSIGN_OR_RETURN(std::vector<triple> ts, split_triples(text, "HOLDING"));
+  std::vector<held_info> out;
+  for (const auto& t : ts) {
+    if (t[0] > static_cast<unsigned long long>(INT64_MAX) || t[2] > UINT32_MAX)
+      return status(errc::corruption, "HOLDING: version or attempt out of range");
+    out.push_back({static_cast<int64_t>(t[0]), t[1], static_cast<uint32_t>(t[2])});
+  }
+  return out;
+}
+
+result<std::vector<held_info>> agent_client::held(const std::string& run, const std::string& name, uint32_t rank) {
+  impl& m = *impl_;
+  const std::string what = "query of " + run + "/" + name + " rank " + std::to_string(rank);
+  data_message req;
+  req.type = data_msg::query;
+  req.request = m.next_request++;
+  req.run = run;
+  req.name = name;
+  req.rank = rank;
+  req.reply_to = m.ctx->name();
+  CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
+  CAIRN_ASSIGN_OR_RETURN(data_message reply, m.await(req.request, data_msg::holding, what));
+  CAIRN_RETURN_IF_ERROR(data_message_status(reply).with_context(what));
+  return decode_held(reply.text);
+}
+
+result<uint64_t> agent_client::release(const std::string& run) {
+  impl& m = *impl_;
+  const std::string what = "release of " + run;
+  data_message req;
+  req.type = data_msg::release;
+  req.request = m.next_request++;
+  req.run = run;
+  req.reply_to = m.ctx->name();
+  CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
+  CAIRN_ASSIGN_OR_RETURN(data_message reply, m.await(req.request, data_msg::released, what));
+  CAIRN_RETURN_IF_ERROR(data_message_status(reply).with_context(what));
+  return static_cast<uint64_t>(std::max<int64_t>(0, reply.version));
+}
+
+}  // namespace cairn::agents
