@@ -130,20 +130,20 @@ status data_message_status(const data_message& m) {
 struct agent_client::impl {
   client_options opts;
   std::string agent_name;
-  std::unique_ptr<fabric_context> ctx;
-  fabric_addr agent = 0;
-  std::unique_ptr<transfer_engine> lanes;
+  std::unique_ptr<fabric::fabric_context> ctx;
+  fabric::fabric_addr agent = 0;
+  std::unique_ptr<fabric::transfer_engine> lanes;
   uint64_t next_request = 1;
   // Lent application memory, registered once (agents_lend): (address, size).
-  std::map<std::pair<const std::byte*, size_t>, memory_region> lent_mrs;
+  std::map<std::pair<const std::byte*, size_t>, fabric::memory_region> lent_mrs;
 
   status ensure_lanes() {
     if (lanes) return {};
-    transfer_options t;
+    fabric::transfer_options t;
     t.fabric = opts.fabric;
     t.threads = opts.threads;
     t.piece_bytes = opts.piece_bytes;
-    CAIRN_ASSIGN_OR_RETURN(lanes, transfer_engine::create(t));
+    CAIRN_ASSIGN_OR_RETURN(lanes, fabric::transfer_engine::create(t));
     return {};
   }
 
@@ -168,7 +168,8 @@ struct agent_client::impl {
   // Pull and lend: exposes the image for reading, sends req and waits for HELD.
   status expose_and_wait(std::span<std::byte> image, data_message req, const std::string& what) {
     auto not_held = [&](status st) { return st.with_context(what + " not held by the agent"); };
-    CAIRN_ASSIGN_OR_RETURN(memory_region mr, ctx->register_memory(image.data(), image.size(), kRemoteRead));
+    CAIRN_ASSIGN_OR_RETURN(fabric::memory_region mr,
+                           ctx->register_memory(image.data(), image.size(), fabric::kRemoteRead));
     req.addr = mr.remote_address();
     req.key = mr.key();
     if (status st = send(req); !st) return not_held(st);
@@ -204,17 +205,17 @@ struct agent_client::impl {
 
 agent_client::agent_client(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 agent_client::~agent_client() = default;
-fabric_context& agent_client::context() { return *impl_->ctx; }
+fabric::fabric_context& agent_client::context() { return *impl_->ctx; }
 
 result<std::unique_ptr<agent_client>> agent_client::create(const client_options& options,
                                                            const std::string& agent_name) {
   auto p = std::make_unique<impl>();
   p->opts = options;
   p->agent_name = agent_name;
-  fabric_options fo = options.fabric;
+  fabric::fabric_options fo = options.fabric;
   fo.thread_safe = true;
   fo.progress_thread = true;  // the agent reads or writes our memory while we wait
-  CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric_context::create(fo));
+  CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric::fabric_context::create(fo));
   CAIRN_ASSIGN_OR_RETURN(p->agent, p->ctx->insert_peer(agent_name));
   return std::unique_ptr<agent_client>(new agent_client(std::move(p)));
 }
@@ -229,7 +230,7 @@ status agent_client::checkpoint(std::span<std::byte> image, const format::shard_
   const std::string what = h.run + "/" + h.name + " v" + std::to_string(h.version) + " rank " + std::to_string(h.rank);
   if (image.size() != h.file_size || lent.size() != h.regions.size())
     return status(errc::invalid_argument, what + ": image or lent regions do not match the header");
-  std::vector<lent_region> regions;
+  std::vector<fabric::lent_region> regions;
   for (size_t i = 0; i < lent.size(); ++i) {
     if (!lent[i]) continue;
     const size_t len = h.regions[i].length;
@@ -237,7 +238,7 @@ status agent_client::checkpoint(std::span<std::byte> image, const format::shard_
     if (it == m.lent_mrs.end()) {
       // The provider may need the pages mapped (FI_MR_ALLOCATED); the
       // application's regions are. Read-only use: const is kept.
-      auto mr = m.ctx->register_memory(const_cast<std::byte*>(lent[i]), len, kRemoteRead);
+      auto mr = m.ctx->register_memory(const_cast<std::byte*>(lent[i]), len, fabric::kRemoteRead);
       if (!mr) return mr.take_status().with_context(what + ": registering lent region '" + h.regions[i].name + "'");
       it = m.lent_mrs.emplace(std::make_pair(lent[i], len), std::move(mr).value()).first;
     }
@@ -264,8 +265,8 @@ status agent_client::checkpoint(std::span<std::byte> image, const format::shard_
   auto target = m.await(req.request, data_msg::push_target, what);
   if (!target) return not_held(target.take_status());
   if (status st = data_message_status(*target); !st) return not_held(st);
-  remote_buffer dst{m.agent_name, target->addr, target->key, target->length};
-  const std::vector<extent> ext = image_extents(h);
+  fabric::remote_buffer dst{m.agent_name, target->addr, target->key, target->length};
+  const std::vector<fabric::extent> ext = fabric::image_extents(h);
   status pushed = m.lanes->push(dst, image, ext);
   data_message done = req;
   done.type = data_msg::push_done;
@@ -298,7 +299,8 @@ result<restored_image> agent_client::restore(const std::string& run, const std::
   if (mode == transfer_mode::push) {
     // Registered only for this call: once it is closed, a late write from the
     // agent fails on its side instead of landing in `buffer`.
-    CAIRN_ASSIGN_OR_RETURN(memory_region mr, m.ctx->register_memory(buffer.data(), buffer.size(), kRemoteWrite));
+    CAIRN_ASSIGN_OR_RETURN(fabric::memory_region mr,
+                           m.ctx->register_memory(buffer.data(), buffer.size(), fabric::kRemoteWrite));
     req.addr = mr.remote_address();
     req.key = mr.key();
     CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
@@ -311,8 +313,8 @@ result<restored_image> agent_client::restore(const std::string& run, const std::
     // Only the header and the regions were written: zero the padding so the
     // buffer holds exactly the shard file's bytes.
     CAIRN_ASSIGN_OR_RETURN(format::shard_header h, format::decode_header(buffer.first(reply.length), what));
-    zero_padding(h, buffer.first(reply.length));
-    CAIRN_ASSIGN_OR_RETURN(out.header, verify_shard_image(buffer.first(reply.length), what));
+    fabric::zero_padding(h, buffer.first(reply.length));
+    CAIRN_ASSIGN_OR_RETURN(out.header, fabric::verify_shard_image(buffer.first(reply.length), what));
     return out;
   }
 
@@ -331,7 +333,7 @@ result<restored_image> agent_client::restore(const std::string& run, const std::
                                             std::to_string(src.length) + " bytes, the buffer has " +
                                             std::to_string(buffer.size()));
   } else {
-    auto h = pull_image(*m.lanes, remote_buffer{m.agent_name, src.addr, src.key, src.length}, buffer);
+    auto h = fabric::pull_image(*m.lanes, fabric::remote_buffer{m.agent_name, src.addr, src.key, src.length}, buffer);
     if (h) out.header = std::move(h).value();
     else st = h.take_status().with_context(what);
   }
@@ -378,15 +380,15 @@ result<std::vector<triple>> split_triples(const std::string& text, const char* w
 
 }  // namespace
 
-std::string encode_lent(const std::vector<lent_region>& v) {
+std::string encode_lent(const std::vector<fabric::lent_region>& v) {
   std::vector<triple> t;
   for (const auto& l : v) t.push_back({l.index, l.addr, l.key});
   return join_triples(t);
 }
 
-result<std::vector<lent_region>> decode_lent(const std::string& text) {
+result<std::vector<fabric::lent_region>> decode_lent(const std::string& text) {
   CAIRN_ASSIGN_OR_RETURN(std::vector<triple> ts, split_triples(text, "READY: lent regions"));
-  std::vector<lent_region> out;
+  std::vector<fabric::lent_region> out;
   for (const auto& t : ts) {
     if (t[0] > UINT32_MAX) return status(errc::corruption, "READY: lent region index " + std::to_string(t[0]));
     out.push_back({static_cast<uint32_t>(t[0]), t[1], t[2]});

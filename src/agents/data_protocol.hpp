@@ -1,15 +1,17 @@
-// The agent protocol of the data plane: the small two-sided messages an
-// application rank and its checkpoint agent exchange (data_message), the text
-// lists some of them carry, and the application's side (agent_client). The
-// bytes move over src/agents/transfer.hpp; the agent's side is tools/agent.
-// See docs/design/agents_data_plane.md.
+// The agents' protocol over the inter-rank data plane (src/fabric): the small
+// two-sided messages an application rank and its checkpoint agent exchange
+// (data_message), the text lists some of them carry, and the application's
+// side (agent_client). The bytes move with fabric::transfer_engine and
+// fabric::pull_image; the agent's side is tools/agent. See
+// docs/design/agents_data_plane.md.
 //
 // The aggregated flush (src/aggregate/leaders.cpp) speaks the READY and HELD
-// messages of this protocol between ranks and leaders, with the same codec.
-// They stay here rather than in the data plane because what they carry (a
-// version of run/name for a rank, a transfer mode, the restore and query
-// verbs) is the agents' vocabulary; the data plane moves bytes and knows no
-// protocol.
+// messages of this protocol between ranks and leaders, with the same codec,
+// and so includes this header. The messages stay here rather than in
+// src/fabric because what they carry (a version of run/name for one rank, a
+// transfer mode, the restore, query and release verbs) is the agents'
+// vocabulary; src/fabric moves bytes between endpoints and knows no protocol.
+// Should the aggregation's messages ever need to differ, it gets its own.
 #ifndef CAIRN_AGENTS_DATA_PROTOCOL_HPP
 #define CAIRN_AGENTS_DATA_PROTOCOL_HPP
 
@@ -21,9 +23,9 @@
 #include <string_view>
 #include <vector>
 
-#include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
 #include "cairn/status.hpp"
+#include "fabric/fabric.hpp"
+#include "fabric/transfer.hpp"
 #include "format/shard.hpp"
 
 namespace cairn::agents {
@@ -95,13 +97,13 @@ status data_message_status(const data_message& m);
 
 // The lent regions of a READY (mode lend) as its text: "index:addr:key"
 // entries, comma-separated.
-std::string encode_lent(const std::vector<lent_region>& v);
-result<std::vector<lent_region>> decode_lent(const std::string& text);
+std::string encode_lent(const std::vector<fabric::lent_region>& v);
+result<std::vector<fabric::lent_region>> decode_lent(const std::string& text);
 
 // ---- the application's side ----------------------------------------------------
 
 struct client_options {
-  fabric_options fabric;  // of the client's own endpoint (progress thread on)
+  fabric::fabric_options fabric;  // of the client's own endpoint (progress thread on)
   int threads = 1;        // lanes for push and restore by read
   uint64_t piece_bytes = 4ull << 20;
   double reply_timeout_s = 60;  // waiting for HELD / RESTORED
@@ -157,7 +159,7 @@ class agent_client {
   // those it has not written yet). Returns how many it dropped.
   result<uint64_t> release(const std::string& run);
 
-  fabric_context& context();
+  fabric::fabric_context& context();
 
  private:
   struct impl;

@@ -1,5 +1,5 @@
-// Moving shard images between two ranks over fabric_context (see
-// docs/design/agents_data_plane.md):
+// Moving shard images between two ranks over fabric_context, for every user
+// of the data plane (see docs/design/agents_data_plane.md):
 //
 //   transfer_engine   N lanes, each one thread with its own endpoint, that
 //                     split an extent list among them (pull = RMA read from
@@ -7,14 +7,15 @@
 //   pull_image        the pulling side of an image: header block first, then
 //                     the regions it names, then every checksum verified.
 //
-// The agent protocol that uses them (messages, agent_client) is
-// agents/data_protocol.hpp.
+// Nothing here knows a protocol: who announces an image to whom, and how, is
+// the user's (the agents: agents/data_protocol.hpp; the aggregated flush:
+// aggregate/leaders.cpp).
 //
 // An image is a shard file's bytes (src/format/shard.hpp): header block, then
 // each region at a 4 KiB-aligned offset; the application's staging slot holds
 // exactly that (src/engine/staging.hpp), so one registration covers it.
-#ifndef CAIRN_AGENTS_TRANSFER_HPP
-#define CAIRN_AGENTS_TRANSFER_HPP
+#ifndef CAIRN_FABRIC_TRANSFER_HPP
+#define CAIRN_FABRIC_TRANSFER_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -24,11 +25,11 @@
 #include <string_view>
 #include <vector>
 
-#include "agents/fabric.hpp"
+#include "fabric/fabric.hpp"
 #include "cairn/status.hpp"
 #include "format/shard.hpp"
 
-namespace cairn::agents {
+namespace cairn::fabric {
 
 // Bytes [offset, offset+length) of an image.
 struct extent {
@@ -108,15 +109,17 @@ void zero_padding(const format::shard_header& h, std::span<std::byte> image);
 result<format::shard_header> verify_shard_image(std::span<const std::byte> image, const std::string& where,
                                                 const format::shard_header* expect = nullptr);
 
-// A region the application lent (agents_lend): region `index` of the image is
-// read from the peer's registered memory (addr, key) instead of the image.
+// A region of an image that the peer exposes apart from the image (the
+// agents' lend mode, agents_lend): region `index` is read from the peer's
+// registered memory (addr, key) instead of from the image.
 struct lent_region {
   uint32_t index = 0;
   uint64_t addr = 0;
   uint64_t key = 0;
 };
 
-// The agent's side of a pull: reads src's header block, decodes it, checks it
+// The pulling side of a whole image (an agent taking a checkpoint, a client
+// restoring by read): reads src's header block, decodes it, checks it
 // describes an image of exactly src.length bytes, reads the regions (a lent
 // one from where `lent` says), zeroes the padding, and verifies every
 // checksum. `local` must hold src.length bytes. Returns the verified header.
@@ -124,6 +127,6 @@ result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buf
                                         const format::shard_header* expect = nullptr,
                                         std::span<const lent_region> lent = {});
 
-}  // namespace cairn::agents
+}  // namespace cairn::fabric
 
 #endif

@@ -1,4 +1,4 @@
-#include "agents/transfer.hpp"
+#include "fabric/transfer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,7 @@
 #include <mutex>
 #include <thread>
 
-namespace cairn::agents {
+namespace cairn::fabric {
 
 // ---- transfer_engine -----------------------------------------------------------
 
@@ -264,4 +264,4 @@ result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buf
   return verify_shard_image(local.first(src.length), where, expect);
 }
 
-}  // namespace cairn::agents
+}  // namespace cairn::fabric

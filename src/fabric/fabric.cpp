@@ -1,4 +1,4 @@
-#include "agents/fabric.hpp"
+#include "fabric/fabric.hpp"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -22,7 +22,7 @@
 
 #include "util/hex.hpp"
 
-namespace cairn::agents {
+namespace cairn::fabric {
 
 // The libfabric API version this code is written against; providers of any
 // later release accept it.
@@ -790,4 +790,4 @@ status fabric_context::progress() {
   return m.failed;
 }
 
-}  // namespace cairn::agents
+}  // namespace cairn::fabric
