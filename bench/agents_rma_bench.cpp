@@ -33,17 +33,16 @@
 #include <string>
 #include <vector>
 
-#include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
 #include "cairn.h"
 #include "engine/staging.hpp"
+#include "fabric/fabric.hpp"
+#include "fabric/transfer.hpp"
 #include "format/shard.hpp"
 #include "util/hash.hpp"
 
 namespace {
 
 using namespace cairn;
-using namespace cairn::agents;
 using clock_type = std::chrono::steady_clock;
 
 uint64_t parse_bytes(std::string s) {
@@ -84,8 +83,8 @@ stats summarize(std::vector<double> gbps) {
 
 // The raw reference: fi_read of at most max_msg_size bytes, one at a time,
 // polling the CQ directly (no wrapper, no threads).
-double raw_read_gbps(fabric_context& ctx, fabric_addr peer, std::byte* local, const memory_region* lmr,
-                     uint64_t size, uint64_t raddr, uint64_t key) {
+double raw_read_gbps(fabric::fabric_context& ctx, fabric::fabric_addr peer, std::byte* local,
+                     const fabric::memory_region* lmr, uint64_t size, uint64_t raddr, uint64_t key) {
   fid_ep* ep = ctx.raw_endpoint();
   fid_cq* cq = ctx.raw_cq();
   const uint64_t max_op = ctx.properties().max_msg_size;
@@ -122,7 +121,7 @@ double raw_read_gbps(fabric_context& ctx, fabric_addr peer, std::byte* local, co
 }  // namespace
 
 int main(int argc, char** argv) {
-  fabric_options fo;
+  fabric::fabric_options fo;
   std::string sizes_arg = "64M,512M", threads_arg = "1,2,4";
   int reps = 5;
   uint64_t chunk = 0, piece = 4ull << 20;
@@ -151,13 +150,13 @@ int main(int argc, char** argv) {
   const auto thread_counts = parse_list<int>(threads_arg, [](const std::string& s) { return std::stoi(s); });
   fo.timeout_s = 120;
 
-  fabric_options app_opts = fo;
+  fabric::fabric_options app_opts = fo;
   app_opts.progress_thread = true;
-  auto app = fabric_context::create(app_opts);
+  auto app = fabric::fabric_context::create(app_opts);
   if (!app) die(app.error().to_string());
-  auto raw = fabric_context::create(fo);
+  auto raw = fabric::fabric_context::create(fo);
   if (!raw) die(raw.error().to_string());
-  const fabric_properties& pr = (*raw)->properties();
+  const fabric::fabric_properties& pr = (*raw)->properties();
   std::printf("provider %s, fabric %s, domain %s, mr_mode %s, max_msg_size %llu, %s data progress%s\n",
               pr.provider.c_str(), pr.fabric.c_str(), pr.domain.c_str(), pr.mr_mode_text.c_str(),
               static_cast<unsigned long long>(pr.max_msg_size), pr.manual_progress ? "manual" : "auto",
@@ -168,14 +167,14 @@ int main(int argc, char** argv) {
   auto peer = (*raw)->insert_peer((*app)->name());
   if (!peer) die(peer.error().to_string());
 
-  std::vector<std::unique_ptr<transfer_engine>> engines;
+  std::vector<std::unique_ptr<fabric::transfer_engine>> engines;
   for (int t : thread_counts) {
-    transfer_options to;
+    fabric::transfer_options to;
     to.fabric = fo;
     to.fabric.max_chunk = chunk;
     to.threads = t;
     to.piece_bytes = piece;
-    auto e = transfer_engine::create(to);
+    auto e = fabric::transfer_engine::create(to);
     if (!e) die(e.error().to_string());
     engines.push_back(std::move(e).value());
   }
@@ -201,13 +200,13 @@ int main(int argc, char** argv) {
     for (uint64_t i = 0; i < h.regions[0].length / 8; ++i) words[i] = (seed = seed * 6364136223846793005ULL + 1);
     h.regions[0].checksum = util::xxh3(slot->data() + h.regions[0].offset, h.regions[0].length);
     format::encode_header(h, slot->span());
-    auto smr = (*app)->register_memory(slot->data(), size, kRemoteRead);
+    auto smr = (*app)->register_memory(slot->data(), size, fabric::kRemoteRead);
     if (!smr) die(smr.error().to_string());
-    remote_buffer rb{(*app)->name(), smr->remote_address(), smr->key(), size};
+    fabric::remote_buffer rb{(*app)->name(), smr->remote_address(), smr->key(), size};
 
     auto held = engine::aligned_buffer::allocate(size);
     if (!held) die(held.error().to_string());
-    auto lmr = (*raw)->register_memory(held->data(), size, kLocal);
+    auto lmr = (*raw)->register_memory(held->data(), size, fabric::kLocal);
     if (!lmr) die(lmr.error().to_string());
 
     const std::string label = std::to_string(size >> 20) + " MiB";
@@ -215,7 +214,7 @@ int main(int argc, char** argv) {
     // machine hit all of them alike: 0 = raw, then transfer xN, then agent xN.
     const size_t nconf = 1 + 2 * engines.size();
     std::vector<std::vector<double>> g(nconf);
-    extent whole{0, size};
+    fabric::extent whole{0, size};
     for (int i = 0; i < reps; ++i) {
       for (size_t c = 0; c < nconf; ++c) {
         std::memset(held->data(), 0, 4096);
@@ -224,12 +223,12 @@ int main(int argc, char** argv) {
           g[c].push_back(raw_read_gbps(**raw, *peer, held->data(), &*lmr, size, rb.addr, rb.key));
           continue;
         }
-        transfer_engine& e = *engines[(c - 1) % engines.size()];
+        fabric::transfer_engine& e = *engines[(c - 1) % engines.size()];
         if (c <= engines.size()) {
-          status st = e.pull(rb, held->span(), std::span<const extent>(&whole, 1));
+          status st = e.pull(rb, held->span(), std::span<const fabric::extent>(&whole, 1));
           if (!st) die(st.to_string());
         } else {
-          auto got = pull_image(e, rb, held->span(), &h);
+          auto got = fabric::pull_image(e, rb, held->span(), &h);
           if (!got) die(got.error().to_string());
         }
         double secs = std::chrono::duration<double>(clock_type::now() - t0).count();

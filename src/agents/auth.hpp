@@ -57,10 +57,6 @@ struct session_keys {
 session_keys derive_session_keys(std::string_view secret, std::string_view client_nonce,
                                  std::string_view server_nonce);
 
-std::string hex_encode(std::string_view bytes);
-// Lower- or upper-case hex of exactly `bytes` bytes; false otherwise.
-bool hex_decode(std::string_view hex, size_t bytes, std::string* out);
-
 }  // namespace cairn::agents
 
 #endif

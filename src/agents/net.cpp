@@ -19,6 +19,7 @@
 #include "agents/log.hpp"
 #include "agents/protocol.hpp"
 #include "util/clock.hpp"
+#include "util/hex.hpp"
 
 namespace cairn::agents {
 namespace {
@@ -210,7 +211,7 @@ connection::connection(unique_fd fd, side s, std::string secret, net_limits lim,
 
 void connection::start_client(const std::string& role, const std::string& id) {
   client_nonce_ = random_nonce();
-  json hello = {{"role", role}, {"id", id}, {"nonce", hex_encode(client_nonce_)}};
+  json hello = {{"role", role}, {"id", id}, {"nonce", util::hex_encode(client_nonce_)}};
   queue_frame(encode_frame(secret_, ctl_type::hello, 0, dump_payload(hello)), created_);
 }
 
@@ -254,7 +255,7 @@ bool connection::handle_handshake(const decoded_frame& d) {
     f.str("nonce", &nonce_hex, true, 64);
     if (!f.ok()) return reject(frame_error::bad_payload, f.error().message());
     if (!allowed_role(role)) return reject(frame_error::bad_payload, "hello: unknown role '" + role + "'");
-    if (!hex_decode(nonce_hex, kNonceSize, &nonce)) return reject(frame_error::bad_payload, "hello: bad nonce");
+    if (!util::hex_decode(nonce_hex, kNonceSize, &nonce)) return reject(frame_error::bad_payload, "hello: bad nonce");
     if (nonces_ != nullptr && !nonces_->insert(nonce)) {
       return reject(frame_error::replayed, "hello with a client nonce seen before");
     }
@@ -263,7 +264,7 @@ bool connection::handle_handshake(const decoded_frame& d) {
     sess_ = session(k.s2c, k.c2s, 1, 1);
     role_ = role;
     peer_id_ = id;
-    json ack = {{"nonce", nonce_hex}, {"server_nonce", hex_encode(server_nonce)}};
+    json ack = {{"nonce", nonce_hex}, {"server_nonce", util::hex_encode(server_nonce)}};
     queue_frame(encode_frame(secret_, ctl_type::hello_ack, 0, dump_payload(ack)), util::now_s());
   } else {
     if (d.header.type != static_cast<uint16_t>(ctl_type::hello_ack)) {
@@ -278,8 +279,8 @@ bool connection::handle_handshake(const decoded_frame& d) {
     f.str("nonce", &echo, true, 64);
     f.str("server_nonce", &sn_hex, true, 64);
     if (!f.ok()) return reject(frame_error::bad_payload, f.error().message());
-    if (echo != hex_encode(client_nonce_)) return reject(frame_error::replayed, "hello_ack for another handshake");
-    if (!hex_decode(sn_hex, kNonceSize, &sn)) return reject(frame_error::bad_payload, "hello_ack: bad server nonce");
+    if (echo != util::hex_encode(client_nonce_)) return reject(frame_error::replayed, "hello_ack for another handshake");
+    if (!util::hex_decode(sn_hex, kNonceSize, &sn)) return reject(frame_error::bad_payload, "hello_ack: bad server nonce");
     session_keys k = derive_session_keys(secret_, client_nonce_, sn);
     sess_ = session(k.c2s, k.s2c, 1, 1);
   }

@@ -8,9 +8,10 @@
 #include <set>
 #include <tuple>
 
-#include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
+#include "agents/data_protocol.hpp"
 #include "cairn.h"
+#include "fabric/fabric.hpp"
+#include "fabric/transfer.hpp"
 #include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
@@ -26,10 +27,10 @@ using agents::data_msg;
 class data_plane {
  public:
   data_plane_options opts;
-  std::unique_ptr<agents::fabric_context> ctx;       // messages; the target of the leaders' reads
-  std::unique_ptr<agents::transfer_engine> lanes;    // a leader's pulls
+  std::unique_ptr<fabric::fabric_context> ctx;       // messages; the target of the leaders' reads
+  std::unique_ptr<fabric::transfer_engine> lanes;    // a leader's pulls
   std::vector<std::string> peers;                    // endpoint names, rank order
-  std::vector<agents::fabric_addr> addrs;            // inserted on first use (0 = not yet)
+  std::vector<fabric::fabric_addr> addrs;            // inserted on first use (0 = not yet)
   std::vector<bool> inserted;
   util::aligned_buffer windows[2];                   // a leader's bounce buffers (pull one, write the other), reused
   uint64_t next_request = 1;
@@ -37,7 +38,7 @@ class data_plane {
   // rank) -> the message. READY comes from senders, HELD from leaders.
   std::map<std::tuple<std::string, int64_t, uint32_t>, data_message> ready, held;
 
-  result<agents::fabric_addr> peer(uint32_t rank) {
+  result<fabric::fabric_addr> peer(uint32_t rank) {
     if (rank >= peers.size()) return status(errc::internal, "aggregation data plane: no rank " + std::to_string(rank));
     if (!inserted[rank]) {
       CAIRN_ASSIGN_OR_RETURN(addrs[rank], ctx->insert_peer(peers[rank]));
@@ -93,21 +94,21 @@ class data_plane {
 result<std::shared_ptr<data_plane>> make_data_plane(const data_plane_options& o) {
   auto d = std::make_shared<data_plane>();
   d->opts = o;
-  agents::fabric_options f;
+  fabric::fabric_options f;
   f.provider = o.provider;
   f.node = o.bind;
   f.timeout_s = o.timeout_s;
   f.thread_safe = true;
   f.progress_thread = true;  // leaders read this rank's staging slot through this endpoint
-  auto ctx = agents::fabric_context::create(f);
+  auto ctx = fabric::fabric_context::create(f);
   if (!ctx) return ctx.take_status().with_context("aggregation data plane (aggregate_strategy = leaders)");
   d->ctx = std::move(ctx).value();
-  agents::transfer_options t;
+  fabric::transfer_options t;
   t.fabric = f;
   t.fabric.thread_safe = false;
   t.fabric.progress_thread = false;
   t.threads = std::max(1, o.lanes);
-  CAIRN_ASSIGN_OR_RETURN(d->lanes, agents::transfer_engine::create(t));
+  CAIRN_ASSIGN_OR_RETURN(d->lanes, fabric::transfer_engine::create(t));
   return d;
 }
 
@@ -144,10 +145,10 @@ class leaders_stage final : public engine::stage {
     std::set<uint32_t> my_leaders;
     for (const auto& x : pieces_of(p, me))
       if (p.leaders[x.leader] != me) my_leaders.insert(p.leaders[x.leader]);
-    agents::memory_region mr;
+    fabric::memory_region mr;
     status st;
     if (!my_leaders.empty()) {
-      auto r = d_->ctx->register_memory(image, h.file_size, agents::kRemoteRead);
+      auto r = d_->ctx->register_memory(image, h.file_size, fabric::kRemoteRead);
       if (!r) return r.take_status().with_context("aggregated flush: exposing the image");
       mr = std::move(r).value();
       data_message ready;
@@ -282,7 +283,7 @@ class leaders_stage final : public engine::stage {
       }
       waiting.erase(r);
       if (st) {
-        agents::remote_buffer src{d_->peers[r], m->addr, m->key, m->length};
+        fabric::remote_buffer src{d_->peers[r], m->addr, m->key, m->length};
         // A sender of this node: its node-local shard file, when it is this image.
         std::unique_ptr<storage::readable_file> file =
             p.nodes[r] == p.nodes[me] ? local_copy(*m) : nullptr;
@@ -295,8 +296,8 @@ class leaders_stage final : public engine::stage {
             if (file) {
               pulled = file->read_at(x.src + o, w.data(), n);
             } else {
-              agents::remote_buffer part{src.peer, src.addr + x.src + o, src.key, n};
-              agents::extent e{0, n};
+              fabric::remote_buffer part{src.peer, src.addr + x.src + o, src.key, n};
+              fabric::extent e{0, n};
               pulled = d_->lanes->pull(part, w.span().first(n), {&e, 1});
             }
             if (!pulled) st = pulled.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");

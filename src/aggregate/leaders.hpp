@@ -1,9 +1,10 @@
 // aggregate_strategy = leaders (paper 004, section 3; docs/design/aggregation.md):
 // every rank announces its checksummed image to the leaders the plan gives
-// its bytes to; each leader pulls those bytes by RMA read over the libfabric
-// data plane (the agents' lanes), writes them with its own into the extents
-// it alone owns, and syncs. No MPI: the messages (READY, HELD) go over the
-// same endpoints. Built with libfabric only.
+// its bytes to; each leader pulls those bytes by RMA read over the inter-rank
+// data plane (src/fabric: its lanes), writes them with its own into the
+// extents it alone owns, and syncs. No MPI: the messages (READY, HELD of the
+// agents' protocol, agents/data_protocol.hpp) go over the same endpoints.
+// Built with libfabric only.
 #ifndef CAIRN_AGGREGATE_LEADERS_HPP
 #define CAIRN_AGGREGATE_LEADERS_HPP
 

@@ -20,8 +20,8 @@
 #include "util/clock.hpp"
 
 #ifdef CAIRN_HAVE_FABRIC
-#include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
+#include "agents/data_protocol.hpp"
+#include "fabric/fabric.hpp"
 #endif
 
 namespace cairn {
@@ -316,7 +316,7 @@ class fabric_agents_data final : public agents_data {
     const agent_ref& a = view_.agents[i];
     if (a.endpoint.empty())
       return status(errc::again, "agent " + std::to_string(a.id) + " on " + a.node + " is not running yet");
-    auto name = agents::from_hex(a.endpoint);
+    auto name = fabric::from_hex(a.endpoint);
     if (!name) return name.error().with_context("address of agent " + std::to_string(a.id));
     auto c = agents::agent_client::create(opts_, *name);
     if (!c) return c.error().with_context("connecting to agent " + std::to_string(a.id) + " on " + a.node);

@@ -31,10 +31,11 @@
 #include <cstdlib>
 #include <vector>
 
-#include "agents/transfer.hpp"
+#include "agents/data_protocol.hpp"
 #include "cairn.h"
 #include "util/hash.hpp"
 #include "engine/staging.hpp"
+#include "fabric/fabric.hpp"
 #include "storage/storage_env.hpp"
 #include "test_store.hpp"
 
@@ -153,7 +154,7 @@ int run(int argc, char** argv) {
 
   auto hex = storage::storage_env::posix()->read_all(a.agent_file);
   if (!hex) return fail(2, hex.error().to_string());
-  auto agent_name = from_hex(*hex);
+  auto agent_name = fabric::from_hex(*hex);
   if (!agent_name) return fail(2, agent_name.error().to_string());
   client_options co;
   co.fabric.provider = a.provider;

@@ -15,7 +15,7 @@
 #include "test_store.hpp"
 
 #ifdef CAIRN_HAVE_FABRIC
-#include "agents/transfer.hpp"
+#include "agents/data_protocol.hpp"
 #endif
 
 namespace cairn {

@@ -24,6 +24,7 @@
 #include "agents/wire.hpp"
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
+#include "util/hex.hpp"
 
 namespace cairn::agents {
 namespace {
@@ -142,7 +143,7 @@ TEST(agents_wire, altered_or_foreign_frames_fail_the_tag) {
 TEST(agents_wire, hmac_is_hmac_sha512_truncated) {
   // RFC 4231 test case 2 (HMAC-SHA-512), first 32 bytes: libsodium's
   // crypto_auth_hmacsha512256, which is what other implementations must compute.
-  EXPECT_EQ(hex_encode(hmac("Jefe", "what do ya want for nothing?")),
+  EXPECT_EQ(util::hex_encode(hmac("Jefe", "what do ya want for nothing?")),
             "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea250554");
 }
 
@@ -290,7 +291,7 @@ TEST(agents_connection, first_message_must_be_a_hello) {
 TEST(agents_connection, replayed_hello_is_rejected) {
   std::string nonce(kNonceSize, 'n');
   std::string hello = frame(ctl_type::hello, 0,
-                            dump_payload(json{{"role", "admin"}, {"id", ""}, {"nonce", hex_encode(nonce)}}));
+                            dump_payload(json{{"role", "admin"}, {"id", ""}, {"nonce", util::hex_encode(nonce)}}));
   nonce_cache shared;
   for (int round = 0; round < 2; ++round) {
     int sv[2];

@@ -1,5 +1,6 @@
-// The agents' data plane (src/agents/fabric, src/agents/transfer) on loopback:
-// two endpoints in one process, RMA reads and writes of 1 B .. 64 MiB, errors
+// The inter-rank data plane (src/fabric: fabric, transfer) on loopback, and
+// the codecs of the agents' protocol over it (src/agents/data_protocol): two
+// endpoints in one process, RMA reads and writes of 1 B .. 64 MiB, errors
 // that must come back as values (wrong key, peer gone), messages, and shard
 // images pulled and pushed by several lanes.
 //
@@ -13,13 +14,14 @@
 #include <numeric>
 #include <vector>
 
-#include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
+#include "agents/data_protocol.hpp"
 #include "cairn.h"
 #include "engine/staging.hpp"
+#include "fabric/fabric.hpp"
+#include "fabric/transfer.hpp"
 #include "test_store.hpp"
 
-namespace cairn::agents {
+namespace cairn::fabric {
 namespace {
 
 fabric_options test_options() {
@@ -324,9 +326,9 @@ TEST(FabricProvider, UnknownProviderIsNotSupported) {
 // ---- transfer -----------------------------------------------------------------
 
 TEST(AgentMessages, EncodeDecodeRoundTrip) {
-  data_message m;
-  m.type = data_msg::push_target;
-  m.mode = transfer_mode::push;
+  agents::data_message m;
+  m.type = agents::data_msg::push_target;
+  m.mode = agents::transfer_mode::push;
   m.request = 77;
   m.version = -1;
   m.rank = 3;
@@ -339,9 +341,9 @@ TEST(AgentMessages, EncodeDecodeRoundTrip) {
   m.run = "run";
   m.name = "ckpt";
   m.text = "why";
-  std::string bytes = encode_data_message(m);
+  std::string bytes = agents::encode_data_message(m);
   EXPECT_LE(bytes.size(), 4096u);
-  auto d = decode_data_message(bytes);
+  auto d = agents::decode_data_message(bytes);
   ASSERT_TRUE(d.is_ok()) << d.error().to_string();
   EXPECT_EQ(d->type, m.type);
   EXPECT_EQ(d->mode, m.mode);
@@ -356,12 +358,12 @@ TEST(AgentMessages, EncodeDecodeRoundTrip) {
   EXPECT_EQ(d->run, m.run);
   EXPECT_EQ(d->name, m.name);
   EXPECT_EQ(d->text, m.text);
-  EXPECT_EQ(data_message_status(*d).code(), errc::corruption);
-  EXPECT_EQ(decode_data_message(bytes.substr(0, bytes.size() - 1)).error().code(), errc::corruption);
-  EXPECT_EQ(decode_data_message("nonsense").error().code(), errc::corruption);
+  EXPECT_EQ(agents::data_message_status(*d).code(), errc::corruption);
+  EXPECT_EQ(agents::decode_data_message(bytes.substr(0, bytes.size() - 1)).error().code(), errc::corruption);
+  EXPECT_EQ(agents::decode_data_message("nonsense").error().code(), errc::corruption);
   std::string other = bytes;
   other[4] = 9;  // wire version
-  EXPECT_EQ(decode_data_message(other).error().code(), errc::not_supported);
+  EXPECT_EQ(agents::decode_data_message(other).error().code(), errc::not_supported);
 }
 
 test::shard_image make_image(int64_t version, uint64_t big_elems) {
@@ -481,15 +483,15 @@ TEST_P(TransferTest, LentRegionsArePulledFromTheApplicationsMemory) {
 
 TEST(AgentMessages, LentRegionsRoundTripAndMalformedAreRefused) {
   std::vector<lent_region> v = {{0, 140737488355328ull, 7}, {3, 0, 18446744073709551615ull}};
-  auto d = decode_lent(encode_lent(v));
+  auto d = agents::decode_lent(agents::encode_lent(v));
   ASSERT_TRUE(d.is_ok());
   ASSERT_EQ(d->size(), 2u);
   EXPECT_EQ((*d)[1].index, 3u);
   EXPECT_EQ((*d)[1].key, 18446744073709551615ull);
   EXPECT_EQ((*d)[0].addr, 140737488355328ull);
   for (const char* bad : {"1:2", "x:1:2", "1:2:3:4", "4294967296:1:1", "1:2:3,"})
-    EXPECT_FALSE(decode_lent(bad).is_ok()) << bad;
-  EXPECT_TRUE(decode_lent("").is_ok());
+    EXPECT_FALSE(agents::decode_lent(bad).is_ok()) << bad;
+  EXPECT_TRUE(agents::decode_lent("").is_ok());
 }
 
 TEST_P(TransferTest, DamagedImageIsNotHeld) {
@@ -584,4 +586,4 @@ TEST(TransferLocalRegistration, LanesRegisterLocalBuffers) {
 }
 
 }  // namespace
-}  // namespace cairn::agents
+}  // namespace cairn::fabric

@@ -18,12 +18,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agents/data_protocol.hpp"
 #include "engine/stages.hpp"
 #include "engine/staging.hpp"
 #include "format/commit.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
+#include "fabric/transfer.hpp"
 #include "format/shard_io.hpp"
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
@@ -73,9 +75,9 @@ std::string describe(const data_message& m) {
 struct pending {
   std::shared_ptr<held_version> version;  // restore by read: the lent image
   engine::aligned_buffer buffer;          // push: where the rank writes
-  memory_region mr;
+  fabric::memory_region mr;
   data_message request;
-  fabric_addr peer = 0;
+  fabric::fabric_addr peer = 0;
   clock_type::time_point deadline;
   clock_type::time_point started;
 };
@@ -84,14 +86,14 @@ struct pending {
 // of a push (PUSH_DONE) or a restore (RESTORE).
 struct job {
   data_message m;
-  fabric_addr peer = 0;
+  fabric::fabric_addr peer = 0;
 };
 
 }  // namespace
 
 struct agent_server::impl {
   agent_config cfg;
-  std::unique_ptr<fabric_context> ctx;
+  std::unique_ptr<fabric::fabric_context> ctx;
   storage::storage_env* env = storage::storage_env::posix();
   std::string host;
 
@@ -114,7 +116,7 @@ struct agent_server::impl {
   // Workers: each serves one job at a time with lanes of its own, so a
   // transfer never waits behind another peer's. Fields GUARDED_BY(jobs_mu).
   struct worker {
-    std::unique_ptr<transfer_engine> lanes;
+    std::unique_ptr<fabric::transfer_engine> lanes;
     std::atomic<bool> abort{false};  // the lanes' fabric_options::abort
     bool busy = false;
     std::string peer, run;  // of the job in progress
@@ -195,7 +197,7 @@ struct agent_server::impl {
     return dead_peers.count(peer) != 0;
   }
 
-  status reply(fabric_addr peer, const data_message& req, data_msg type, const status& st, uint64_t addr = 0,
+  status reply(fabric::fabric_addr peer, const data_message& req, data_msg type, const status& st, uint64_t addr = 0,
                uint64_t key = 0, uint64_t length = 0, int64_t version = 0, const std::string& text = {}) {
     if (is_dead(req.reply_to)) return {};
     data_message r;
@@ -284,7 +286,7 @@ struct agent_server::impl {
 
   // READY: a push gets its target here; a pull (or lend) is queued for a
   // worker. Serving thread.
-  void handle_ready(const data_message& m, fabric_addr peer) {
+  void handle_ready(const data_message& m, fabric::fabric_addr peer) {
     const data_msg answer = m.mode == transfer_mode::push ? data_msg::push_target : data_msg::held;
     if (m.length == 0 || m.length % format::kAlign != 0 || m.nranks == 0 || m.rank >= m.nranks) {
       (void)reply(peer, m, answer, status(errc::invalid_argument, "READY: bad length, rank or nranks"));
@@ -317,7 +319,7 @@ struct agent_server::impl {
     }
     pending p;
     p.buffer = std::move(buf).value();
-    auto mr = ctx->register_memory(p.buffer.data(), m.length, kRemoteWrite);
+    auto mr = ctx->register_memory(p.buffer.data(), m.length, fabric::kRemoteWrite);
     if (!mr) {
       lk.unlock();
       (void)reply(peer, m, data_msg::push_target, mr.error());
@@ -341,7 +343,7 @@ struct agent_server::impl {
   // timeout marks the rank gone and cancels the rest of its incarnation.
   void run_pull(worker& w, const job& j) {
     const data_message& m = j.m;
-    std::vector<lent_region> lent;
+    std::vector<fabric::lent_region> lent;
     if (m.mode == transfer_mode::lend) {
       auto l = decode_lent(m.text);
       if (!l) {
@@ -371,7 +373,8 @@ struct agent_server::impl {
     agent_log("pulling %s: %llu bytes, %d lane(s)", describe(m).c_str(), static_cast<unsigned long long>(m.length),
               w.lanes->threads());
     auto t0 = clock_type::now();
-    auto h = pull_image(*w.lanes, remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(), &expect, lent);
+    auto h = fabric::pull_image(*w.lanes, fabric::remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(),
+                                &expect, lent);
     double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
     std::unique_lock lk(state_mu);
     in_flight_bytes -= v->image.size();
@@ -430,7 +433,7 @@ struct agent_server::impl {
       (void)reply(j.peer, m, data_msg::held, status(errc::not_found, "PUSH_DONE for an unknown request"));
       return;
     }
-    p.mr = memory_region();  // no more writes from the rank
+    p.mr = fabric::memory_region();  // no more writes from the rank
     if (m.code != 0) {
       agent_log("%s not held: the rank's push failed: %s", describe(m).c_str(), m.text.c_str());
       return;
@@ -441,8 +444,8 @@ struct agent_server::impl {
     expect.version = p.request.version;
     expect.rank = p.request.rank;
     expect.nranks = p.request.nranks;
-    auto h = verify_shard_image(p.buffer.span().first(p.request.length), "image pushed for " + describe(p.request),
-                                &expect);
+    auto h = fabric::verify_shard_image(p.buffer.span().first(p.request.length),
+                                        "image pushed for " + describe(p.request), &expect);
     if (!h) {
       agent_log("%s not held: %s", describe(p.request).c_str(), h.error().to_string().c_str());
       (void)reply(j.peer, m, data_msg::held, h.error());
@@ -450,7 +453,7 @@ struct agent_server::impl {
     }
     // The rank wrote the header and the regions only; a reused buffer still
     // has old bytes in the alignment padding, which the format says is zero.
-    zero_padding(*h, p.buffer.span().first(p.request.length));
+    fabric::zero_padding(*h, p.buffer.span().first(p.request.length));
     auto v = std::make_shared<held_version>();
     v->header = std::move(h).value();
     v->image = std::move(p.buffer);
@@ -521,8 +524,8 @@ struct agent_server::impl {
                                                        " bytes, the rank offered " + std::to_string(m.length)));
         return;
       }
-      auto ext = image_extents(hv->header);
-      status st = w.lanes->push(remote_buffer{m.reply_to, m.addr, m.key, m.length}, hv->bytes(), ext);
+      auto ext = fabric::image_extents(hv->header);
+      status st = w.lanes->push(fabric::remote_buffer{m.reply_to, m.addr, m.key, m.length}, hv->bytes(), ext);
       if (!st) agent_log("restore of %s failed: %s", describe(hv->header).c_str(), st.to_string().c_str());
       else agent_log("restored %s (written to the rank)", describe(hv->header).c_str());
       if (st) {
@@ -533,7 +536,7 @@ struct agent_server::impl {
       return;
     }
     // By read: lend the image until RESTORE_DONE or the timeout.
-    auto mr = ctx->register_memory(hv->image.data(), len, kRemoteRead);
+    auto mr = ctx->register_memory(hv->image.data(), len, fabric::kRemoteRead);
     if (!mr) {
       (void)reply(j.peer, m, type, mr.error());
       return;
@@ -567,7 +570,7 @@ struct agent_server::impl {
   // QUERY, answered at once (never behind a transfer). A query from an
   // endpoint the run has not used is the run's next incarnation (a restart):
   // what the previous one still has queued or in flight is cancelled.
-  void handle_query(const data_message& m, fabric_addr peer) {
+  void handle_query(const data_message& m, fabric::fabric_addr peer) {
     {
       std::lock_guard lk(jobs_mu);
       auto& peers = run_peers[m.run];
@@ -589,7 +592,7 @@ struct agent_server::impl {
 
   // The application ends without keeping its checkpoints (finalize without
   // IC_PERSIST): forget them, and do not write those still queued.
-  void handle_release(const data_message& m, fabric_addr peer) {
+  void handle_release(const data_message& m, fabric::fabric_addr peer) {
     {
       std::lock_guard lk(jobs_mu);
       cancel_incarnation(m.run, {}, "released by the application");
@@ -663,7 +666,7 @@ struct agent_server::impl {
       std::lock_guard lk(state_mu);
       j = {{"bytes_in", bytes_in},         {"bytes_out", bytes_out},        {"checkpoints", checkpoints},
            {"memory_held", memory_held()}, {"memory_budget", cfg.memory_budget}, {"cancelled", cancelled},
-           {"endpoint", to_hex(ctx->name())}, {"provider", ctx->properties().provider}};
+           {"endpoint", fabric::to_hex(ctx->name())}, {"provider", ctx->properties().provider}};
     }
     {
       std::lock_guard lk(jobs_mu);
@@ -772,7 +775,7 @@ struct agent_server::impl {
 agent_server::agent_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 agent_server::~agent_server() = default;
 const std::string& agent_server::name() const { return impl_->ctx->name(); }
-const fabric_properties& agent_server::properties() const { return impl_->ctx->properties(); }
+const fabric::fabric_properties& agent_server::properties() const { return impl_->ctx->properties(); }
 
 result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& config) {
   if (config.keep < 1) return status(errc::invalid_argument, "keep must be at least 1");
@@ -782,15 +785,15 @@ result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& c
   p->cfg = config;
   char host[256] = {0};
   if (gethostname(host, sizeof host - 1) == 0) p->host = host;
-  fabric_options fo = config.fabric;
+  fabric::fabric_options fo = config.fabric;
   fo.thread_safe = true;
   fo.progress_thread = true;  // ranks push into our memory while we serve others
-  CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric_context::create(fo));
+  CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric::fabric_context::create(fo));
   if (config.workers < 1) return status(errc::invalid_argument, "workers must be at least 1");
   if (config.liveness_timeout_s <= 0) return status(errc::invalid_argument, "the liveness timeout must be positive");
   for (int i = 0; i < config.workers; ++i) {
     auto w = std::make_unique<impl::worker>();
-    transfer_options to;
+    fabric::transfer_options to;
     to.fabric = config.fabric;
     // A rank that makes no progress for this long is gone; the worker's
     // abort flag cancels a transfer of an incarnation known to be gone.
@@ -799,7 +802,7 @@ result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& c
     to.threads = config.threads;
     to.piece_bytes = config.piece_bytes;
     to.max_bytes_per_s = config.max_bytes_per_s;
-    CAIRN_ASSIGN_OR_RETURN(w->lanes, transfer_engine::create(to));
+    CAIRN_ASSIGN_OR_RETURN(w->lanes, fabric::transfer_engine::create(to));
     p->workers.push_back(std::move(w));
   }
   for (auto& w : p->workers) w->thread = std::thread([raw = p.get(), wp = w.get()] { raw->worker_loop(*wp); });

@@ -8,7 +8,7 @@
 // queued and running transfers are cancelled (and so they are when the run's
 // next incarnation asks what the agent holds); held versions stay.
 //
-// The protocol is in src/agents/transfer.hpp; the design in
+// The protocol is in src/agents/data_protocol.hpp; the design in
 // docs/design/agents_data_plane.md.
 #ifndef CAIRN_TOOLS_AGENT_AGENT_SERVER_HPP
 #define CAIRN_TOOLS_AGENT_AGENT_SERVER_HPP
@@ -18,14 +18,14 @@
 #include <memory>
 #include <string>
 
-#include "agents/fabric.hpp"
-#include "agents/transfer.hpp"
 #include "cairn/status.hpp"
+#include "fabric/fabric.hpp"
 
 namespace cairn::agents {
 
 struct agent_config {
-  fabric_options fabric;       // the agent's endpoint (the one applications notify)
+  // The agent's endpoint (the one applications notify).
+  fabric::fabric_options fabric;
   int threads = 2;             // transfer lanes of one transfer
   int workers = 4;             // transfers served at once (each with its own lanes)
   // Seconds a transfer may make no progress before its rank counts as gone
@@ -58,7 +58,7 @@ class agent_server {
 
   // The endpoint name applications need (raw bytes; to_hex for files).
   const std::string& name() const;
-  const fabric_properties& properties() const;
+  const fabric::fabric_properties& properties() const;
 
   // Serves until `stop` becomes true, then waits for the background writer to
   // finish what it has. Returns the writer's first error, if any (latched:

@@ -27,6 +27,7 @@
 
 #include "agent_server.hpp"
 #include "agents/net.hpp"
+#include "fabric/fabric.hpp"
 #include "storage/storage_env.hpp"
 
 namespace {
@@ -136,13 +137,14 @@ int run_agent(int argc, char** argv) {
                                             : (" (zstd level " + std::to_string(cfg.compress_level) + ")").c_str());
   cairn::status st;
   if (!name_file.empty()) {
-    st = cairn::storage::storage_env::posix()->write_atomic(name_file, to_hex((*server)->name()) + "\n", false);
+    st = cairn::storage::storage_env::posix()->write_atomic(name_file, cairn::fabric::to_hex((*server)->name()) + "\n",
+                                                            false);
     if (!st) {
       std::fprintf(stderr, "cairn-agent: cannot write the name file: %s\n", st.to_string().c_str());
       return 2;
     }
   }
-  std::fprintf(stderr, "cairn-agent: ready, endpoint %s\n", to_hex((*server)->name()).c_str());
+  std::fprintf(stderr, "cairn-agent: ready, endpoint %s\n", cairn::fabric::to_hex((*server)->name()).c_str());
   st = (*server)->run(*stop);
   if (!st) {
     std::fprintf(stderr, "cairn-agent: %s\n", st.to_string().c_str());

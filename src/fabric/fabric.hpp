@@ -1,8 +1,13 @@
-// The data plane of remote checkpoint agents: move-only RAII wrappers over
-// libfabric (fi_info, fabric, domain, address vector, reliable-datagram
-// endpoint, completion queue, memory region) and one `fabric_context` that
-// owns a complete endpoint and offers blocking RMA reads and writes plus small
-// two-sided messages. See docs/design/agents_data_plane.md.
+// cairn's one inter-rank data plane (src/fabric/), used by the remote
+// checkpoint agents (src/agents, tools/agent), the aggregated flush
+// (src/aggregate/leaders.cpp) and node-loss redundancy: move-only RAII
+// wrappers over libfabric (fi_info, fabric, domain, address vector,
+// reliable-datagram endpoint, completion queue, memory region) and one
+// `fabric_context` that owns a complete endpoint and offers blocking RMA reads
+// and writes plus small two-sided messages. The lanes and the image pull over
+// it are fabric/transfer.hpp; what the messages say belongs to each user (the
+// agents' protocol: agents/data_protocol.hpp). See
+// docs/design/agents_data_plane.md.
 //
 // Portability: the provider is a configuration string ("tcp;ofi_rxm" on
 // loopback here, "verbs;ofi_rxm", "cxi", "efa" on clusters). The code asks
@@ -12,8 +17,8 @@
 //
 // Errors are cairn::status values carrying fi_strerror text; nothing throws.
 // This header does not include libfabric: the handle types are only declared.
-#ifndef CAIRN_AGENTS_FABRIC_HPP
-#define CAIRN_AGENTS_FABRIC_HPP
+#ifndef CAIRN_FABRIC_FABRIC_HPP
+#define CAIRN_FABRIC_FABRIC_HPP
 
 #include <atomic>
 #include <cstddef>
@@ -33,7 +38,7 @@ struct fid_ep;
 struct fid_cq;
 struct fid_mr;
 
-namespace cairn::agents {
+namespace cairn::fabric {
 
 // A peer in a context's address vector (libfabric's fi_addr_t).
 using fabric_addr = uint64_t;
@@ -300,6 +305,6 @@ status fabric_error(int ret, std::string_view what);
 // (tests skip themselves on not_supported).
 status probe_provider(const fabric_options& options);
 
-}  // namespace cairn::agents
+}  // namespace cairn::fabric
 
 #endif

@@ -1,6 +1,4 @@
-#include "agents/fabric.hpp"
-
-#include "agents/auth.hpp"
+#include "fabric/fabric.hpp"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -22,7 +20,9 @@
 #include <thread>
 #include <vector>
 
-namespace cairn::agents {
+#include "util/hex.hpp"
+
+namespace cairn::fabric {
 
 // The libfabric API version this code is written against; providers of any
 // later release accept it.
@@ -73,14 +73,14 @@ status fabric_error(int ret, std::string_view what) {
   return status(code, std::string(what) + ": " + fi_strerror(err) + " (" + std::to_string(-err) + ")");
 }
 
-std::string to_hex(std::string_view bytes) { return hex_encode(bytes); }
+std::string to_hex(std::string_view bytes) { return util::hex_encode(bytes); }
 
 result<std::string> from_hex(std::string_view hex) {
   while (!hex.empty() && (hex.back() == '\n' || hex.back() == ' ' || hex.back() == '\r')) hex.remove_suffix(1);
   if (hex.empty() || hex.size() % 2 != 0)
     return status(errc::invalid_argument, "endpoint name: expected an even number of hex digits");
   std::string out;
-  if (!hex_decode(hex, hex.size() / 2, &out)) return status(errc::invalid_argument, "endpoint name: not a hex digit");
+  if (!util::hex_decode(hex, hex.size() / 2, &out)) return status(errc::invalid_argument, "endpoint name: not a hex digit");
   return out;
 }
 
@@ -790,4 +790,4 @@ status fabric_context::progress() {
   return m.failed;
 }
 
-}  // namespace cairn::agents
+}  // namespace cairn::fabric

@@ -1,20 +1,19 @@
-// Moving shard images between an application rank and a checkpoint agent over
-// fabric_context (see docs/design/agents_data_plane.md):
+// The agents' protocol over the inter-rank data plane (src/fabric): the small
+// two-sided messages an application rank and its checkpoint agent exchange
+// (data_message), the text lists some of them carry, and the application's
+// side (agent_client). The bytes move with fabric::transfer_engine and
+// fabric::pull_image; the agent's side is tools/agent. See
+// docs/design/agents_data_plane.md.
 //
-//   transfer_engine   N lanes, each one thread with its own endpoint, that
-//                     split an extent list among them (pull = RMA read from
-//                     the peer, push = RMA write into the peer);
-//   pull_image        the agent's side of a pull: header block first, then the
-//                     regions it names, then every checksum verified;
-//   message           the small two-sided messages of the protocol;
-//   agent_client      the application's side: exposes an image, notifies the
-//                     agent, waits for "held"; asks for a version back.
-//
-// An image is a shard file's bytes (src/format/shard.hpp): header block, then
-// each region at a 4 KiB-aligned offset; the application's staging slot holds
-// exactly that (src/engine/staging.hpp), so one registration covers it.
-#ifndef CAIRN_AGENTS_TRANSFER_HPP
-#define CAIRN_AGENTS_TRANSFER_HPP
+// The aggregated flush (src/aggregate/leaders.cpp) speaks the READY and HELD
+// messages of this protocol between ranks and leaders, with the same codec,
+// and so includes this header. The messages stay here rather than in
+// src/fabric because what they carry (a version of run/name for one rank, a
+// transfer mode, the restore, query and release verbs) is the agents'
+// vocabulary; src/fabric moves bytes between endpoints and knows no protocol.
+// Should the aggregation's messages ever need to differ, it gets its own.
+#ifndef CAIRN_AGENTS_DATA_PROTOCOL_HPP
+#define CAIRN_AGENTS_DATA_PROTOCOL_HPP
 
 #include <cstddef>
 #include <cstdint>
@@ -24,108 +23,12 @@
 #include <string_view>
 #include <vector>
 
-#include "agents/fabric.hpp"
 #include "cairn/status.hpp"
+#include "fabric/fabric.hpp"
+#include "fabric/transfer.hpp"
 #include "format/shard.hpp"
 
 namespace cairn::agents {
-
-// Bytes [offset, offset+length) of an image.
-struct extent {
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
-
-// A peer's registered buffer: its endpoint name, and the address and key of
-// the buffer's first byte (memory_region::remote_address/key) and its size.
-struct remote_buffer {
-  std::string peer;  // raw endpoint name
-  uint64_t addr = 0;
-  uint64_t key = 0;
-  uint64_t length = 0;
-};
-
-struct transfer_options {
-  // Provider, address, timeout of the lanes. thread_safe and progress_thread
-  // are ignored: a lane is used by one thread at a time (FI_THREAD_DOMAIN) and
-  // drives its own progress while it waits.
-  fabric_options fabric;
-  // Lanes (threads with an endpoint each), at least 1.
-  int threads = 1;
-  // Work is handed to lanes in pieces of this size (a multiple of 4 KiB keeps
-  // lanes on separate pages); each lane keeps fabric.max_outstanding RMA
-  // operations of at most fabric.max_chunk bytes in flight.
-  uint64_t piece_bytes = 4ull << 20;
-  // Cap on the bytes per second of one pull/push over all lanes (0: none), so
-  // that an agent pulling from a running application limits its interference.
-  double max_bytes_per_s = 0;
-};
-
-// Lanes for parallel RMA. Why one endpoint per thread rather than one shared
-// endpoint with many operations in flight: each lane has its own completion
-// queue and transmit queue, so threads never contend for a lock or a CQ, the
-// provider may skip its own locking (FI_THREAD_DOMAIN), connection-based
-// providers (tcp, verbs RC under ofi_rxm) get one connection per lane, i.e.
-// parallel streams on parallel cores, and FI_MR_ENDPOINT providers need
-// nothing special. Within a lane several operations stay in flight.
-//
-// Thread-safety: one pull/push at a time per engine (calls are serialised).
-// A lane whose endpoint failed (timeout) is replaced before the call returns,
-// so after an error the local buffer is no longer written to.
-class transfer_engine {
- public:
-  static result<std::unique_ptr<transfer_engine>> create(const transfer_options& options);
-  ~transfer_engine();
-  transfer_engine(const transfer_engine&) = delete;
-  transfer_engine& operator=(const transfer_engine&) = delete;
-
-  int threads() const;
-  const fabric_properties& properties() const;  // of lane 0
-
-  // Reads every extent of `src` into the same offsets of `local`
-  // (local.size() >= every extent's end, src.length likewise).
-  status pull(const remote_buffer& src, std::span<std::byte> local, std::span<const extent> extents);
-  // Writes every extent of `local` into the same offsets of `dst`.
-  status push(const remote_buffer& dst, std::span<std::byte> local, std::span<const extent> extents);
-
- private:
-  struct impl;
-  explicit transfer_engine(std::unique_ptr<impl> p);
-  std::unique_ptr<impl> impl_;
-};
-
-// The extents worth moving in an image: the header block and every region
-// (alignment padding is skipped), merged where adjacent.
-std::vector<extent> image_extents(const format::shard_header& h);
-
-// Zeroes the bytes of `image` that image_extents(h) does not cover (the
-// alignment padding), so that it equals the shard file byte for byte.
-void zero_padding(const format::shard_header& h, std::span<std::byte> image);
-
-// Checks that `image` is a complete, intact shard image: header checksum and
-// validity, file_size == image.size(), every region checksum (xxh3), and,
-// when `expect` is given, that run/name/version/rank/nranks match it.
-result<format::shard_header> verify_shard_image(std::span<const std::byte> image, const std::string& where,
-                                                const format::shard_header* expect = nullptr);
-
-// A region the application lent (agents_lend): region `index` of the image is
-// read from the peer's registered memory (addr, key) instead of the image.
-struct lent_region {
-  uint32_t index = 0;
-  uint64_t addr = 0;
-  uint64_t key = 0;
-};
-// As text in a READY (mode lend): "index:addr:key" entries, comma-separated.
-std::string encode_lent(const std::vector<lent_region>& v);
-result<std::vector<lent_region>> decode_lent(const std::string& text);
-
-// The agent's side of a pull: reads src's header block, decodes it, checks it
-// describes an image of exactly src.length bytes, reads the regions (a lent
-// one from where `lent` says), zeroes the padding, and verifies every
-// checksum. `local` must hold src.length bytes. Returns the verified header.
-result<format::shard_header> pull_image(transfer_engine& lanes, const remote_buffer& src, std::span<std::byte> local,
-                                        const format::shard_header* expect = nullptr,
-                                        std::span<const lent_region> lent = {});
 
 // ---- protocol messages -------------------------------------------------------
 //
@@ -192,10 +95,15 @@ result<data_message> decode_data_message(std::string_view bytes);
 // A reply's code and text as a status.
 status data_message_status(const data_message& m);
 
+// The lent regions of a READY (mode lend) as its text: "index:addr:key"
+// entries, comma-separated.
+std::string encode_lent(const std::vector<fabric::lent_region>& v);
+result<std::vector<fabric::lent_region>> decode_lent(const std::string& text);
+
 // ---- the application's side ----------------------------------------------------
 
 struct client_options {
-  fabric_options fabric;  // of the client's own endpoint (progress thread on)
+  fabric::fabric_options fabric;  // of the client's own endpoint (progress thread on)
   int threads = 1;        // lanes for push and restore by read
   uint64_t piece_bytes = 4ull << 20;
   double reply_timeout_s = 60;  // waiting for HELD / RESTORED
@@ -251,7 +159,7 @@ class agent_client {
   // those it has not written yet). Returns how many it dropped.
   result<uint64_t> release(const std::string& run);
 
-  fabric_context& context();
+  fabric::fabric_context& context();
 
  private:
   struct impl;
