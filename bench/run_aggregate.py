@@ -81,7 +81,9 @@ def one_case(args, fs, mounts, work, n, size, strategy, rep, rig):
         os.makedirs(s, exist_ok=True)
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                CAIRN_RANKS_PER_NODE=str(n // nodes), CAIRN_KEEP_PERSISTENT="1")
-    if strategy != "file_per_process":
+    if strategy == "file_per_process":
+        env["CAIRN_PERSISTENT_LAYOUT"] = "file_per_process"  # not the default of the detected file system
+    else:
         env.update(CAIRN_PERSISTENT_LAYOUT="aggregated", CAIRN_AGGREGATE_STRATEGY=strategy)
         files = nodes if strategy == "leaders" and args.leaders_files == "nodes" else \
             (int(args.leaders_files) if strategy == "leaders" else 1)

@@ -289,6 +289,7 @@ status client_impl::start() {
     else if (!cfg_.reference_run.empty()) why = "the online comparison would read the regions after the agents";
     if (!why.empty()) return {errc::invalid_argument, "configuration key 'agents_lend': " + why};
   }
+  if (cfg_.persistent_layout == persistent_layout::automatic) resolve_layout();
   if (aggregated() && !cfg_.agents.empty())
     return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
                                     "the persistent level themselves, a file per rank): choose one"};
@@ -414,6 +415,19 @@ status client_impl::install_fault() {
   return {};
 }
 
+void client_impl::resolve_layout() {
+  // Collective (one broadcast; the configuration is the same on every rank).
+  cfg_.persistent_layout = persistent_layout::file_per_process;
+  if (!cfg_.agents.empty()) return;  // the agents write the persistent level, a file per rank
+  std::string fs;
+  if (rank() == 0) {
+    auto g = storage::detect_geometry(cfg_.persistent);
+    fs = g ? g->fs : "unknown";
+  }
+  comm_->broadcast(&fs, 0);
+  if (fs == "cephfs" || fs == "lustre") cfg_.persistent_layout = persistent_layout::aggregated;
+}
+
 status client_impl::start_aggregation() {
   // Collective (one broadcast): every rank plans with rank 0's geometry.
   node_ = cfg_.node_id.empty() ? host_ : cfg_.node_id;
@@ -446,7 +460,10 @@ status client_impl::start_aggregation() {
   if (text.rfind("error ", 0) == 0) return {errc::invalid_argument, text.substr(6)};
   std::istringstream in(text);
   in >> stripe_ >> stripe_count_ >> fs_name_;
-  aggregate_files_ = cfg_.aggregate_files ? cfg_.aggregate_files : std::min<uint32_t>(stripe_count_, size());
+  // auto (0): leaders one per node up to the storage targets, decided per
+  // version from the nodes the records name; the baselines one shared file.
+  aggregate_files_ = cfg_.aggregate_files ? cfg_.aggregate_files
+                                          : cfg_.aggregate_strategy == aggregate_strategy::leaders ? 0 : 1;
   if (cfg_.aggregate_strategy == aggregate_strategy::mpiio && aggregate_files_ != 1)
     return {errc::invalid_argument, "aggregate_strategy = mpiio writes one shared file with one collective call "
                                     "per version: set aggregate_files = 1 (or use leaders for M files)"};
@@ -487,14 +504,17 @@ result<std::shared_ptr<const aggregate::plan>> client_impl::plan_version(const s
     in[r].node = static_cast<uint32_t>(std::lower_bound(nodes.begin(), nodes.end(), records[r].node) - nodes.begin());
     in[r].load = records[r].load;
   }
+  const uint32_t files = aggregate_files_ ? aggregate_files_
+                                           : std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(nodes.size()),
+                                                                                     stripe_count_));
   result<aggregate::plan> p = status();
   switch (cfg_.aggregate_strategy) {
     case aggregate_strategy::posix_shared:
-    case aggregate_strategy::mpiio: p = aggregate::make_self_plan(in, aggregate_files_, 0); break;
-    case aggregate_strategy::aligned: p = aggregate::make_self_plan(in, aggregate_files_, stripe_); break;
+    case aggregate_strategy::mpiio: p = aggregate::make_self_plan(in, files, 0); break;
+    case aggregate_strategy::aligned: p = aggregate::make_self_plan(in, files, stripe_); break;
     default: {
       aggregate::plan_options o;
-      o.leaders = aggregate_files_;
+      o.leaders = files;
       o.stripe = stripe_;
       // Lustre: one shared file, leader k owning stripes k, k+M, ... (its OST's
       // objects); elsewhere a file per leader (CephFS keeps a single writing

@@ -127,11 +127,15 @@ const std::vector<key_def>& keys() {
       {"direct_io", "O_DIRECT for the persistent level", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("direct_io", v); if (!r) return r.take_status(); c.direct_io = *r; return {}; },
        [](const config& c) { return std::string(c.direct_io ? "true" : "false"); }},
-      {"persistent_layout", "file_per_process or aggregated", [](config& c, const std::string& v) {
-         return parse_enum<persistent_layout>("persistent_layout", v, {{"file_per_process", persistent_layout::file_per_process},
+      {"persistent_layout", "auto, file_per_process or aggregated", [](config& c, const std::string& v) {
+         return parse_enum<persistent_layout>("persistent_layout", v, {{"auto", persistent_layout::automatic},
+                                              {"file_per_process", persistent_layout::file_per_process},
                                               {"aggregated", persistent_layout::aggregated}}, &c.persistent_layout); },
-       [](const config& c) { return std::string(c.persistent_layout == persistent_layout::aggregated ? "aggregated" : "file_per_process"); }},
-      {"aggregate_files", "data files per aggregated version (auto: one per storage target)", [](config& c, const std::string& v) -> status {
+       [](const config& c) {
+         switch (c.persistent_layout) { case persistent_layout::aggregated: return std::string("aggregated");
+           case persistent_layout::file_per_process: return std::string("file_per_process");
+           default: return std::string("auto"); } }},
+      {"aggregate_files", "data files per aggregated version (auto: leaders one per node up to the storage targets)", [](config& c, const std::string& v) -> status {
          if (v == "auto") { c.aggregate_files = 0; return {}; }
          auto r = parse_int("aggregate_files", v, 1, 1 << 24);
          if (!r) return bad_value("aggregate_files", v, "auto or an integer from 1 to the number of ranks");

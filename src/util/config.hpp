@@ -17,7 +17,9 @@ enum class placement { none, core, socket, node };
 enum class staging_policy { block, eagain };
 enum class divergence_action { cont, stop };
 enum class agents_transfer { pull, push };
-enum class persistent_layout { file_per_process, aggregated };
+// automatic: aggregated on file systems where it pays (CephFS, Lustre),
+// file per process elsewhere (docs/benchmarks.md, "Aggregation").
+enum class persistent_layout { file_per_process, aggregated, automatic };
 // docs/design/aggregation.md: paper 004's two baselines (2.1 unaligned and
 // padded to stripes), its collective MPI-IO baseline (2.2), its leaders (3).
 enum class aggregate_strategy { posix_shared, aligned, mpiio, leaders };
@@ -39,8 +41,10 @@ struct config {
   cairn::staging_policy staging_policy = staging_policy::block;
   bool direct_io = true;
   // The persistent level's layout (docs/design/aggregation.md).
-  cairn::persistent_layout persistent_layout = persistent_layout::file_per_process;
-  uint32_t aggregate_files = 1;    // M data files per version; 0 = auto (one per storage target)
+  cairn::persistent_layout persistent_layout = persistent_layout::automatic;
+  // M data files per version; 0 = auto: leaders one per node up to the
+  // storage targets (stripe count), the baselines one shared file.
+  uint32_t aggregate_files = 0;
   cairn::aggregate_strategy aggregate_strategy = aggregate_strategy::leaders;
   uint64_t stripe_size = 0;        // 0: detected from the persistent directory
   uint32_t stripe_count = 0;       // 0: detected

@@ -138,3 +138,19 @@ def test_layout_the_file_system_rejects_is_refused_at_init(rig, make_job, tmp_pa
     assert res.rc != 0, res.describe()
     assert "stripe_size" in res.stderr and "65536" in res.stderr, res.describe()
     assert job.committed() == []
+
+
+def test_default_layout_on_cephfs_is_leaders_one_per_node(rig, reference, make_job, tmp_path):
+    """No layout configured (persistent_layout = auto): on CephFS the
+    persistent level is aggregated by leaders, one per emulated node (2 data
+    files: fewer than the 3 OSDs), and restores bit for bit."""
+    ref = reference(NRANKS)
+    job = CephJob(tmp_path / "job", rig, "default")
+    cfg = {"ranks_per_node": NRANKS // NODES, "local_enabled": "false"}
+    job.run("--steps", 7, **cfg).ok()
+    c = manifest(job, 6)["container"]
+    assert c["strategy"] == "leaders" and len(c["files"]) == 2, c
+    assert sorted(r // 2 for r in c["leaders"]) == [0, 1]
+    again = job.run("--steps", 10, "--dump-restored", job.dumps / "restored", **cfg).ok()
+    assert again.restarted_from == 6, again.describe()
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), "default layout on CephFS")
