@@ -123,19 +123,15 @@ status set_data_plane_peers(data_plane& d, std::vector<std::string> names) {
 
 namespace {
 
-bool aligned(uint64_t v) { return v % storage::kDirectAlign == 0; }
-
-class leaders_stage final : public engine::stage {
+class leaders_stage final : public aggregated_stage {
  public:
   leaders_stage(storage::storage_env* env, engine::level_paths paths, stage_options o, std::shared_ptr<data_plane> d)
       : env_(env), paths_(std::move(paths)), o_(o), d_(std::move(d)) {}
   const char* name() const override { return "persistent (aggregated, leaders)"; }
-  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
 
-  status run(engine::version_job& job) override {
-    const double t0 = util::now_s();
+ protected:
+  status flush(engine::version_job& job) override {
     const auto& h = job.header;
-    if (!job.plan) return {errc::internal, "aggregated persistent stage without a plan"};
     const plan& p = *job.plan;
     const uint32_t me = h.rank;
     std::byte* image = job.image->data();
@@ -184,22 +180,14 @@ class leaders_stage final : public engine::stage {
       if (!st) break;
       auto m = d_->await(data_msg::held, h.name, h.version, l, job.cancelled);
       if (!m) st = m.take_status();
-      else st = agents::data_message_status(*m).with_context("leader rank " + std::to_string(l));
+      else if (status held = agents::data_message_status(*m); !held)
+        // The leader's failure, which the leader reports: a consequence here.
+        st = status(errc::cancelled, "leader rank " + std::to_string(l) + " failed: " + held.message());
     }
-    if (!st) return st;
-    job.persistent_s = util::now_s() - t0;
-    job.persistent_at = util::wall_s();
-    return {};
+    return st;
   }
 
  private:
-  static std::span<const piece> pieces_of(const plan& p, uint32_t rank) {
-    auto first = std::lower_bound(p.pieces.begin(), p.pieces.end(), rank,
-                                  [](const piece& x, uint32_t r) { return x.rank < r; });
-    auto last = std::upper_bound(first, p.pieces.end(), rank, [](uint32_t r, const piece& x) { return r < x.rank; });
-    return std::span<const piece>(first, last);
-  }
-
   // Writes stream bytes [stream, stream+len) of leader k from `data`.
   status write_stream(const plan& p, uint32_t k, uint64_t stream, const std::byte* data, uint64_t len,
                       std::map<uint32_t, std::unique_ptr<storage::writable_file>>& files, const std::string& dir,
@@ -233,7 +221,7 @@ class leaders_stage final : public engine::stage {
     for (const auto& x : p.pieces)
       if (x.leader == k) {
         if (x.rank != me) from[x.rank].push_back(x);
-        direct &= aligned(x.src) && aligned(x.length) && aligned(x.stream);
+        direct &= page_aligned(x.src) && page_aligned(x.length) && page_aligned(x.stream);
       }
     std::map<uint32_t, std::unique_ptr<storage::writable_file>> files;
     // One write in flight while the next window is pulled (two windows).

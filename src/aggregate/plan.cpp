@@ -235,6 +235,13 @@ result<plan> make_self_plan(std::span<const rank_input> ranks, uint32_t files, u
   return p;
 }
 
+std::span<const piece> pieces_of(const plan& p, uint32_t rank) {
+  auto first = std::lower_bound(p.pieces.begin(), p.pieces.end(), rank,
+                                [](const piece& x, uint32_t r) { return x.rank < r; });
+  auto last = std::upper_bound(first, p.pieces.end(), rank, [](uint32_t r, const piece& x) { return r < x.rank; });
+  return std::span<const piece>(first, last);
+}
+
 std::vector<file_run> locate(const plan& p, const piece& x) {
   const owned_extents& e = p.owned[x.leader];
   std::vector<file_run> out;

@@ -92,6 +92,9 @@ struct file_run {
 };
 std::vector<file_run> locate(const plan& p, const piece& x);
 
+// The pieces of `rank`'s image (plan::pieces is sorted by rank), in src order.
+std::span<const piece> pieces_of(const plan& p, uint32_t rank);
+
 // Computes the plan. invalid_argument when the options cannot work (no rank,
 // M outside 1..ranks, a stripe that is not a positive multiple of 4096).
 result<plan> make_plan(std::span<const rank_input> ranks, const plan_options& options);

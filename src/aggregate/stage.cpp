@@ -15,11 +15,9 @@ namespace cairn::aggregate {
 
 std::vector<format::image_extent> image_extents_of(const plan& p, uint32_t rank, const std::byte* image) {
   std::vector<format::image_extent> out;
-  auto first = std::lower_bound(p.pieces.begin(), p.pieces.end(), rank,
-                                [](const piece& x, uint32_t r) { return x.rank < r; });
-  for (auto it = first; it != p.pieces.end() && it->rank == rank; ++it) {
-    uint64_t src = it->src;
-    for (const file_run& run : locate(p, *it)) {
+  for (const piece& x : pieces_of(p, rank)) {
+    uint64_t src = x.src;
+    for (const file_run& run : locate(p, x)) {
       out.push_back({src, run.length, run.file, run.offset, util::xxh3(image + src, run.length)});
       src += run.length;
     }
@@ -27,21 +25,26 @@ std::vector<format::image_extent> image_extents_of(const plan& p, uint32_t rank,
   return out;
 }
 
+status aggregated_stage::run(engine::version_job& job) {
+  const double t0 = util::now_s();
+  if (!job.plan) return {errc::internal, std::string(name()) + ": a version without its plan"};
+  CAIRN_RETURN_IF_ERROR(flush(job));
+  job.persistent_s = util::now_s() - t0;
+  job.persistent_at = util::wall_s();
+  return {};
+}
+
 namespace {
 
-bool aligned(uint64_t v) { return v % storage::kDirectAlign == 0; }
-
-class self_write_stage final : public engine::stage {
+class self_write_stage final : public aggregated_stage {
  public:
   self_write_stage(storage::storage_env* env, engine::level_paths paths, stage_options o)
       : env_(env), paths_(std::move(paths)), o_(o) {}
   const char* name() const override { return "persistent (aggregated, own extent)"; }
-  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
 
-  status run(engine::version_job& job) override {
-    const double t0 = util::now_s();
+ protected:
+  status flush(engine::version_job& job) override {
     const auto& h = job.header;
-    if (!job.plan) return {errc::internal, "aggregated persistent stage without a plan"};
     const plan& p = *job.plan;
     const std::string dir = format::version_dir(paths_.persistent, h.run, h.name, h.version);
     CAIRN_RETURN_IF_ERROR(env_->make_dirs(dir));
@@ -54,7 +57,7 @@ class self_write_stage final : public engine::stage {
       auto it = files.find(e.file);
       if (it == files.end()) {
         const bool direct = o_.direct_io && std::all_of(job.extents.begin(), job.extents.end(), [](const auto& x) {
-          return aligned(x.src) && aligned(x.offset) && aligned(x.length);
+          return page_aligned(x.src) && page_aligned(x.offset) && page_aligned(x.length);
         });
         auto f = env_->create(storage::join(dir, format::data_file_name(e.file)), direct, /*truncate=*/false);
         if (!f) return f.take_status().with_context("aggregated persistent level");
@@ -66,8 +69,6 @@ class self_write_stage final : public engine::stage {
       CAIRN_RETURN_IF_ERROR(f->sync());
       CAIRN_RETURN_IF_ERROR(f->close());
     }
-    job.persistent_s = util::now_s() - t0;
-    job.persistent_at = util::wall_s();
     return {};
   }
 
@@ -77,16 +78,14 @@ class self_write_stage final : public engine::stage {
   stage_options o_;
 };
 
-class collective_write_stage final : public engine::stage {
+class collective_write_stage final : public aggregated_stage {
  public:
   collective_write_stage(storage::storage_env* env, engine::level_paths paths) : env_(env), paths_(std::move(paths)) {}
   const char* name() const override { return "persistent (aggregated, collective MPI-IO)"; }
-  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
 
-  status run(engine::version_job& job) override {
-    const double t0 = util::now_s();
+ protected:
+  status flush(engine::version_job& job) override {
     const auto& h = job.header;
-    if (!job.plan) return {errc::internal, "aggregated persistent stage without a plan"};
     CAIRN_RETURN_IF_ERROR(env_->make_dirs(format::version_dir(paths_.persistent, h.run, h.name, h.version)));
     job.extents = image_extents_of(*job.plan, h.rank, job.image->data());
     job.collective.store(1);
@@ -98,8 +97,6 @@ class collective_write_stage final : public engine::stage {
       nanosleep(&ts, nullptr);
     }
     if (job.collective.load() < 0) return job.collective_error;
-    job.persistent_s = util::now_s() - t0;
-    job.persistent_at = util::wall_s();
     return {};
   }
 

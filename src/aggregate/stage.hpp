@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "cairn.h"
 #include "engine/engine.hpp"
 #include "engine/stages.hpp"
 #include "storage/storage_env.hpp"
@@ -35,6 +36,20 @@ struct stage_options {
   // sender of its own node from the sender's node-local shard file.
   bool local_level = false;
 };
+
+// What every aggregated stage shares: it completes CAIRN_LEVEL_PERSISTENT,
+// needs the version's plan, and records when the rank's part was durable;
+// flush() does the strategy's work.
+class aggregated_stage : public engine::stage {
+ public:
+  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+  status run(engine::version_job& job) final;
+
+ protected:
+  virtual status flush(engine::version_job& job) = 0;
+};
+
+inline bool page_aligned(uint64_t v) { return v % storage::kDirectAlign == 0; }
 
 // posix_shared and aligned: every rank writes its own image into its extent
 // of a shared data file (paper 004, 2.1).

@@ -79,7 +79,9 @@ void engine::run_job(version_job& job) {
         if (ran) {
           status e = st.with_context(std::string("checkpoint '") + job.header.name + "' version " +
                                      std::to_string(job.header.version) + ", stage " + s.name());
-          if (s.latches()) {
+          // `cancelled`: the stage gave up because of another rank's failure
+          // (which that rank reports): the level is failed, nothing new to report.
+          if (s.latches() && st.code() != errc::cancelled) {
             if (job.error.is_ok()) job.error = e;
             latch(e);
           } else if (job.soft_error.is_ok()) {

@@ -7,7 +7,9 @@
 // a stage only after version n left it), so with several workers the stages
 // form a pipeline. Errors: a failing stage marks its level failed for the
 // version, keeps the first error in the job, and latches it in the engine
-// (take_error); an `essential` stage's failure skips the rest of the version.
+// (take_error), unless it is `cancelled` (a consequence of another rank's
+// failure, which that rank reports); an `essential` stage's failure skips the
+// rest of the version.
 // No engine thread calls MPI.
 #ifndef CAIRN_ENGINE_ENGINE_HPP
 #define CAIRN_ENGINE_ENGINE_HPP

@@ -1,0 +1,209 @@
+// The client's part of the aggregated persistent level (docs/design/aggregation.md):
+// the layout and geometry agreed at init, the plan of each version from the
+// records the checkpoint's collective carried, the container section of the
+// MANIFEST, and mpiio's collective write, which only the application thread
+// may make. The stages that move and write the data are src/aggregate/.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <sstream>
+
+#include "client/client.hpp"
+#include "format/container.hpp"
+#include "format/layout.hpp"
+#include "storage/geometry.hpp"
+#ifdef CAIRN_HAVE_FABRIC
+#include "aggregate/leaders.hpp"
+#endif
+
+namespace cairn {
+
+void client_impl::resolve_layout() {
+  // Collective (one broadcast; the configuration is the same on every rank).
+  cfg_.persistent_layout = persistent_layout::file_per_process;
+  if (!cfg_.agents.empty()) return;  // the agents write the persistent level, a file per rank
+  std::string fs;
+  if (rank() == 0) {
+    auto g = storage::detect_geometry(cfg_.persistent);
+    fs = g ? g->fs : "unknown";
+  }
+  comm_->broadcast(&fs, 0);
+  if (fs == "cephfs" || fs == "lustre") cfg_.persistent_layout = persistent_layout::aggregated;
+}
+
+status client_impl::start_aggregation() {
+  // Collective (one broadcast): every rank plans with rank 0's geometry.
+  node_ = cfg_.node_id.empty() ? host_ : cfg_.node_id;
+  if (cfg_.ranks_per_node > 0) node_ += "#" + std::to_string(rank() / cfg_.ranks_per_node);
+  std::string text;
+  if (rank() == 0) {
+    auto g = storage::detect_geometry(cfg_.persistent);
+    if (!g) std::fprintf(stderr, "cairn: warning: stripe geometry of %s unknown (%s); using 1 MiB stripes\n",
+                         cfg_.persistent.c_str(), g.error().to_string().c_str());
+    uint64_t unit = cfg_.stripe_size ? cfg_.stripe_size : g ? g->stripe_unit : 0;
+    if (unit == 0 || unit % storage::kDirectAlign != 0) unit = unit < storage::kDirectAlign && unit ? storage::kDirectAlign : 1 << 20;
+    const uint32_t count = cfg_.stripe_count ? cfg_.stripe_count : g ? std::max<uint32_t>(1, g->stripe_count) : 1;
+    text = std::to_string(unit) + " " + std::to_string(count) + " " + (g ? g->fs : std::string("unknown"));
+    // An override on CephFS becomes the layout of this run's directory, so
+    // that every data file gets it before its first write.
+    if (g && g->fs == "cephfs" && (cfg_.stripe_size || cfg_.stripe_count)) {
+      const std::string dir = storage::join(format::runs_dir(cfg_.persistent), cfg_.run);
+      const uint64_t object = std::max<uint64_t>(g->object_size, unit) / unit * unit;
+      status st = env_->make_dirs(dir);
+      if (st)
+        st = storage::set_dir_layout(dir, cfg_.stripe_size ? unit : 0, cfg_.stripe_count ? count : 0,
+                                     cfg_.stripe_size ? object : 0);
+      if (!st) text = "error " + st.with_context("setting the layout of " + dir + " (stripe_size " +
+                                                std::to_string(unit) + ", stripe_count " + std::to_string(count) +
+                                                "): fix stripe_size/stripe_count or remove them to use the "
+                                                "directory's layout").to_string();
+    }
+  }
+  comm_->broadcast(&text, 0);
+  if (text.rfind("error ", 0) == 0) return {errc::invalid_argument, text.substr(6)};
+  std::istringstream in(text);
+  in >> stripe_ >> stripe_count_ >> fs_name_;
+  // auto (0): leaders one per node up to the storage targets, decided per
+  // version from the nodes the records name; the baselines one shared file.
+  aggregate_files_ = cfg_.aggregate_files ? cfg_.aggregate_files
+                                          : cfg_.aggregate_strategy == aggregate_strategy::leaders ? 0 : 1;
+  if (cfg_.aggregate_strategy == aggregate_strategy::mpiio && aggregate_files_ != 1)
+    return {errc::invalid_argument, "aggregate_strategy = mpiio writes one shared file with one collective call "
+                                    "per version: set aggregate_files = 1 (or use leaders for M files)"};
+#ifdef CAIRN_HAVE_FABRIC
+  if (plane_) {
+    // Every rank's data-plane endpoint, in rank order.
+    constexpr size_t kRow = 256;
+    const std::string& name = aggregate::data_plane_name(*plane_);
+    if (name.size() >= kRow) return {errc::internal, "data-plane endpoint name too long"};
+    std::vector<std::byte> row(kRow), all;
+    row[0] = static_cast<std::byte>(name.size());
+    std::memcpy(row.data() + 1, name.data(), name.size());
+    comm_->allgather(row, &all);
+    std::vector<std::string> names;
+    for (int r = 0; r < size(); ++r) {
+      const std::byte* p = all.data() + static_cast<size_t>(r) * kRow;
+      names.emplace_back(reinterpret_cast<const char*>(p + 1), static_cast<size_t>(p[0]));
+    }
+    CAIRN_RETURN_IF_ERROR(aggregate::set_data_plane_peers(*plane_, std::move(names)));
+  }
+#endif
+  if (aggregate_files_ > static_cast<uint32_t>(size()))
+    return {errc::invalid_argument, "aggregate_files = " + std::to_string(aggregate_files_) + " is more than the " +
+                                        std::to_string(size()) + " ranks of this job: set it to at most " +
+                                        std::to_string(size()) + " (or auto)"};
+  return {};
+}
+
+result<std::shared_ptr<const aggregate::plan>> client_impl::plan_version(const std::vector<plan_record>& records) {
+  // Nodes as dense indices, in the order of their hashes: the same on every rank.
+  std::vector<uint64_t> nodes;
+  for (const auto& r : records) nodes.push_back(r.node);
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  std::vector<aggregate::rank_input> in(records.size());
+  for (size_t r = 0; r < records.size(); ++r) {
+    in[r].bytes = records[r].bytes;
+    in[r].node = static_cast<uint32_t>(std::lower_bound(nodes.begin(), nodes.end(), records[r].node) - nodes.begin());
+    in[r].load = records[r].load;
+  }
+  const uint32_t files = aggregate_files_ ? aggregate_files_
+                                           : std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(nodes.size()),
+                                                                                     stripe_count_));
+  result<aggregate::plan> p = status();
+  switch (cfg_.aggregate_strategy) {
+    case aggregate_strategy::posix_shared:
+    case aggregate_strategy::mpiio: p = aggregate::make_self_plan(in, files, 0); break;
+    case aggregate_strategy::aligned: p = aggregate::make_self_plan(in, files, stripe_); break;
+    default: {
+      aggregate::plan_options o;
+      o.leaders = files;
+      o.stripe = stripe_;
+      // Lustre: one shared file, leader k owning stripes k, k+M, ... (its OST's
+      // objects); elsewhere a file per leader (CephFS keeps a single writing
+      // client's write-back cache: docs/benchmarks.md, "CephFS rig").
+      o.kind = fs_name_ == "lustre" ? aggregate::layout::shared_striped : aggregate::layout::file_per_leader;
+      p = aggregate::make_plan(in, o);
+    }
+  }
+  if (!p) return p.take_status().with_context("planning the aggregated flush");
+  return std::shared_ptr<const aggregate::plan>(std::make_shared<aggregate::plan>(std::move(p).value()));
+}
+
+void client_impl::describe_container(const aggregate::plan& p, format::manifest* m) const {
+  m->aggregated = true;
+  format::container_info& c = m->container;
+  switch (cfg_.aggregate_strategy) {
+    case aggregate_strategy::posix_shared: c.strategy = "posix_shared"; break;
+    case aggregate_strategy::aligned: c.strategy = "aligned"; break;
+    case aggregate_strategy::mpiio: c.strategy = "mpiio"; break;
+    case aggregate_strategy::leaders: c.strategy = "leaders"; break;
+  }
+  c.stripe = p.stripe;
+  c.stripe_count = stripe_count_;
+  c.leaders = p.leaders;
+  c.bytes_between_nodes = p.bytes_between_nodes;
+  c.bytes_within_nodes = p.bytes_within_nodes;
+  c.padding = p.padding;
+  c.files.resize(p.file_bytes.size());
+  for (uint32_t f = 0; f < c.files.size(); ++f) {
+    c.files[f].name = format::data_file_name(f);
+    c.files[f].size = p.file_bytes[f];
+  }
+  for (uint32_t k = 0; k < p.owned.size(); ++k)
+    if (p.used[k]) c.files[p.owned[k].file].writers.push_back(p.leaders[k]);
+}
+
+bool client_impl::awaits_collective(const version_record& rec) const {
+  return rec.job->plan && cfg_.aggregate_strategy == aggregate_strategy::mpiio && !rec.collective_done;
+}
+
+bool client_impl::collective_ready() const {
+  for (const version_record* r : pending_)
+    if (awaits_collective(*r) && r->job->collective.load() == 1) return true;
+  return false;
+}
+
+status client_impl::free_slot_for_mpiio(bool drain) {
+  // A slot is held by a version until its collective write, which only this
+  // thread makes: waiting for a slot in acquire() (or for the engine to go
+  // idle before slots grow: `drain`) would wait for ever. Drive the writes
+  // until every rank has a free slot and, when draining, none waits (the
+  // loop's condition is agreed, so every rank makes the same collective calls).
+  auto done = [&] {
+    if (drain)
+      for (version_record* r : pending_)
+        if (awaits_collective(*r)) return false;
+    return pool_.slots() == 0 || pool_.has_free();
+  };
+  while (comm_->min(done() ? 1 : 0) == 0) {
+    for (version_record* r : pending_)
+      if (awaits_collective(*r)) {
+        wait_local(*r, CAIRN_LEVEL_PERSISTENT);
+        break;
+      }
+    CAIRN_RETURN_IF_ERROR(progress(true));
+  }
+  return {};
+}
+
+void client_impl::collective_write(version_record& rec) {
+  // paper 004, 2.2: every rank's image at its prefix-sum offset of the
+  // version's shared file, in one collective MPI-IO call made here, on the
+  // application thread, inside whichever cairn call found every rank ready.
+  engine::version_job& job = *rec.job;
+  const auto& h = job.header;
+  const std::string path = storage::join(format::version_dir(cfg_.persistent, h.run, h.name, h.version),
+                                         format::data_file_name(0));
+  const uint64_t offset = job.extents.empty() ? 0 : job.extents.front().offset;
+  status st = comm_->write_at_all(path, offset, {job.image->data(), job.extents.empty() ? 0 : h.file_size});
+  if (!st) {
+    job.collective_error = st.with_context("aggregated persistent level (mpiio)");
+    job.collective.store(-1);
+  } else {
+    job.collective.store(2);
+  }
+}
+
+}  // namespace cairn
