@@ -288,7 +288,7 @@ status client_impl::start() {
     else if (!cfg_.reference_run.empty()) why = "the online comparison would read the regions after the agents";
     if (!why.empty()) return {errc::invalid_argument, "configuration key 'agents_lend': " + why};
   }
-  if (cfg_.persistent_layout == persistent_layout::automatic) resolve_layout();
+  CAIRN_RETURN_IF_ERROR(resolve_layout());
   if (aggregated() && !cfg_.agents.empty())
     return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
                                     "the persistent level themselves, a file per rank): choose one"};

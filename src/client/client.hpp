@@ -211,8 +211,10 @@ class client_impl {
   // at init.
   bool aggregated() const { return cfg_.persistent_layout == persistent_layout::aggregated; }
   status start_aggregation();
-  // persistent_layout = auto: aggregated on CephFS and Lustre (rank 0 detects), else file per process.
-  void resolve_layout();
+  // Collective: persistent_layout = auto becomes aggregated on CephFS and
+  // Lustre (rank 0 detects), file per process elsewhere; invalid_argument on
+  // every rank when ranks would lay the level out differently.
+  status resolve_layout();
   // The plan of an aggregated version from every rank's record (the same on every rank).
   result<std::shared_ptr<const aggregate::plan>> plan_version(const std::vector<plan_record>& records);
   // mpiio: whether the version still waits for its collective write, and

@@ -19,17 +19,31 @@
 
 namespace cairn {
 
-void client_impl::resolve_layout() {
-  // Collective (one broadcast; the configuration is the same on every rank).
-  cfg_.persistent_layout = persistent_layout::file_per_process;
-  if (!cfg_.agents.empty()) return;  // the agents write the persistent level, a file per rank
+status client_impl::resolve_layout() {
+  // Collective, on every rank whatever its configuration (a broadcast and an
+  // agreement): `auto` follows the file system rank 0 sees, and ranks that
+  // would lay the persistent level out differently (a launcher that set the
+  // environment for some ranks only) get an error instead of a deadlock.
   std::string fs;
   if (rank() == 0) {
     auto g = storage::detect_geometry(cfg_.persistent);
     fs = g ? g->fs : "unknown";
   }
   comm_->broadcast(&fs, 0);
-  if (fs == "cephfs" || fs == "lustre") cfg_.persistent_layout = persistent_layout::aggregated;
+  if (cfg_.persistent_layout == persistent_layout::automatic)
+    cfg_.persistent_layout = cfg_.agents.empty() && (fs == "cephfs" || fs == "lustre")
+                                 ? persistent_layout::aggregated
+                                 : persistent_layout::file_per_process;
+  int64_t mine[2] = {aggregated() ? 1 : 0, aggregated() ? static_cast<int64_t>(cfg_.aggregate_strategy) : -1};
+  int64_t lo[2] = {mine[0], mine[1]}, hi[2] = {-mine[0], -mine[1]};
+  comm_->allreduce_min(lo);
+  comm_->allreduce_min(hi);
+  if (lo[0] != -hi[0] || lo[1] != -hi[1])
+    return agree({errc::invalid_argument,
+                  "ranks disagree on the persistent level's layout (persistent_layout, aggregate_strategy): "
+                  "this rank has " + std::string(aggregated() ? "aggregated" : "file_per_process") +
+                      "; give every rank the same configuration (CAIRN_* variables reach every rank?)"});
+  return {};
 }
 
 status client_impl::start_aggregation() {

@@ -225,3 +225,19 @@ def test_configuration_that_cannot_work_is_refused_at_init(cfg, words, make_job)
     for w in words:
         assert w in res.stderr, f"'{w}' missing from the error\n" + res.describe()
     assert job.committed() == []
+
+
+def test_ranks_configured_differently_get_an_error_not_a_deadlock(make_job):
+    """persistent_layout = aggregated given to rank 0 only (an MPMD launch
+    whose -x reached one app context): cairn_init fails on both ranks with
+    the reason, within the harness's timeout; nothing is written."""
+    job = make_job(2)
+    app = str(harness.bin_dir() / "ckpt_app")
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none",
+           "-n", "1", "-x", "CAIRN_PERSISTENT_LAYOUT=aggregated", app, "--steps", "3", ":",
+           "-n", "1", app, "--steps", "3"]
+    res = harness.run_process(cmd, job.env(), job.root)
+    assert res.rc != 0 and not res.timed_out, res.describe()
+    assert "ranks disagree on the persistent level's layout" in res.stderr, res.describe()
+    assert job.committed() == []
+
