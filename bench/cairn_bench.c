@@ -24,7 +24,8 @@
  *     background_cpu_s CPU time of all threads but the application's, per
  *                      checkpoint, from the first timed checkpoint to the end
  *                      of cairn_finalize (getrusage): what cairn's engine takes
- *                      from the cores the application computes on
+ *                      from the cores the application computes on (the
+ *                      busiest rank; background_cpu_all_s: summed over ranks)
  *     stage times      from the version's MANIFEST (capture, checksum, hash tree,
  *                      local, persistent stage; max over shards) and the manifest
  *                      commit latency (committed_at - max persistent_at)
@@ -316,6 +317,7 @@ typedef struct mode_result {
   double first_blocked;
   int local_enabled;
   double background_cpu; /* CPU seconds of cairn's threads per checkpoint (max over ranks) */
+  double background_cpu_all; /* the same, summed over ranks */
   double *blocked, *local, *persistent;
   double *protected_; /* agents only: until cairn_wait(PROTECTED) returned */
   int protected_failed; /* versions some rank's agent did not take (agents only) */
@@ -421,6 +423,9 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   check("cairn_finalize", cairn_finalize(&c, 1));
   const double background = (cpu_s(RUSAGE_SELF) - self0) - (cpu_s(RUSAGE_THREAD) - main0);
   out->background_cpu = gmax(background / n);
+  double per = background / n;
+  MPI_Allreduce(MPI_IN_PLACE, &per, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  out->background_cpu_all = per;
   cairn_io_counters(&io1);
   double mine[8] = {(double)(io1.creates - io0.creates), (double)(io1.opens - io0.opens),
                     (double)(io1.fsyncs - io0.fsyncs), (double)(io1.renames - io0.renames),
@@ -654,6 +659,7 @@ int main(int argc, char **argv) {
         const mode_result *r = &res[m];
         printf("%s\"%s\": {\"first_blocked_s\": %.6g, \"background_cpu_s\": %.6g", m ? ", " : "", r->mode,
                r->first_blocked, r->background_cpu);
+        printf(", \"background_cpu_all_s\": %.6g", r->background_cpu_all);
         printf(", \"checkpoints\": %d", r->n);
         printf(", \"blocked_s\": %.6g, \"local_s\": %.6g, \"persistent_s\": %.6g", median(r->blocked, r->n),
                median(r->local, r->n), median(r->persistent, r->n));

@@ -28,6 +28,16 @@ run:
                  over the whole run (the run's fixed costs included, the same
                  for every strategy)
   moved          bytes moved between and within nodes (the version's MANIFEST)
+  cpu            CPU seconds per checkpoint that the flush takes from the
+                 nodes' cores, what a compute kernel running meanwhile loses:
+                 cairn's threads (all but the application's, summed over
+                 ranks; `cpu max` the busiest rank, which a bulk-synchronous
+                 code waits for), and on CephFS the ceph-fuse clients (which
+                 run on the compute nodes) and the servers (MDS, OSDs,
+                 monitor, manager: on other nodes on a cluster), from
+                 /proc/PID/stat over the whole run divided by the checkpoints
+                 (warm-up and cairn_bench's one reference write included,
+                 alike in every case)
 Ratios: bandwidth of each strategy / file_per_process and / the reference,
 blocked / file_per_process. Targets (issue 10, CephFS): leaders >= 1.0 x the
 bandwidth of file_per_process with M+1 files per version instead of N, blocked
@@ -72,6 +82,27 @@ def mpmd(args, n, nodes, stores, scratches, extra):
     return cmd
 
 
+def proc_cpu_s(pids):
+    """utime + stime of the processes (all their threads), in seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
+        except OSError:
+            pass
+    return total / tick
+
+
+def rig_cpu_s(rig):
+    """(clients, servers) CPU seconds of the CephFS rig so far."""
+    if not rig:
+        return 0.0, 0.0
+    return proc_cpu_s(c["pid"] for c in rig.clients), proc_cpu_s(d["pid"] for d in rig.daemons)
+
+
 def one_case(args, fs, mounts, work, n, size, strategy, rep, rig):
     nodes = args.nodes
     run = f"agg-{fs}-{strategy}-{n}-{size}-{rep}-{os.getpid()}"
@@ -91,6 +122,7 @@ def one_case(args, fs, mounts, work, n, size, strategy, rep, rig):
     extra = ["--bytes", str(size), "--checkpoints", str(args.checkpoints), "--reps", "1", "--modes", "thread",
              "--no-restart", "--run", run, "--json"]
     mds0 = rig.perf_dump("mds.a", "mds_server")["mds_server"]["handle_client_request"] if rig else 0
+    cpu0 = rig_cpu_s(rig)
     t0 = time.monotonic()
     r = subprocess.run(mpmd(args, n, nodes, stores, scratches, extra), env=env, capture_output=True, text=True,
                        timeout=1800)
@@ -99,7 +131,9 @@ def one_case(args, fs, mounts, work, n, size, strategy, rep, rig):
         raise RuntimeError(f"{run} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     d = json.loads(r.stdout.strip().splitlines()[-1])
     mds1 = rig.perf_dump("mds.a", "mds_server")["mds_server"]["handle_client_request"] if rig else 0
+    cpu1 = rig_cpu_s(rig)
     t = d["modes"]["thread"]
+    versions_run = t["checkpoints"] + 1  # the warm-up too
     # The newest committed version: its files and what moved.
     cdir = os.path.join(stores[0], "store", "runs", run, "bench_thread")
     versions = sorted(v for v in os.listdir(cdir) if os.path.exists(os.path.join(cdir, v, "MANIFEST")))
@@ -117,7 +151,10 @@ def one_case(args, fs, mounts, work, n, size, strategy, rep, rig):
         "files": len(os.listdir(vdir)), "data_files": len(c.get("files", [])),
         "meta_ops": sum(io[k] for k in ("creates", "opens", "fsyncs", "renames", "dir_fsyncs", "mkdirs", "removes")),
         "io_per_checkpoint": io,
-        "mds_requests": (mds1 - mds0) / (t["checkpoints"] + 1) if rig else None,
+        "mds_requests": (mds1 - mds0) / versions_run if rig else None,
+        "cpu_cairn_s": t["background_cpu_all_s"], "cpu_cairn_max_s": t["background_cpu_s"],
+        "cpu_fs_clients_s": (cpu1[0] - cpu0[0]) / versions_run if rig else None,
+        "cpu_fs_servers_s": (cpu1[1] - cpu0[1]) / versions_run if rig else None,
         "between_nodes": c.get("bytes_between_nodes", 0), "within_nodes": c.get("bytes_within_nodes", 0),
         "padding": c.get("padding", 0), "leaders": c.get("leaders", []), "wall_s": wall,
     }
@@ -142,9 +179,10 @@ def summarize(rows):
             if rs:
                 med[s] = {k: statistics.median(r[k] for r in rs) for k in
                           ("persistent_s", "blocked_s", "bandwidth_mb_s", "reference_mb_s", "files", "meta_ops",
-                           "between_nodes", "within_nodes", "padding")}
-                mds = [r["mds_requests"] for r in rs if r["mds_requests"] is not None]
-                med[s]["mds_requests"] = statistics.median(mds) if mds else None
+                           "between_nodes", "within_nodes", "padding", "cpu_cairn_s", "cpu_cairn_max_s")}
+                for k in ("mds_requests", "cpu_fs_clients_s", "cpu_fs_servers_s"):
+                    vals = [r[k] for r in rs if r[k] is not None]
+                    med[s][k] = statistics.median(vals) if vals else None
         base = med.get("file_per_process")
         for s, v in med.items():
             v["bw_vs_fpp"] = v["bandwidth_mb_s"] / base["bandwidth_mb_s"] if base else None
@@ -156,14 +194,17 @@ def summarize(rows):
 
 def print_table(table):
     print(f"{'fs':7} {'N':>3} {'size':>6} {'strategy':17} {'commit s':>9} {'MB/s':>8} {'x fpp':>6} {'x ref':>6} "
-          f"{'blocked':>8} {'x fpp':>6} {'files':>5} {'meta':>6} {'mds':>6} {'moved':>8} {'padding':>8}")
+          f"{'blocked':>8} {'x fpp':>6} {'files':>5} {'meta':>6} {'mds':>6} {'moved':>8} {'padding':>8} "
+          f"{'cpu':>6} {'cpu max':>7} {'fuse':>6} {'servers':>7}")
     for t in table:
         f = lambda v, fmt: (fmt % v) if v is not None else "-"  # noqa: E731
         print(f"{t['fs']:7} {t['ranks']:3d} {fmt_size(t['bytes_per_rank']):>6} {t['strategy']:17} "
               f"{t['persistent_s']:9.3f} {t['bandwidth_mb_s']:8.1f} {f(t['bw_vs_fpp'], '%.2f'):>6} "
               f"{t['bw_vs_reference']:6.2f} {t['blocked_s']:8.4f} {f(t['blocked_vs_fpp'], '%.2f'):>6} "
               f"{t['files']:5.0f} {t['meta_ops']:6.1f} {f(t['mds_requests'], '%.0f'):>6} "
-              f"{fmt_size(int(t['between_nodes'] + t['within_nodes'])):>8} {fmt_size(int(t['padding'])):>8}")
+              f"{fmt_size(int(t['between_nodes'] + t['within_nodes'])):>8} {fmt_size(int(t['padding'])):>8} "
+              f"{t['cpu_cairn_s']:6.3f} {t['cpu_cairn_max_s']:7.3f} {f(t['cpu_fs_clients_s'], '%.3f'):>6} "
+              f"{f(t['cpu_fs_servers_s'], '%.3f'):>7}")
 
 
 def main():

@@ -26,6 +26,7 @@
 #include "format/manifest.hpp"
 #include "format/run_info.hpp"
 #include "format/shard.hpp"
+#include "format/shard_io.hpp"
 #include "history/catalog.hpp"
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
@@ -182,7 +183,8 @@ class client_impl {
   bool committed_by_agents(const std::string& name, int64_t version);
 
   // Restart: loads and verifies this rank's shard of (name, version) into
-  // restart_image_ from the fastest intact level. Local.
+  // restart_ from the fastest intact level (a node-local shard verified where
+  // it lies, mapped, not copied). Local.
   status load_shard(const std::string& name, int64_t version);
   // Collective: agree on the newest version all ranks can load intact.
   result<int64_t> agree_restartable(const std::string& name);
@@ -262,8 +264,7 @@ class client_impl {
   // Restart cache.
   std::string restart_name_;
   int64_t restart_version_ = -1;
-  format::shard_header restart_header_;
-  engine::aligned_buffer restart_image_;
+  format::shard_image restart_;  // the verified image of restart_version_
 
   // File mode.
   struct file_mode {

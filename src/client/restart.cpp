@@ -15,14 +15,15 @@
 namespace cairn {
 namespace {
 
-// Reads a whole shard (compressed or not) into an aligned buffer and
-// verifies it. `expect` (may be null) is the manifest entry the shard must
-// match; it and the shard's identity are checked before any data are read.
-// `file`: the shard, opened (a shard file, or the rank's image in an
-// aggregated version); `path` names it.
+// Reads a whole shard (compressed or not) and verifies it into *out; an
+// uncompressed shard that can be mapped (`in_place`: the node-local level) is
+// verified where it lies, not copied. `expect` (may be null) is the manifest
+// entry the shard must match; it and the shard's identity are checked before
+// any data are read. `file`: the shard, opened (a shard file, or the rank's
+// image in an aggregated version); `path` names it.
 status read_verified(result<std::unique_ptr<storage::readable_file>> file, const std::string& path, uint32_t rank,
                      uint32_t nranks, const std::string& name, int64_t version, const format::shard_entry* expect,
-                     format::shard_header* h, engine::aligned_buffer* image) {
+                     bool in_place, format::shard_image* out) {
   auto check = [&](const format::shard_header& got) -> status {
     if (got.rank != rank || got.name != name || got.version != version)
       return {errc::corruption, path + ": header names another shard (rank " + std::to_string(got.rank) + ", '" +
@@ -37,9 +38,8 @@ status read_verified(result<std::unique_ptr<storage::readable_file>> file, const
     return {};
   };
   if (!file) return file.take_status();
-  CAIRN_ASSIGN_OR_RETURN(format::shard_image s, format::read_shard_image(std::move(file).value(), path, check));
-  *h = std::move(s.header);
-  *image = std::move(s.image);
+  CAIRN_ASSIGN_OR_RETURN(*out, in_place ? format::map_shard_image(std::move(file).value(), path, check)
+                                        : format::read_shard_image(std::move(file).value(), path, check));
   return {};
 }
 
@@ -91,8 +91,7 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
     std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
     if (env_->exists(path)) {
       const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
-      status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, &restart_header_,
-                                &restart_image_);
+      status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, &restart_);
       if (st) {
         restart_name_ = name;
         restart_version_ = version;
@@ -112,13 +111,14 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
     for (const auto& h : agent_holdings_[name].holdings)
       if (h.version == version) copies.push_back(h);
     for (const auto& h : copies) {
-      auto got = agents_->restore(h, cfg_.run, name, me, &restart_image_);
+      restart_ = format::shard_image();
+      auto got = agents_->restore(h, cfg_.run, name, me, &restart_.image);
       status st = got ? status() : got.error();
       if (st && (got->rank != me || got->nranks != n || got->name != name))
         st = status(errc::invalid_argument, "agent copy written by " + std::to_string(got->nranks) +
                                                 " ranks; this job has " + std::to_string(n));
       if (st) {
-        restart_header_ = std::move(got).value();
+        restart_.header = std::move(got).value();
         restart_name_ = name;
         restart_version_ = version;
         return {};
@@ -143,7 +143,7 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
       const format::manifest* mf = &*m;
       st = read_verified(format::open_persistent_image(env_, cfg_.persistent, cfg_.run, name, version, me, mf),
                          format::persistent_image_where(cfg_.persistent, cfg_.run, name, version, me, mf), me, n,
-                         name, version, &m->shards[me], &restart_header_, &restart_image_);
+                         name, version, &m->shards[me], false, &restart_);
     }
     if (st) {
       restart_name_ = name;
@@ -222,7 +222,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
       // Every rank's copy must come from the same execution: after a failure,
       // copies of a version number the failed execution left behind (local
       // shards, agent memory) can differ between ranks.
-      int64_t a = restart_header_.attempt;
+      int64_t a = restart_.header.attempt;
       std::vector<int64_t> v = {a, -a};
       comm_->allreduce_min(v);
       if (v[0] == -v[1]) return g;
@@ -235,7 +235,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
     // checkpoint of this execution may write again (see floor_of).
     if (st.code() == errc::corruption) damaged_[name].insert(g);
     restart_version_ = -1;
-    restart_image_ = engine::aligned_buffer();
+    restart_ = format::shard_image();
   }
 }
 
@@ -288,9 +288,9 @@ status client_impl::restart(const std::string& name, int64_t version) {
   // Check every protected region against the checkpoint before touching any.
   status st;
   for (auto& [rname, r] : regions_) {
-    auto it = std::find_if(restart_header_.regions.begin(), restart_header_.regions.end(),
+    auto it = std::find_if(restart_.header.regions.begin(), restart_.header.regions.end(),
                            [&](const format::region_desc& d) { return d.name == rname; });
-    if (it == restart_header_.regions.end()) {
+    if (it == restart_.header.regions.end()) {
       st = status(errc::invalid_argument, "region '" + rname + "' is protected but not in '" + name + "' version " +
                                               std::to_string(version));
       break;
@@ -314,20 +314,22 @@ status client_impl::restart(const std::string& name, int64_t version) {
     st = status(errc::invalid_argument, "cairn_restart: no region is protected (call cairn_protect first)");
   CAIRN_RETURN_IF_ERROR(agree(st));
   for (auto& [rname, r] : regions_) {
-    auto it = std::find_if(restart_header_.regions.begin(), restart_header_.regions.end(),
+    auto it = std::find_if(restart_.header.regions.begin(), restart_.header.regions.end(),
                            [&](const format::region_desc& d) { return d.name == rname; });
     if (!r.mem_shape.empty()) {
-      copy_block(restart_image_.data() + it->offset, static_cast<std::byte*>(r.ptr), format::type_size(r.type),
+      // Only read (to_contiguous = false): the image may be a read-only mapping.
+      copy_block(const_cast<std::byte*>(restart_.bytes().data()) + it->offset, static_cast<std::byte*>(r.ptr),
+                 format::type_size(r.type),
                  row_major_dims(r), r.mem_shape, r.mem_start, false);
     } else if (it->length) {
-      std::memcpy(r.ptr, restart_image_.data() + it->offset, it->length);
+      std::memcpy(r.ptr, restart_.bytes().data() + it->offset, it->length);
     }
   }
   // Versions continue after the restored one.
   last_version_[name] = version;
   if (!files_) {
     restart_version_ = -1;
-    restart_image_ = engine::aligned_buffer();
+    restart_ = format::shard_image();
   }
   return {};
 }
@@ -356,7 +358,7 @@ result<std::string> client_impl::route_file(const std::string& file) {
   if (base.empty() || base == "." || base == "..")
     return status(errc::invalid_argument, "cairn_route_file: '" + file + "' has no file name");
   if (files_->restarting) {
-    auto& regs = restart_header_.regions;
+    auto& regs = restart_.header.regions;
     if (std::none_of(regs.begin(), regs.end(), [&](auto& d) { return d.name == "file:" + base; }))
       return status(errc::not_found, "file '" + base + "' is not in '" + files_->name + "' version " +
                                          std::to_string(files_->version));
@@ -413,10 +415,10 @@ status client_impl::restart_begin(const std::string& name, int64_t version) {
                              std::to_string(rank()) + ".restore");
   status st = env_->remove_tree(fm.dir);
   if (st) st = env_->make_dirs(fm.dir);
-  for (auto& d : restart_header_.regions) {
+  for (auto& d : restart_.header.regions) {
     if (!st) break;
     if (d.name.rfind("file:", 0) != 0) continue;
-    std::string data(reinterpret_cast<const char*>(restart_image_.data() + d.offset), d.length);
+    std::string data(reinterpret_cast<const char*>(restart_.bytes().data() + d.offset), d.length);
     st = env_->write_atomic(storage::join(fm.dir, d.name.substr(5)), data, false);
   }
   CAIRN_RETURN_IF_ERROR(agree(st));
@@ -430,7 +432,7 @@ status client_impl::restart_end(bool) {
   (void)env_->remove_tree(files_->dir);
   files_.reset();
   restart_version_ = -1;
-  restart_image_ = engine::aligned_buffer();
+  restart_ = format::shard_image();
   return {};
 }
 

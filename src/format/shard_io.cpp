@@ -357,6 +357,20 @@ result<shard_image> read_shard_image(std::unique_ptr<storage::readable_file> fil
   return read_image(*rd, check);
 }
 
+result<shard_image> map_shard_image(std::unique_ptr<storage::readable_file> file, const std::string& where,
+                                    const header_check& check) {
+  CAIRN_ASSIGN_OR_RETURN(shard_header h, read_header(*file, where));
+  std::span<const std::byte> m = h.compressed() ? std::span<const std::byte>() : file->map();
+  if (m.empty()) return read_shard_image(std::move(file), where, check);
+  if (check) CAIRN_RETURN_IF_ERROR(check(h));
+  CAIRN_RETURN_IF_ERROR(verify_image(h, m, where));
+  shard_image out;
+  out.header = std::move(h);
+  out.mapped = std::move(file);
+  out.mapped_bytes = m;
+  return out;
+}
+
 result<shard_image> decode_shard_image(std::span<const std::byte> file, const std::string& where,
                                        const header_check& check) {
   CAIRN_ASSIGN_OR_RETURN(auto rd, shard_reader::open(file, where));

@@ -60,7 +60,17 @@ struct shard_image {
   // compressed one, the header of the rebuilt image (format 2, compression 0,
   // the same header checksum). Use read_header for the file's own.
   shard_header header;
-  util::aligned_buffer image;  // header.file_size bytes: the uncompressed image
+  util::aligned_buffer image;  // header.file_size bytes: the uncompressed image, unless mapped
+  // Set by map_shard_image when the image was verified where it lies: the
+  // file, whose read-only mapping `mapped_bytes` is the image (`image` is
+  // then empty). The mapping lives as long as `mapped`.
+  std::unique_ptr<storage::readable_file> mapped;
+  std::span<const std::byte> mapped_bytes;
+
+  // The image's header.file_size bytes, wherever they lie.
+  std::span<const std::byte> bytes() const {
+    return mapped ? mapped_bytes.first(header.file_size) : std::span<const std::byte>(image.span().first(header.file_size));
+  }
 };
 
 // Checks a decoded header before any data are read (restart: the right rank,
@@ -84,6 +94,12 @@ result<shard_image> read_shard_image(storage::storage_env* env, const std::strin
 // any other readable file; `where` names it in errors.
 result<shard_image> read_shard_image(std::unique_ptr<storage::readable_file> file, const std::string& where,
                                      const header_check& check = {});
+// The same, but an uncompressed file that can be mapped
+// (readable_file::map: a node-local file, whose pages are in memory on
+// tmpfs) is verified where it lies, without allocating or copying: the
+// result's `mapped` holds it. Other files are read as above.
+result<shard_image> map_shard_image(std::unique_ptr<storage::readable_file> file, const std::string& where,
+                                    const header_check& check = {});
 // The same for the bytes of a shard file held in memory; `where` names it.
 result<shard_image> decode_shard_image(std::span<const std::byte> file, const std::string& where,
                                        const header_check& check = {});

@@ -1,5 +1,6 @@
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,7 +81,10 @@ class posix_writable final : public writable_file {
 class posix_readable final : public readable_file {
  public:
   posix_readable(int fd, std::string path, uint64_t size) : fd_(fd), path_(std::move(path)), size_(size) {}
-  ~posix_readable() override { ::close(fd_); }
+  ~posix_readable() override {
+    if (map_) ::munmap(map_, size_);
+    ::close(fd_);
+  }
 
   status read_at(uint64_t offset, void* data, size_t len) const override {
     char* p = static_cast<char*>(data);
@@ -101,10 +105,20 @@ class posix_readable final : public readable_file {
   }
   uint64_t size() const override { return size_; }
 
+  std::span<const std::byte> map() override {
+    if (!map_ && size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED | MAP_POPULATE, fd_, 0);
+      if (p == MAP_FAILED) return {};
+      map_ = p;
+    }
+    return {static_cast<const std::byte*>(map_), map_ ? size_ : 0};
+  }
+
  private:
   int fd_;
   std::string path_;
   uint64_t size_;
+  void* map_ = nullptr;
 };
 
 class posix_env final : public storage_env {

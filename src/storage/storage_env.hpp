@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,12 @@ class readable_file {
   // Reads exactly len bytes at offset; a short file is a corruption error.
   virtual status read_at(uint64_t offset, void* data, size_t len) const = 0;
   virtual uint64_t size() const = 0;
+  // The whole file mapped read-only (its pages faulted in), or an empty span
+  // where this file cannot be mapped: then read it with read_at. The mapping
+  // lives as long as this object and is read without a copy; the file must
+  // not be changed in place meanwhile (cairn replaces files by rename, which
+  // leaves a mapping intact). Not thread-safe.
+  virtual std::span<const std::byte> map() { return {}; }
 };
 
 class storage_env {

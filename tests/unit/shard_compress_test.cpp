@@ -240,6 +240,44 @@ TEST_F(ShardCompressFiles, CheckRunsBeforeTheData) {
   EXPECT_EQ(r.error().message(), "wrong rank");
 }
 
+// The node-local level's restart: an uncompressed shard verified where it
+// lies (mapped, no copy), a damaged one refused, a compressed one read as
+// read_shard_image reads it.
+TEST_F(ShardCompressFiles, MappedImageIsVerifiedWhereItLies) {
+  const test::shard_image img = sample_image();
+  ASSERT_TRUE(test::write_file(path("s"), img.bytes.data(), img.bytes.size()).is_ok());
+  auto open = [&] { return std::move(env_->open_read(path("s"))).value(); };
+  int calls = 0;
+  auto m = format::map_shard_image(open(), path("s"), [&](const shard_header&) { ++calls; return status(); });
+  ASSERT_TRUE(m.is_ok()) << message_of(m);
+  EXPECT_EQ(calls, 1);
+  ASSERT_TRUE(m->mapped != nullptr);
+  EXPECT_EQ(m->image.data(), nullptr);
+  ASSERT_EQ(m->bytes().size(), img.bytes.size());
+  EXPECT_EQ(std::memcmp(m->bytes().data(), img.bytes.data(), img.bytes.size()), 0);
+
+  auto refused = format::map_shard_image(open(), path("s"), [](const shard_header&) {
+    return status(errc::invalid_argument, "wrong rank");
+  });
+  EXPECT_EQ(refused.error().message(), "wrong rank");
+
+  std::vector<std::byte> damaged(img.bytes.begin(), img.bytes.end());
+  damaged[img.header.regions[0].offset + 100] ^= std::byte{1};
+  ASSERT_TRUE(test::write_file(path("s"), damaged.data(), damaged.size()).is_ok());
+  auto bad = format::map_shard_image(open(), path("s"));
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.error().code(), errc::corruption);
+  EXPECT_NE(bad.error().message().find("region 'field'"), std::string::npos) << message_of(bad);
+
+  const std::vector<std::byte> c = file_bytes(compress(img));
+  ASSERT_TRUE(test::write_file(path("s"), c.data(), c.size()).is_ok());
+  auto z = format::map_shard_image(open(), path("s"));
+  ASSERT_TRUE(z.is_ok()) << message_of(z);
+  EXPECT_EQ(z->mapped, nullptr);
+  EXPECT_TRUE(same_image(*z, img));
+  EXPECT_EQ(std::memcmp(z->bytes().data(), img.bytes.data(), img.bytes.size()), 0);
+}
+
 TEST_F(ShardCompressFiles, TruncatedFile) {
   const std::vector<std::byte> b = file_bytes(compress(sample_image()));
   auto r = read_back(b, b.size() - format::kAlign);
