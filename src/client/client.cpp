@@ -343,9 +343,9 @@ status client_impl::start() {
   if (agents_) CAIRN_RETURN_IF_ERROR(start_agents());
   if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
   int home = sched_getcpu();
-  engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads,
-                                             util::placement_cpus(cfg_.placement, home < 0 ? 0 : home),
-                                             std::move(stages));
+  util::thread_setup setup{util::placement_cpus(cfg_.placement, home < 0 ? 0 : home), cfg_.engine_priority,
+                           cfg_.engine_nice};
+  engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads, std::move(setup), std::move(stages));
   return {};
 }
 

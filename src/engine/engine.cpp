@@ -5,10 +5,10 @@
 
 namespace cairn::engine {
 
-engine::engine(engine_mode mode, int threads, std::vector<int> cpus, std::vector<std::unique_ptr<stage>> stages)
+engine::engine(engine_mode mode, int threads, util::thread_setup setup, std::vector<std::unique_ptr<stage>> stages)
     : mode_(mode), stages_(std::move(stages)), stage_next_(stages_.size(), 0) {
   if (mode_ == engine_mode::thread) {
-    for (int i = 0; i < threads; ++i) workers_.emplace_back([this, cpus] { worker_main(cpus); });
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this, setup] { worker_main(setup); });
   }
 }
 
@@ -107,8 +107,8 @@ void engine::run_job(version_job& job) {
   cv_.notify_all();
 }
 
-void engine::worker_main(const std::vector<int>& cpus) {
-  (void)util::bind_this_thread(cpus);  // best effort: placement is a hint
+void engine::worker_main(const util::thread_setup& setup) {
+  (void)util::setup_this_thread(setup);  // best effort: placement and priority are hints
   std::unique_lock lk(mu_);
   for (;;) {
     cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });

@@ -31,6 +31,7 @@
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
 #include "util/config.hpp"
+#include "util/cpu.hpp"
 
 namespace cairn::engine {
 
@@ -106,8 +107,9 @@ class stage {
 
 class engine {
  public:
-  // cpus: where worker threads may run (empty = inherit).
-  engine(engine_mode mode, int threads, std::vector<int> cpus, std::vector<std::unique_ptr<stage>> stages);
+  // setup: where worker threads may run and how they are scheduled (best
+  // effort: a refused setting leaves the thread as it was).
+  engine(engine_mode mode, int threads, util::thread_setup setup, std::vector<std::unique_ptr<stage>> stages);
   ~engine();  // shutdown(false)
   engine(const engine&) = delete;
   engine& operator=(const engine&) = delete;
@@ -141,7 +143,7 @@ class engine {
     std::shared_ptr<version_job> job;
     std::function<status()> task;
   };
-  void worker_main(const std::vector<int>& cpus);
+  void worker_main(const util::thread_setup& setup);
   void run_job(version_job& job);
   void run_task(const std::function<status()>& task);
   void latch(const status& st);

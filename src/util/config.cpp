@@ -107,6 +107,16 @@ const std::vector<key_def>& keys() {
          switch (c.placement) { case placement::core: return std::string("core");
            case placement::socket: return std::string("socket"); case placement::node: return std::string("node");
            default: return std::string("none"); } }},
+      {"engine_priority", "scheduling of engine threads: normal, batch or idle", [](config& c, const std::string& v) {
+         return parse_enum<thread_priority>("engine_priority", v, {{"normal", thread_priority::normal},
+                                            {"batch", thread_priority::batch}, {"idle", thread_priority::idle}},
+                                            &c.engine_priority); },
+       [](const config& c) {
+         switch (c.engine_priority) { case thread_priority::normal: return std::string("normal");
+           case thread_priority::idle: return std::string("idle"); default: return std::string("batch"); } }},
+      {"engine_nice", "nice increment of engine threads (0..19)", [](config& c, const std::string& v) {
+         return set_int("engine_nice", v, 0, 19, &c.engine_nice); },
+       [](const config& c) { return std::to_string(c.engine_nice); }},
       {"keep_local", "versions kept locally (0 = all)", [](config& c, const std::string& v) {
          return set_int("keep_local", v, 0, 1 << 30, &c.keep_local); },
        [](const config& c) { return std::to_string(c.keep_local); }},

@@ -14,6 +14,10 @@ namespace cairn {
 
 enum class engine_mode { thread, sync };
 enum class placement { none, core, socket, node };
+// Scheduling of engine threads (issue 11): normal (inherit), batch
+// (SCHED_BATCH: never preempts the application on wakeup), idle (SCHED_IDLE:
+// runs only on otherwise idle CPUs).
+enum class thread_priority { normal, batch, idle };
 enum class staging_policy { block, eagain };
 enum class divergence_action { cont, stop };
 enum class agents_transfer { pull, push };
@@ -34,6 +38,8 @@ struct config {
   engine_mode mode = engine_mode::thread;
   int io_threads = 1;
   cairn::placement placement = placement::none;
+  cairn::thread_priority engine_priority = thread_priority::batch;
+  int engine_nice = 0;  // added to engine threads' nice value (0..19)
   int keep_local = 2;       // 0 = keep all
   int keep_persistent = 0;  // 0 = keep all
   int persistent_interval = 1;

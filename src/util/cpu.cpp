@@ -2,6 +2,8 @@
 
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -109,6 +111,25 @@ double node_load() {
     if (total) load += 1.0 - static_cast<double>(avail) / static_cast<double>(total);
   }
   return load;
+}
+
+status setup_this_thread(const thread_setup& s) {
+  CAIRN_RETURN_IF_ERROR(bind_this_thread(s.cpus));
+  if (s.priority != thread_priority::normal) {
+    sched_param p{};
+    p.sched_priority = 0;
+    // pid 0: the calling thread.
+    if (sched_setscheduler(0, s.priority == thread_priority::idle ? SCHED_IDLE : SCHED_BATCH, &p) != 0)
+      return status::from_errno(errno, "setting the scheduling policy of an engine thread (engine_priority)");
+  }
+  if (s.nice > 0) {
+    const auto tid = static_cast<id_t>(::syscall(SYS_gettid));
+    errno = 0;
+    const int now = getpriority(PRIO_PROCESS, tid);
+    if (errno == 0 && setpriority(PRIO_PROCESS, tid, now + s.nice) != 0)
+      return status::from_errno(errno, "setting the nice value of an engine thread (engine_nice)");
+  }
+  return {};
 }
 
 }  // namespace cairn::util

@@ -24,6 +24,19 @@ double node_load();
 // Binds the calling thread to `cpus` (no-op when empty).
 status bind_this_thread(const std::vector<int>& cpus);
 
+// How an engine thread is scheduled: placement's CPUs, policy and nice
+// increment (util/config.hpp).
+struct thread_setup {
+  std::vector<int> cpus;  // empty: inherit
+  thread_priority priority = thread_priority::normal;
+  int nice = 0;
+};
+
+// Applies `s` to the calling thread only (Linux schedules threads one by
+// one). Errors: the first failing call's errno; the thread keeps what was
+// applied before it.
+status setup_this_thread(const thread_setup& s);
+
 }  // namespace cairn::util
 
 #endif

@@ -152,7 +152,7 @@ TEST(engine, shutdown_without_drain_cancels_queued_jobs_and_returns_slots) {
   st.push_back(std::make_unique<fake_stage>("local", CAIRN_LEVEL_LOCAL, &t, false, -1, 50));
   staging_pool pool;
   ASSERT_TRUE(pool.reserve(4096, 4));
-  auto e = std::make_unique<engine>(engine_mode::thread, 1, std::vector<int>{}, std::move(st));
+  auto e = std::make_unique<engine>(engine_mode::thread, 1, util::thread_setup{}, std::move(st));
   std::vector<std::shared_ptr<version_job>> jobs;
   for (int v = 0; v < 4; ++v) {
     auto j = make_job(v, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL);

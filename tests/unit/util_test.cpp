@@ -1,10 +1,17 @@
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <thread>
 
 #include <cerrno>
 #include <cstdio>
 #include <fstream>
 
 #include "util/config.hpp"
+#include "util/cpu.hpp"
 #include "util/hash.hpp"
 
 namespace cairn {
@@ -40,6 +47,39 @@ TEST(config, file_then_environment_wins) {
   EXPECT_EQ(c->placement, placement::socket);
   EXPECT_EQ(c->staging_limit, 1ull << 30);
   EXPECT_EQ(c->keep_persistent, 4);
+}
+
+TEST(config, engine_scheduling_keys) {
+  auto d = config::load("", {});
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_EQ(d->engine_priority, thread_priority::batch);
+  EXPECT_EQ(d->engine_nice, 0);
+  auto c = config::load("", {{"CAIRN_ENGINE_PRIORITY", "idle"}, {"CAIRN_ENGINE_NICE", "7"}});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->engine_priority, thread_priority::idle);
+  EXPECT_EQ(c->engine_nice, 7);
+  auto bad = config::load("", {{"CAIRN_ENGINE_PRIORITY", "low"}});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("engine_priority"), std::string::npos) << bad.error().message();
+}
+
+// An engine thread's setup changes that thread only, not the application's.
+TEST(cpu, thread_setup_applies_to_the_calling_thread_only) {
+  const int policy_before = sched_getscheduler(0);
+  const int nice_before = getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+  int policy = -1, nice = -100;
+  status st;
+  std::thread t([&] {
+    st = util::setup_this_thread({{}, thread_priority::batch, 3});
+    policy = sched_getscheduler(0);
+    nice = getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+  });
+  t.join();
+  ASSERT_TRUE(st) << st.to_string();
+  EXPECT_EQ(policy, SCHED_BATCH);
+  EXPECT_EQ(nice, nice_before + 3);
+  EXPECT_EQ(sched_getscheduler(0), policy_before);
+  EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid))), nice_before);
 }
 
 TEST(config, unknown_file_key_is_named) {
