@@ -170,8 +170,10 @@ def test_kill_at_random_moments(strategy, files, reference, make_job):
         job = make_job(4)
         cfg = aggregated(strategy, files, local_enabled="false")
         p = job.start("--steps", 10, "--every", 1, "--sleep-ms", 50, **cfg)
+        harness.wait_rank_pids(p.pid, 4)  # the random moment counts from the ranks' start
         time.sleep(rng.uniform(0.1, 0.5))
         ranks = harness.rank_pids(p.pid)
+        assert ranks, f"trial {trial}: no rank process to kill\n" + harness.finish_process(p).describe()
         victim = rng.choice(sorted(ranks))
         os.kill(ranks[victim], signal.SIGKILL)
         killed = harness.finish_process(p)

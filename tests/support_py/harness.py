@@ -346,6 +346,17 @@ def run_cli(*args, timeout: float = TIMEOUT_S) -> Result:
     return run_process([cli, *args], base_env(), Path("/"), timeout)
 
 
+def wait_rank_pids(mpirun_pid: int, n: int, timeout: float = 60) -> dict:
+    """rank_pids once all n ranks exist (mpirun starts them late on a loaded
+    machine), or what exists when mpirun ended or the timeout passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ranks = rank_pids(mpirun_pid)
+        if len(ranks) >= n or time.monotonic() > deadline or not Path(f"/proc/{mpirun_pid}").exists():
+            return ranks
+        time.sleep(0.02)
+
+
 def rank_pids(mpirun_pid: int) -> dict:
     """{rank: pid} of the ckpt_app processes mpirun started."""
     out = {}
