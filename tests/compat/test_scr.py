@@ -5,7 +5,6 @@ so, is SIGKILLed at a random moment, restarts, and prints exactly what an
 uninterrupted run prints."""
 import os
 import random
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -69,9 +68,7 @@ def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path):
         time.sleep(0.02)
     assert list(store.glob("runs/*/scr/v*/MANIFEST")), "no dataset was committed before the kill"
     time.sleep(random.uniform(0.0, 0.8))
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-    harness.finish_process(p)
+    harness.kill_job(p)  # every rank, by SIGKILL
 
     again = harness.run_process(command(heat), env(job_root, SCR_CHECKPOINT_INTERVAL=5), job_root)
     assert again.rc == 0, again.describe()

@@ -5,7 +5,6 @@ and prints exactly what an uninterrupted run prints. Memory mode and file
 mode, sync and async configurations; bad configuration files."""
 import os
 import random
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -86,9 +85,7 @@ def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path, io, mod
         time.sleep(0.02)
     assert committed(job_root / "persistent"), "no version was committed before the kill"
     time.sleep(random.uniform(0.0, 0.8))  # a random moment of the run
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-    killed = harness.finish_process(p)
+    killed = harness.kill_job(p)  # every rank, by SIGKILL
 
     again = run(command(heat, io, job_cfg), job_root)
     assert again.rc == 0, again.describe()
