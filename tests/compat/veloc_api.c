@@ -36,12 +36,40 @@ int main(int argc, char **argv) {
   rc = rc == VELOC_SUCCESS ? VELOC_Checkpoint_mem() : rc;
   check(rc == VELOC_SUCCESS && VELOC_Checkpoint_end(rank == 1 ? 0 : 1) == VELOC_FAILURE,
         "a checkpoint one rank failed is refused on every rank");
+  /* The same in file mode: a file one rank could not write is no version. */
+  char routed[VELOC_MAX_NAME];
+  rc = VELOC_Checkpoint_begin("api", 4);
+  rc = rc == VELOC_SUCCESS ? VELOC_Route_file("part.dat", routed) : rc;
+  if (rc == VELOC_SUCCESS && rank == 0) {
+    FILE *f = fopen(routed, "wb");
+    if (f) fclose(f);
+  }
+  check(rc == VELOC_SUCCESS && VELOC_Checkpoint_end(rank == 0) == VELOC_FAILURE,
+        "a file checkpoint one rank failed is refused on every rank");
+  /* A file checkpoint under another name, read back through the restart route. */
+  rc = VELOC_Checkpoint_begin("files", 1);
+  rc = rc == VELOC_SUCCESS ? VELOC_Route_file("mine.dat", routed) : rc;
+  FILE *f = rc == VELOC_SUCCESS ? fopen(routed, "wb") : NULL;
+  int wrote = f && fprintf(f, "rank %d file\n", rank) > 0;
+  if (f) fclose(f);
+  check(wrote && VELOC_Checkpoint_end(1) == VELOC_SUCCESS, "file checkpoint");
   check(VELOC_Checkpoint_wait() == VELOC_SUCCESS, "wait");
   check(VELOC_Checkpoint_finished() == VELOC_SUCCESS, "finished after wait");
   check(VELOC_Restart_test("api", 0) == 3, "restart test: newest taken version");
   check(VELOC_Restart_test("api", 2) == 2, "restart test at or below a bound");
-  char routed[VELOC_MAX_NAME];
   check(VELOC_Route_file("x.dat", routed) == VELOC_FAILURE, "route outside a sequence");
+  check(VELOC_Restart_test("files", 0) == 1, "restart test of the file checkpoint");
+  char line[64] = "";
+  rc = VELOC_Restart_begin("files", 1);
+  rc = rc == VELOC_SUCCESS ? VELOC_Route_file("another-name.dat", routed) : rc;
+  f = rc == VELOC_SUCCESS ? fopen(routed, "rb") : NULL;
+  if (f) {
+    if (!fgets(line, sizeof line, f)) line[0] = 0;
+    fclose(f);
+  }
+  char expect[64];
+  snprintf(expect, sizeof expect, "rank %d file\n", rank);
+  check(strcmp(line, expect) == 0 && VELOC_Restart_end(1) == VELOC_SUCCESS, "file restored, one file per rank");
   check(VELOC_Finalize(1) == VELOC_SUCCESS, "finalize");
 
   /* A new execution (handle): size query and selective recovery of version 2. */
