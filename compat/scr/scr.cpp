@@ -145,6 +145,7 @@ struct scr_state {
   // Restart.
   int64_t restart_cap = -1;  // after a failed restart: offer versions at or below this
   int64_t offered = -1;
+  int64_t newest_offered = -1;  // in this execution: new datasets go above it
   std::string offered_name;
   std::string wanted;  // SCR_Current
   // Need_checkpoint (rank 0's view, broadcast).
@@ -213,6 +214,7 @@ bool offer(const char* fn, int64_t cap, bool* error) {
     return false;
   }
   g->offered = v;
+  g->newest_offered = std::max(g->newest_offered, v);
   g->offered_name = name;
   return true;
 }
@@ -495,7 +497,9 @@ int SCR_Complete_restart(int valid) {
   bool ok = all_ranks(valid != 0);
   int rc = cairn_restart_end(g->c, ok ? 1 : 0);
   if (ok && rc == CAIRN_OK) {
-    g->next_id = g->offered + 1;
+    // After a fall back to an older dataset, the newer ones stay committed
+    // (cairn never replaces a committed version): new datasets go above them.
+    g->next_id = std::max(g->offered, g->newest_offered) + 1;
     g->restart_cap = -1;
     g->wanted.clear();
     return SCR_SUCCESS;

@@ -53,6 +53,9 @@ int main(int argc, char **argv) {
   int step = 0;
 
   /* Restart: the newest checkpoint every rank reads, else an older one. */
+  /* Test hook: SCR_HEAT_REJECT=n makes the last rank report the first n
+   * restarts it is offered as unreadable (SCR then offers older ones). */
+  int reject = getenv("SCR_HEAT_REJECT") ? atoi(getenv("SCR_HEAT_REJECT")) : 0;
   int have = 0, restarted = 0;
   char dset[SCR_MAX_FILENAME];
   do {
@@ -62,6 +65,11 @@ int main(int argc, char **argv) {
     char name[SCR_MAX_FILENAME + 32], file[SCR_MAX_FILENAME];
     snprintf(name, sizeof name, "%s/rank_%d.ckpt", dset, rank);
     int valid = SCR_Route_file(name, file) == SCR_SUCCESS && read_ckpt(file, &step, cur, n);
+    if (reject > 0) {
+      --reject;
+      if (rank == nranks - 1) valid = 0;
+      if (rank == 0) printf("rejecting %s\n", dset);
+    }
     if (SCR_Complete_restart(valid) == SCR_SUCCESS) {
       restarted = 1;
       if (rank == 0) printf("restart from %s step %d\n", dset, step);

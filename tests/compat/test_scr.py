@@ -40,8 +40,9 @@ def env(root: Path, **scr) -> dict:
     return e
 
 
-def command(heat: Path, sleep_us: str = "0") -> list:
-    return ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(NRANKS), str(heat), *ARGS, sleep_us]
+def command(heat: Path, sleep_us: str = "0", iterations: str = ARGS[0]) -> list:
+    return ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(NRANKS), str(heat), iterations, *ARGS[1:],
+            sleep_us]
 
 
 def lines(out: str, prefix: str) -> list:
@@ -89,3 +90,25 @@ def test_should_exit_reports_the_halt_file(heat, tmp_path):
     r = harness.run_process(command(heat), env(tmp_path, SCR_CHECKPOINT_INTERVAL=5), tmp_path)
     assert r.rc == 0 and lines(r.stdout, "asked to exit at step 1"), r.describe()
     assert lines(r.stdout, "result iterations 1 "), r.describe()
+
+
+def test_failed_restart_falls_back_to_the_previous_dataset(heat, tmp_path):
+    """A rank that cannot read the newest dataset: SCR_Complete_restart fails on
+    every rank, SCR_Have_restart offers the previous one, and the run goes on
+    from it to the uninterrupted result (its new datasets numbered above the
+    rejected one, which stays committed)."""
+    ref_root, job_root = tmp_path / "ref", tmp_path / "job"
+    ref_root.mkdir()
+    job_root.mkdir()
+    ref = harness.run_process(command(heat, iterations="80"), env(ref_root, SCR_CHECKPOINT_INTERVAL=5), ref_root)
+    assert ref.rc == 0, ref.describe()
+    first = harness.run_process(command(heat), env(job_root, SCR_CHECKPOINT_INTERVAL=5), job_root)
+    assert first.rc == 0 and lines(first.stdout, "checkpoint ckpt.60"), first.describe()
+    again = harness.run_process(command(heat, iterations="80"),
+                                env(job_root, SCR_CHECKPOINT_INTERVAL=5, SCR_HEAT_REJECT=1), job_root)
+    assert again.rc == 0, again.describe()
+    assert lines(again.stdout, "rejecting ") == ["rejecting ckpt.60"], again.describe()
+    assert lines(again.stdout, "restart from ") == ["restart from ckpt.55 step 55"], again.describe()
+    assert lines(again.stdout, "result ") == lines(ref.stdout, "result ")
+    assert lines(again.stdout, "checkpoint ") == [l for l in lines(ref.stdout, "checkpoint ")
+                                                  if int(l.split(".")[-1]) > 55]
