@@ -189,6 +189,9 @@ bool client_impl::forget_lost_agents(const std::string& name) {
 
 result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t max_version) {
   std::vector<int64_t> cands = local_candidates(name);
+  // A bound (cairn_restart_test_max): versions above it do not exist for
+  // this question, so none below it is "not found", not "unusable".
+  if (max_version >= 0) cands.erase(std::upper_bound(cands.begin(), cands.end(), max_version), cands.end());
   // Agents that may hold the newest versions and did not answer: restarting
   // from an older level would silently forget them.
   if (comm_->min(agent_holdings_.count(name) && !agent_holdings_[name].unreachable.empty() ? 0 : 1) == 0 &&

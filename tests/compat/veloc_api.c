@@ -57,6 +57,9 @@ int main(int argc, char **argv) {
   check(VELOC_Checkpoint_finished() == VELOC_SUCCESS, "finished after wait");
   check(VELOC_Restart_test("api", 0) == 3, "restart test: newest taken version");
   check(VELOC_Restart_test("api", 2) == 2, "restart test at or below a bound");
+  check(VELOC_Checkpoint("late", 7) == VELOC_SUCCESS && VELOC_Checkpoint_wait() == VELOC_SUCCESS &&
+            VELOC_Restart_test("late", 5) == VELOC_FAILURE,
+        "restart test below every version: none (not an error)");
   check(VELOC_Route_file("x.dat", routed) == VELOC_FAILURE, "route outside a sequence");
   check(VELOC_Restart_test("files", 0) == 1, "restart test of the file checkpoint");
   char line[64] = "";
