@@ -140,6 +140,10 @@ int cairn_wait(cairn_t *c, const char *name, int64_t version, unsigned level);
  * which and what to do. Neither changes anything on disk. */
 int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
 
+/* As cairn_restart_test, for the newest restartable version at or below
+ * max_version (>= 0); CAIRN_ENOTFOUND / CAIRN_EUNUSABLE as there when there is none. */
+int cairn_restart_test_max(cairn_t *c, const char *name, int64_t max_version, int64_t *version);
+
 /* Collective. Restores `version` of `name` into the protected regions, taking
  * each rank's shard from the fastest intact level. Every checksum is verified
  * before any region is written. A protected region missing from the checkpoint
@@ -226,6 +230,12 @@ int cairn_route_file(cairn_t *c, const char *file, char *routed, size_t routed_l
 int cairn_checkpoint_end(cairn_t *c, int success);
 int cairn_restart_begin(cairn_t *c, const char *name, int64_t version);
 int cairn_restart_end(cairn_t *c, int success);
+/* Local, between cairn_restart_begin and cairn_restart_end: sets *bytes to the
+ * size of `region` (a protected region's name, or "file:<base name>") in the
+ * version being restored; CAIRN_ENOTFOUND if the version has no such region.
+ * Lets a caller size a buffer before protecting it and calling cairn_restart,
+ * which restores the protected regions from the same verified image. */
+int cairn_restart_region_size(cairn_t *c, const char *region, uint64_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -49,6 +49,8 @@ class client {
   result<unsigned> test(std::string_view name, int64_t version);
   status wait(std::string_view name, int64_t version, unsigned level);
   result<int64_t> restart_test(std::string_view name);
+  // See cairn_restart_test_max.
+  result<int64_t> restart_test(std::string_view name, int64_t max_version);
   status restart(std::string_view name, int64_t version);
 
   // Remote checkpoint agents: see cairn_probe; the CAIRN_AGENTS_* change.
@@ -62,6 +64,8 @@ class client {
   status checkpoint_end(bool success);
   status restart_begin(std::string_view name, int64_t version);
   status restart_end(bool success);
+  // See cairn_restart_region_size.
+  result<uint64_t> restart_region_size(std::string_view region);
 
   // Waits for (or cancels) pending work and releases the engine; the client is
   // unusable afterwards.

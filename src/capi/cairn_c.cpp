@@ -86,6 +86,14 @@ status client::checkpoint(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL();
 result<unsigned> client::test(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->test(std::string(n), v); }
 status client::wait(std::string_view n, int64_t v, unsigned l) { CAIRN_IMPL_OR_FAIL(); return impl_->wait(std::string(n), v, l); }
 result<int64_t> client::restart_test(std::string_view n) { CAIRN_IMPL_OR_FAIL(); return impl_->restart_test(std::string(n)); }
+result<int64_t> client::restart_test(std::string_view n, int64_t max_version) {
+  CAIRN_IMPL_OR_FAIL();
+  return impl_->restart_test(std::string(n), max_version);
+}
+result<uint64_t> client::restart_region_size(std::string_view r) {
+  CAIRN_IMPL_OR_FAIL();
+  return impl_->restart_region_size(std::string(r));
+}
 result<int> client::probe() { CAIRN_IMPL_OR_FAIL(); return impl_->probe(); }
 status client::restart(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart(std::string(n), v); }
 status client::set_code_version(std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->set_code_version(std::string(v)); }
@@ -227,6 +235,18 @@ int cairn_restart_test(cairn_t* c, const char* name, int64_t* version) {
   });
 }
 
+int cairn_restart_test_max(cairn_t* c, const char* name, int64_t max_version, int64_t* version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    if (version == nullptr) return {errc::invalid_argument, "cairn_restart_test_max: version is NULL"};
+    if (max_version < 0) return {errc::invalid_argument, "cairn_restart_test_max: max_version must be >= 0"};
+    *version = -1;
+    CAIRN_ASSIGN_OR_RETURN(*version, c->client.restart_test(name, max_version));
+    return {};
+  });
+}
+
 int cairn_restart(cairn_t* c, const char* name, int64_t version) {
   return guard(__func__, [&]() -> status {
     CAIRN_CHECK_HANDLE(c);
@@ -357,6 +377,15 @@ int cairn_restart_end(cairn_t* c, int success) {
   return guard(__func__, [&]() -> status {
     CAIRN_CHECK_HANDLE(c);
     return c->client.restart_end(success != 0);
+  });
+}
+
+int cairn_restart_region_size(cairn_t* c, const char* region, uint64_t* bytes) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (region == nullptr || bytes == nullptr) return {errc::invalid_argument, "cairn_restart_region_size: NULL argument"};
+    CAIRN_ASSIGN_OR_RETURN(*bytes, c->client.restart_region_size(region));
+    return {};
   });
 }
 

@@ -104,7 +104,8 @@ class client_impl {
   status checkpoint(const std::string& name, int64_t version);
   result<unsigned> test(const std::string& name, int64_t version);
   status wait(const std::string& name, int64_t version, unsigned level);
-  result<int64_t> restart_test(const std::string& name);
+  // max_version >= 0: the newest restartable version at or below it.
+  result<int64_t> restart_test(const std::string& name, int64_t max_version = -1);
   status restart(const std::string& name, int64_t version);
   status finalize(bool wait_for_pending);
 
@@ -124,6 +125,8 @@ class client_impl {
   status checkpoint_end(bool success);
   status restart_begin(const std::string& name, int64_t version);
   status restart_end(bool success);
+  // Local, inside a restart_begin/end sequence: bytes of `region` in the version being restored.
+  result<uint64_t> restart_region_size(const std::string& region) const;
 
  private:
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
@@ -187,7 +190,7 @@ class client_impl {
   // it lies, mapped, not copied). Local.
   status load_shard(const std::string& name, int64_t version);
   // Collective: agree on the newest version all ranks can load intact.
-  result<int64_t> agree_restartable(const std::string& name);
+  result<int64_t> agree_restartable(const std::string& name, int64_t max_version);
   std::vector<int64_t> local_candidates(const std::string& name);
   // Collective, when some rank's agents did not answer a restart: true when
   // the controller no longer lists any of them where this job knew them

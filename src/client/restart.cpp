@@ -187,8 +187,11 @@ bool client_impl::forget_lost_agents(const std::string& name) {
   return true;
 }
 
-result<int64_t> client_impl::agree_restartable(const std::string& name) {
+result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t max_version) {
   std::vector<int64_t> cands = local_candidates(name);
+  // A bound (cairn_restart_test_max): versions above it do not exist for
+  // this question, so none below it is "not found", not "unusable".
+  if (max_version >= 0) cands.erase(std::upper_bound(cands.begin(), cands.end(), max_version), cands.end());
   // Agents that may hold the newest versions and did not answer: restarting
   // from an older level would silently forget them.
   if (comm_->min(agent_holdings_.count(name) && !agent_holdings_[name].unreachable.empty() ? 0 : 1) == 0 &&
@@ -206,7 +209,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name) {
                       "to restart from what the other levels hold");
   }
   std::set<int64_t> excluded;
-  int64_t cap = INT64_MAX;
+  int64_t cap = max_version >= 0 ? max_version : INT64_MAX;
   status newest_failure;  // why the newest version some rank has was rejected
   for (;;) {
     // Newest version <= cap that this rank has and has not been excluded.
@@ -274,9 +277,9 @@ status client_impl::nothing_restartable(const std::string& name, const std::vect
   return {errc::unusable, msg};
 }
 
-result<int64_t> client_impl::restart_test(const std::string& name) {
+result<int64_t> client_impl::restart_test(const std::string& name, int64_t max_version) {
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
-  return agree_restartable(name);
+  return agree_restartable(name, max_version);
 }
 
 status client_impl::restart(const std::string& name, int64_t version) {
@@ -434,6 +437,15 @@ status client_impl::restart_end(bool) {
   restart_version_ = -1;
   restart_ = format::shard_image();
   return {};
+}
+
+result<uint64_t> client_impl::restart_region_size(const std::string& region) const {
+  if (!files_ || !files_->restarting)
+    return status(errc::invalid_argument, "cairn_restart_region_size outside a cairn_restart_begin/end sequence");
+  for (const auto& d : restart_header_.regions)
+    if (d.name == region) return d.length;
+  return status(errc::not_found, "region '" + region + "' is not in '" + files_->name + "' version " +
+                                     std::to_string(files_->version));
 }
 
 }  // namespace cairn

@@ -375,3 +375,34 @@ def rank_pids(mpirun_pid: int) -> dict:
             if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
                 out[int(kv.split(b"=", 1)[1])] = int(entry.name)
     return out
+
+
+def kill_job(p: subprocess.Popen, timeout: float = 10.0) -> Result:
+    """SIGKILLs every rank of an mpirun started by start_process, then mpirun.
+    Open MPI puts each rank in a process group of its own, so killing
+    mpirun's group alone leaves the ranks running; this returns only once
+    none of them exists any more."""
+    ranks = list(rank_pids(p.pid).values())
+    for pid in ranks:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    result = finish_process(p)
+    deadline = time.monotonic() + timeout
+    while any(Path(f"/proc/{pid}").exists() and "Z" not in _proc_state(pid) for pid in ranks):
+        assert time.monotonic() < deadline, f"ranks {ranks} still run after SIGKILL"
+        time.sleep(0.01)
+    return result
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2:].split()[0]
+    except (OSError, ValueError):
+        return "X"

@@ -1,0 +1,545 @@
+// SCR client API subset (compat/scr/include/scr.h) over cairn's C API.
+//
+// A checkpoint dataset is version <id> of the cairn checkpoint "scr" in file
+// mode: each rank's routed files, plus a small file "scr.dataset" holding the
+// dataset's name and flags. Output-only datasets are written in place.
+// docs/design/compat.md describes the mapping and the differences from SCR.
+#include "scr.h"
+
+#include <cairn_mpi.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace {
+
+constexpr int kFailure = 1;
+constexpr const char* kCkpt = "scr";            // cairn checkpoint name
+constexpr const char* kMeta = "scr.dataset";    // per-rank file holding the dataset's name and flags
+
+int fail(const char* fn, const std::string& what) {
+  std::fprintf(stderr, "SCR (cairn): %s: %s\n", fn, what.c_str());
+  std::fflush(stderr);
+  return kFailure;
+}
+
+int fail_cairn(const char* fn, int code) {
+  const char* msg = cairn_last_error();
+  return fail(fn, std::string(cairn_strerror(code)) + ": " + (msg && *msg ? msg : "(no message)"));
+}
+
+double now_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+std::map<std::string, std::string>& set_params() {
+  static std::map<std::string, std::string> m;
+  return m;
+}
+
+// SCR_Config values win over the environment, as in SCR.
+std::string param(const std::string& key, const std::string& dflt = "") {
+  auto it = set_params().find(key);
+  if (it != set_params().end()) return it->second;
+  const char* v = std::getenv(key.c_str());
+  return v && *v ? v : dflt;
+}
+
+bool param_int(const std::string& key, long dflt, long lo, long* out, std::string* why) {
+  std::string v = param(key);
+  if (v.empty()) {
+    *out = dflt;
+    return true;
+  }
+  char* end = nullptr;
+  errno = 0;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (errno || *end || n < lo) {
+    *why = key + " = '" + v + "' must be an integer >= " + std::to_string(lo);
+    return false;
+  }
+  *out = n;
+  return true;
+}
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+std::string base_name(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string absolute(const std::string& path) {
+  if (!path.empty() && path[0] == '/') return path;
+  char cwd[PATH_MAX];
+  if (getcwd(cwd, sizeof cwd) == nullptr) return path;
+  return std::string(cwd) + "/" + path;
+}
+
+bool make_dirs(const std::string& path) {
+  std::string cur = path.empty() || path[0] != '/' ? "" : "/";
+  std::stringstream ss(path);
+  std::string part;
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+  }
+  return true;
+}
+
+bool copy_file(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) return false;
+  std::string tmp = to + ".scr-tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << in.rdbuf();
+    out.flush();
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), to.c_str()) == 0;
+}
+
+enum class phase { none, output, restart_offered, restarting };
+
+struct scr_state {
+  cairn_t* c = nullptr;
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  std::string prefix;
+  long interval = 0, seconds = 0, overhead = 0, halt_seconds = 0;
+
+  phase ph = phase::none;
+  // Output phase.
+  int64_t id = 0;        // this dataset's id (cairn version)
+  int64_t next_id = 1;   // the next dataset's id
+  std::string name;
+  int flags = 0;
+  bool in_cairn = false;  // a checkpoint dataset: cairn file mode is open
+  std::map<std::string, std::string> routed;  // base name -> original path (absolute)
+  double started = 0;
+  // Restart.
+  int64_t restart_cap = -1;  // after a failed restart: offer versions at or below this
+  int64_t offered = -1;
+  int64_t newest_offered = -1;  // in this execution: new datasets go above it
+  std::string offered_name;
+  std::string wanted;  // SCR_Current
+  // Need_checkpoint (rank 0's view, broadcast).
+  long calls = 0;
+  double last_end = 0, last_cost = -1;
+};
+
+scr_state* g = nullptr;
+
+#define SCR_NEED_INIT(fn) \
+  if (g == nullptr) return fail(fn, "SCR is not initialized (call SCR_Init first)")
+
+bool all_ranks(bool mine) {
+  int v = mine ? 1 : 0, out = 0;
+  MPI_Allreduce(&v, &out, 1, MPI_INT, MPI_MIN, g->comm);
+  return out == 1;
+}
+
+int bcast_flag(int mine) {
+  MPI_Bcast(&mine, 1, MPI_INT, 0, g->comm);
+  return mine;
+}
+
+// Reads the restored dataset file: name and flags.
+bool read_meta(std::string* name, std::string* why) {
+  char buf[4096];
+  int rc = cairn_route_file(g->c, kMeta, buf, sizeof buf);
+  if (rc != CAIRN_OK) {
+    *why = cairn_last_error();
+    return false;
+  }
+  std::ifstream in(buf);
+  std::string line;
+  if (!std::getline(in, line)) {
+    *why = std::string("cannot read ") + buf;
+    return false;
+  }
+  *name = line;
+  return true;
+}
+
+// Opens the restart of the newest dataset at or below cap (< 0: any) that
+// every rank can restore, and sets offered/offered_name. false: none.
+bool offer(const char* fn, int64_t cap, bool* error) {
+  *error = false;
+  int64_t v = -1;
+  int rc = cap >= 0 ? cairn_restart_test_max(g->c, kCkpt, cap, &v) : cairn_restart_test(g->c, kCkpt, &v);
+  if (rc == CAIRN_ENOTFOUND) return false;
+  if (rc != CAIRN_OK) {
+    *error = true;
+    fail_cairn(fn, rc);
+    return false;
+  }
+  rc = cairn_restart_begin(g->c, kCkpt, v);
+  if (rc != CAIRN_OK) {
+    *error = true;
+    fail_cairn(fn, rc);
+    return false;
+  }
+  std::string name, why;
+  bool ok = all_ranks(read_meta(&name, &why));
+  if (!ok) {
+    (void)cairn_restart_end(g->c, 0);
+    *error = true;
+    fail(fn, "dataset " + std::to_string(v) + ": " + (why.empty() ? "unreadable on another rank" : why));
+    return false;
+  }
+  g->offered = v;
+  g->newest_offered = std::max(g->newest_offered, v);
+  g->offered_name = name;
+  return true;
+}
+
+void copy_name(char* out, const std::string& name) {
+  if (out == nullptr) return;
+  size_t n = std::min(name.size(), static_cast<size_t>(SCR_MAX_FILENAME - 1));
+  std::memcpy(out, name.data(), n);
+  out[n] = '\0';
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* SCR_Config(const char* config) {
+  if (config == nullptr) return nullptr;
+  std::string s = config;
+  size_t eq = s.find('=');
+  if (eq == std::string::npos) {
+    std::string v = param(s);
+    return v.empty() ? nullptr : strdup(v.c_str());
+  }
+  if (g != nullptr) {
+    fail(__func__, "parameters can be set only before SCR_Init");
+    return nullptr;
+  }
+  std::string key = s.substr(0, eq), value = s.substr(eq + 1);
+  if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+  if (value.empty())
+    set_params().erase(key);
+  else
+    set_params()[key] = value;
+  return nullptr;
+}
+
+int SCR_Init(void) {
+  if (g != nullptr) return fail(__func__, "SCR is already initialized");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return fail(__func__, "MPI is not initialized: call MPI_Init before SCR_Init");
+  auto st = std::make_unique<scr_state>();
+  MPI_Comm_dup(MPI_COMM_WORLD, &st->comm);
+  MPI_Comm_rank(st->comm, &st->rank);
+  std::string why;
+  long cache_size = 0, flush = 0;
+  bool ok = param_int("SCR_CHECKPOINT_INTERVAL", 0, 0, &st->interval, &why) &&
+            param_int("SCR_CHECKPOINT_SECONDS", 0, 0, &st->seconds, &why) &&
+            param_int("SCR_CHECKPOINT_OVERHEAD", 0, 0, &st->overhead, &why) &&
+            param_int("SCR_HALT_SECONDS", 0, 0, &st->halt_seconds, &why) &&
+            param_int("SCR_CACHE_SIZE", 2, 0, &cache_size, &why) && param_int("SCR_FLUSH", 1, 1, &flush, &why);
+  st->prefix = absolute(param("SCR_PREFIX", "."));
+  std::ostringstream toml;
+  toml << "persistent = " << toml_string(st->prefix + "/.scr/cairn") << "\n";
+  std::string cache = param("SCR_CACHE_BASE");
+  if (!cache.empty()) toml << "scratch = " << toml_string(absolute(cache) + "/scr-cairn") << "\n";
+  toml << "keep_local = " << cache_size << "\npersistent_interval = " << flush << "\n";
+  std::string path;
+  if (ok) {
+    const char* dir = std::getenv("TMPDIR");
+    std::string tmpl = std::string(dir && *dir ? dir : "/tmp") + "/scr-cairn-XXXXXX";
+    std::vector<char> name(tmpl.begin(), tmpl.end());
+    name.push_back('\0');
+    int fd = mkstemp(name.data());
+    std::string text = toml.str();
+    if (fd < 0 || ::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      ok = false;
+      why = "cannot write a temporary configuration in " + tmpl + ": " + std::strerror(errno);
+    }
+    if (fd >= 0) ::close(fd);
+    path = name.data();
+  }
+  int v = ok ? 1 : 0, all = 0;
+  MPI_Allreduce(&v, &all, 1, MPI_INT, MPI_MIN, st->comm);
+  if (all == 0) {
+    if (!path.empty()) ::unlink(path.c_str());
+    MPI_Comm_free(&st->comm);
+    return fail(__func__, ok ? "another rank failed (see its message)" : why);
+  }
+  int rc = cairn_init_mpi(st->comm, path.c_str(), &st->c);
+  ::unlink(path.c_str());
+  if (rc != CAIRN_OK) {
+    MPI_Comm_free(&st->comm);
+    return fail_cairn(__func__, rc);
+  }
+  st->last_end = now_s();
+  g = st.release();
+  return SCR_SUCCESS;
+}
+
+int SCR_Finalize(void) {
+  SCR_NEED_INIT(__func__);
+  int ret = SCR_SUCCESS;
+  if (g->ph == phase::restart_offered || g->ph == phase::restarting) (void)cairn_restart_end(g->c, 0);
+  if (g->ph == phase::output) {
+    std::fprintf(stderr, "SCR (cairn): SCR_Finalize: an output phase was left open; its dataset is dropped\n");
+    if (g->in_cairn) (void)cairn_checkpoint_end(g->c, 0);
+  }
+  int rc = cairn_finalize(&g->c, 1);
+  if (rc != CAIRN_OK) ret = fail_cairn(__func__, rc);
+  MPI_Comm_free(&g->comm);
+  delete g;
+  g = nullptr;
+  return ret;
+}
+
+int SCR_Start_output(const char* name, int flags) {
+  SCR_NEED_INIT(__func__);
+  if (g->ph == phase::output) return fail(__func__, "an output phase is already open (call SCR_Complete_output)");
+  if (g->ph != phase::none) {
+    // An offered restart the application did not take: close it.
+    (void)cairn_restart_end(g->c, 0);
+    g->ph = phase::none;
+  }
+  if ((flags & (SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT)) == 0)
+    return fail(__func__, "flags must include SCR_FLAG_CHECKPOINT or SCR_FLAG_OUTPUT");
+  g->id = g->next_id;
+  g->name = name && *name ? name : "scr.dataset." + std::to_string(g->id);
+  if (g->name.size() >= SCR_MAX_FILENAME || g->name.find('\n') != std::string::npos)
+    return fail(__func__, "dataset name too long or with a newline");
+  g->flags = flags;
+  g->routed.clear();
+  g->in_cairn = (flags & SCR_FLAG_CHECKPOINT) != 0;
+  g->started = now_s();
+  if (g->in_cairn) {
+    int rc = cairn_checkpoint_begin(g->c, kCkpt, g->id);
+    if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+  }
+  g->ph = phase::output;
+  return SCR_SUCCESS;
+}
+
+int SCR_Start_checkpoint(void) { return SCR_Start_output(nullptr, SCR_FLAG_CHECKPOINT); }
+
+int SCR_Route_file(const char* name, char* file) {
+  SCR_NEED_INIT(__func__);
+  if (name == nullptr || file == nullptr) return fail(__func__, "name and file must not be NULL");
+  std::string out;
+  std::string base = base_name(name);
+  if (g->ph == phase::output) {
+    std::string full = absolute(name);
+    if (base.empty() || base == kMeta) return fail(__func__, std::string("'") + name + "' is not a usable file name");
+    if (!g->in_cairn) {
+      // Output only: written in place.
+      std::string dir = full.substr(0, full.find_last_of('/'));
+      if (!make_dirs(dir)) return fail(__func__, "cannot create " + dir + ": " + std::strerror(errno));
+      out = full;
+    } else {
+      auto it = g->routed.find(base);
+      if (it != g->routed.end() && it->second != full)
+        return fail(__func__, "two files of one dataset share the base name '" + base + "' (" + it->second + ", " +
+                                  full + "): not supported");
+      char buf[4096];
+      int rc = cairn_route_file(g->c, base.c_str(), buf, sizeof buf);
+      if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+      g->routed[base] = full;
+      out = buf;
+    }
+  } else if (g->ph == phase::restarting) {
+    char buf[4096];
+    int rc = cairn_route_file(g->c, base.c_str(), buf, sizeof buf);
+    if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+    out = buf;
+  } else {
+    out = name;
+  }
+  if (out.size() >= SCR_MAX_FILENAME) return fail(__func__, "routed path longer than SCR_MAX_FILENAME");
+  copy_name(file, out);
+  return SCR_SUCCESS;
+}
+
+int SCR_Complete_output(int valid) {
+  SCR_NEED_INIT(__func__);
+  if (g->ph != phase::output) return fail(__func__, "no output phase is open (call SCR_Start_output)");
+  g->ph = phase::none;
+  bool ok = valid != 0;
+  std::string why;
+  if (g->in_cairn) {
+    if (ok) {
+      char buf[4096];
+      int rc = cairn_route_file(g->c, kMeta, buf, sizeof buf);
+      std::ofstream meta(rc == CAIRN_OK ? buf : "/dev/null");
+      meta << g->name << "\n" << g->flags << "\n";
+      meta.flush();
+      ok = rc == CAIRN_OK && static_cast<bool>(meta);
+      if (!ok) why = "cannot write the dataset file";
+    }
+    // Checkpoint and output: the files also go to their paths.
+    if (ok && (g->flags & SCR_FLAG_OUTPUT)) {
+      for (const auto& [base, full] : g->routed) {
+        char buf[4096];
+        if (cairn_route_file(g->c, base.c_str(), buf, sizeof buf) != CAIRN_OK ||
+            !make_dirs(full.substr(0, full.find_last_of('/'))) || !copy_file(buf, full)) {
+          ok = false;
+          why = "cannot copy " + base + " to " + full;
+          break;
+        }
+      }
+    }
+    if (!why.empty()) std::fprintf(stderr, "SCR (cairn): SCR_Complete_output: %s\n", why.c_str());
+    int rc = cairn_checkpoint_end(g->c, ok ? 1 : 0);  // collective: every rank's validity
+    if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+    g->next_id = g->id + 1;
+  } else {
+    if (!all_ranks(ok)) return fail(__func__, "some rank reported its output invalid");
+    g->next_id = g->id + 1;
+  }
+  double end = now_s();
+  g->last_cost = end - g->started;
+  g->last_end = end;
+  return SCR_SUCCESS;
+}
+
+int SCR_Complete_checkpoint(int valid) { return SCR_Complete_output(valid); }
+
+int SCR_Need_checkpoint(int* flag) {
+  SCR_NEED_INIT(__func__);
+  if (flag == nullptr) return fail(__func__, "flag is NULL");
+  int need = 0;
+  if (g->rank == 0) {
+    ++g->calls;
+    double since = now_s() - g->last_end;
+    if (g->interval > 0 && g->calls % g->interval == 0) need = 1;
+    if (g->seconds > 0 && since >= g->seconds) need = 1;
+    long overhead = g->overhead;
+    if (g->interval == 0 && g->seconds == 0 && overhead == 0) overhead = 10;  // default advice: 10 % of run time
+    if (overhead > 0) {
+      // Checkpoint once the last one's cost is at most `overhead` percent of
+      // the time since it ended; before any was measured, at once.
+      if (g->last_cost < 0 || g->last_cost * 100.0 <= overhead * since) need = 1;
+    }
+  }
+  *flag = bcast_flag(need);
+  if (*flag) g->calls = 0;
+  return SCR_SUCCESS;
+}
+
+int SCR_Have_restart(int* flag, char* name) {
+  SCR_NEED_INIT(__func__);
+  if (flag == nullptr) return fail(__func__, "flag is NULL");
+  *flag = 0;
+  if (g->ph == phase::output) return fail(__func__, "an output phase is open");
+  if (g->ph == phase::restart_offered || g->ph == phase::restarting) {
+    *flag = 1;
+    copy_name(name, g->offered_name);
+    return SCR_SUCCESS;
+  }
+  int64_t cap = g->restart_cap;
+  if (cap == -2) return SCR_SUCCESS;  // every checkpoint failed to restart
+  for (;;) {
+    bool error = false;
+    if (!offer(__func__, cap, &error)) return error ? kFailure : SCR_SUCCESS;
+    if (g->wanted.empty() || g->offered_name == g->wanted) break;
+    (void)cairn_restart_end(g->c, 0);
+    if (g->offered == 0) return SCR_SUCCESS;
+    cap = g->offered - 1;
+  }
+  g->ph = phase::restart_offered;
+  *flag = 1;
+  copy_name(name, g->offered_name);
+  return SCR_SUCCESS;
+}
+
+int SCR_Start_restart(char* name) {
+  SCR_NEED_INIT(__func__);
+  if (g->ph != phase::restart_offered) {
+    int flag = 0;
+    if (SCR_Have_restart(&flag, nullptr) != SCR_SUCCESS) return kFailure;
+    if (!flag) return fail(__func__, "no checkpoint to restart from (check SCR_Have_restart first)");
+  }
+  g->ph = phase::restarting;
+  copy_name(name, g->offered_name);
+  return SCR_SUCCESS;
+}
+
+int SCR_Complete_restart(int valid) {
+  SCR_NEED_INIT(__func__);
+  if (g->ph != phase::restarting) return fail(__func__, "no restart is open (call SCR_Start_restart)");
+  g->ph = phase::none;
+  bool ok = all_ranks(valid != 0);
+  int rc = cairn_restart_end(g->c, ok ? 1 : 0);
+  if (ok && rc == CAIRN_OK) {
+    // After a fall back to an older dataset, the newer ones stay committed
+    // (cairn never replaces a committed version): new datasets go above them.
+    g->next_id = std::max(g->offered, g->newest_offered) + 1;
+    g->restart_cap = -1;
+    g->wanted.clear();
+    return SCR_SUCCESS;
+  }
+  // The next SCR_Have_restart offers an older checkpoint.
+  g->restart_cap = g->offered - 1;
+  if (g->restart_cap < 0) g->restart_cap = -2;
+  if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+  return fail(__func__, "some rank could not read its files of dataset '" + g->offered_name +
+                            "'; SCR_Have_restart offers the previous one");
+}
+
+int SCR_Current(const char* name) {
+  SCR_NEED_INIT(__func__);
+  if (name == nullptr || *name == '\0') return fail(__func__, "name is empty");
+  if (g->ph == phase::restart_offered) {
+    (void)cairn_restart_end(g->c, 0);
+    g->ph = phase::none;
+  }
+  g->wanted = name;
+  return SCR_SUCCESS;
+}
+
+int SCR_Should_exit(int* flag) {
+  SCR_NEED_INIT(__func__);
+  if (flag == nullptr) return fail(__func__, "flag is NULL");
+  int halt = 0;
+  if (g->rank == 0) {
+    struct stat sb;
+    if (::stat((g->prefix + "/.scr/halt").c_str(), &sb) == 0) halt = 1;
+    const char* end = std::getenv("SCR_END_TIME");
+    if (end && g->halt_seconds > 0 && std::time(nullptr) + g->halt_seconds >= std::atol(end)) halt = 1;
+  }
+  *flag = bcast_flag(halt);
+  return SCR_SUCCESS;
+}
+
+char* SCR_Get_version(void) {
+  static char version[] = SCR_VERSION " (cairn drop-in)";
+  return version;
+}
+
+}  // extern "C"

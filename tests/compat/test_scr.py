@@ -1,0 +1,114 @@
+"""The SCR drop-in (compat/scr): a heat solver written against scr.h in the
+style of SCR's test_api.c (tests/compat/scr_heat.c), built with nothing but
+-I and -l pointing at the drop-in, checkpoints when SCR_Need_checkpoint says
+so, is SIGKILLed at a random moment, restarts, and prints exactly what an
+uninterrupted run prints."""
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import harness
+
+NRANKS = 2
+ARGS = ["60", "64", "16"]  # iterations, columns, rows per rank
+
+
+@pytest.fixture(scope="module")
+def heat(tmp_path_factory) -> Path:
+    inc = os.environ.get("CAIRN_TEST_SCR_INCLUDE")
+    lib = os.environ.get("CAIRN_TEST_SCR_LIBDIR")
+    if not inc or not lib:
+        pytest.fail("CAIRN_TEST_SCR_INCLUDE / CAIRN_TEST_SCR_LIBDIR not set (ctest sets them)")
+    out = tmp_path_factory.mktemp("bin") / "scr_heat"
+    src = Path(__file__).resolve().parent / "scr_heat.c"
+    cmd = ["mpicc", "-O2", "-Wall", "-Werror", f"-I{inc}", str(src), "-o", str(out), f"-L{lib}",
+           f"-Wl,-rpath,{lib}", "-lscr", "-lm"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    return out
+
+
+def env(root: Path, **scr) -> dict:
+    e = harness.base_env()
+    e = {k: v for k, v in e.items() if not k.startswith("SCR_")}
+    e.update({"SCR_PREFIX": str(root / "prefix"), "SCR_CACHE_BASE": str(root / "cache")})
+    e.update({k: str(v) for k, v in scr.items()})
+    return e
+
+
+def command(heat: Path, sleep_us: str = "0", iterations: str = ARGS[0]) -> list:
+    return ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(NRANKS), str(heat), iterations, *ARGS[1:],
+            sleep_us]
+
+
+def lines(out: str, prefix: str) -> list:
+    return [l for l in out.splitlines() if l.startswith(prefix)]
+
+
+def test_need_checkpoint_follows_the_configured_interval(heat, tmp_path):
+    r = harness.run_process(command(heat), env(tmp_path, SCR_CHECKPOINT_INTERVAL=7), tmp_path)
+    assert r.rc == 0, r.describe()
+    assert lines(r.stdout, "checkpoint ") == [f"checkpoint ckpt.{s}" for s in range(7, 61, 7)], r.describe()
+
+
+def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path):
+    ref_root, job_root = tmp_path / "ref", tmp_path / "job"
+    ref_root.mkdir()
+    job_root.mkdir()
+    ref = harness.run_process(command(heat), env(ref_root, SCR_CHECKPOINT_INTERVAL=5), ref_root)
+    assert ref.rc == 0 and lines(ref.stdout, "fresh start"), ref.describe()
+
+    p = harness.start_process(command(heat, "20000"), env(job_root, SCR_CHECKPOINT_INTERVAL=5), job_root)
+    store = job_root / "prefix" / ".scr" / "cairn"
+    deadline = time.monotonic() + harness.TIMEOUT_S
+    while not list(store.glob("runs/*/scr/v*/MANIFEST")) and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(store.glob("runs/*/scr/v*/MANIFEST")), "no dataset was committed before the kill"
+    time.sleep(random.uniform(0.0, 0.8))
+    harness.kill_job(p)  # every rank, by SIGKILL
+
+    again = harness.run_process(command(heat), env(job_root, SCR_CHECKPOINT_INTERVAL=5), job_root)
+    assert again.rc == 0, again.describe()
+    restarted = lines(again.stdout, "restart from ")
+    assert len(restarted) == 1, again.describe()
+    name, step = restarted[0].split()[2], int(restarted[0].split()[-1])
+    assert name == f"ckpt.{step}" and step > 0
+    assert lines(again.stdout, "result ") == lines(ref.stdout, "result ")
+    # The interval counts from the restart: the same checkpoints as the
+    # uninterrupted run after it.
+    assert lines(again.stdout, "checkpoint ") == [l for l in lines(ref.stdout, "checkpoint ")
+                                                  if int(l.split(".")[-1]) > step]
+
+
+def test_should_exit_reports_the_halt_file(heat, tmp_path):
+    (tmp_path / "prefix" / ".scr").mkdir(parents=True)
+    (tmp_path / "prefix" / ".scr" / "halt").write_text("")
+    r = harness.run_process(command(heat), env(tmp_path, SCR_CHECKPOINT_INTERVAL=5), tmp_path)
+    assert r.rc == 0 and lines(r.stdout, "asked to exit at step 1"), r.describe()
+    assert lines(r.stdout, "result iterations 1 "), r.describe()
+
+
+def test_failed_restart_falls_back_to_the_previous_dataset(heat, tmp_path):
+    """A rank that cannot read the newest dataset: SCR_Complete_restart fails on
+    every rank, SCR_Have_restart offers the previous one, and the run goes on
+    from it to the uninterrupted result (its new datasets numbered above the
+    rejected one, which stays committed)."""
+    ref_root, job_root = tmp_path / "ref", tmp_path / "job"
+    ref_root.mkdir()
+    job_root.mkdir()
+    ref = harness.run_process(command(heat, iterations="80"), env(ref_root, SCR_CHECKPOINT_INTERVAL=5), ref_root)
+    assert ref.rc == 0, ref.describe()
+    first = harness.run_process(command(heat), env(job_root, SCR_CHECKPOINT_INTERVAL=5), job_root)
+    assert first.rc == 0 and lines(first.stdout, "checkpoint ckpt.60"), first.describe()
+    again = harness.run_process(command(heat, iterations="80"),
+                                env(job_root, SCR_CHECKPOINT_INTERVAL=5, SCR_HEAT_REJECT=1), job_root)
+    assert again.rc == 0, again.describe()
+    assert lines(again.stdout, "rejecting ") == ["rejecting ckpt.60"], again.describe()
+    assert lines(again.stdout, "restart from ") == ["restart from ckpt.55 step 55"], again.describe()
+    assert lines(again.stdout, "result ") == lines(ref.stdout, "result ")
+    assert lines(again.stdout, "checkpoint ") == [l for l in lines(ref.stdout, "checkpoint ")
+                                                  if int(l.split(".")[-1]) > 55]

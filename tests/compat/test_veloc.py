@@ -1,0 +1,145 @@
+"""The VELOC drop-in (compat/veloc): a heat solver written against veloc.h
+(tests/compat/veloc_heat.c), built with nothing but -I and -l pointing at the
+drop-in, checkpoints under mpirun, is SIGKILLed at a random moment, restarts,
+and prints exactly what an uninterrupted run prints. Memory mode and file
+mode, sync and async configurations; bad configuration files."""
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import harness
+
+NRANKS = 2
+ARGS = ["60", "5", "64", "16"]  # iterations, checkpoint every, columns, rows per rank
+SLEEP_US = "20000"             # per iteration in the killed run: about 1.2 s of work
+
+
+def _env():
+    env = harness.base_env()
+    return env
+
+
+def build(tmp_path_factory, name: str) -> Path:
+    """A test program compiled as a VELOC application would be: mpicc, -I, -L, -lveloc-client."""
+    inc = os.environ.get("CAIRN_TEST_VELOC_INCLUDE")
+    lib = os.environ.get("CAIRN_TEST_VELOC_LIBDIR")
+    if not inc or not lib:
+        pytest.fail("CAIRN_TEST_VELOC_INCLUDE / CAIRN_TEST_VELOC_LIBDIR not set (ctest sets them)")
+    out = tmp_path_factory.mktemp("bin") / name
+    src = Path(__file__).resolve().parent / f"{name}.c"
+    cmd = ["mpicc", "-O2", "-Wall", "-Werror", f"-I{inc}", str(src), "-o", str(out), f"-L{lib}",
+           f"-Wl,-rpath,{lib}", "-lveloc-client", "-lm"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def heat(tmp_path_factory) -> Path:
+    return build(tmp_path_factory, "veloc_heat")
+
+
+def write_config(root: Path, mode: str, **extra) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    lines = [f"scratch = {root / 'scratch'}", f"persistent = {root / 'persistent'}", f"mode = {mode}",
+             "max_versions = 3", "scratch_versions = 2"]
+    lines += [f"{k} = {v}" for k, v in extra.items()]
+    cfg = root / "veloc.cfg"
+    cfg.write_text("# VELOC configuration\n" + "\n".join(lines) + "\n")
+    return cfg
+
+
+def command(heat: Path, io: str, cfg: Path, sleep_us: str = "0", nranks: int = NRANKS) -> list:
+    return ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(nranks), str(heat), io, str(cfg),
+            *ARGS, sleep_us]
+
+
+def run(cmd, cwd: Path) -> harness.Result:
+    return harness.run_process(cmd, _env(), cwd)
+
+
+def lines(out: str, prefix: str) -> list:
+    return [l for l in out.splitlines() if l.startswith(prefix)]
+
+
+def committed(store: Path) -> list:
+    return sorted(store.glob("runs/*/heat/v*/MANIFEST"))
+
+
+@pytest.mark.parametrize("io", ["mem", "file"])
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path, io, mode):
+    ref_root, job_root = tmp_path / "ref", tmp_path / "job"
+    ref_cfg, job_cfg = write_config(ref_root, mode), write_config(job_root, mode)
+    ref = run(command(heat, io, ref_cfg), ref_root)
+    assert ref.rc == 0, ref.describe()
+    assert lines(ref.stdout, "fresh start") and len(lines(ref.stdout, "result ")) == 1, ref.describe()
+
+    p = harness.start_process(command(heat, io, job_cfg, SLEEP_US), _env(), job_root)
+    deadline = time.monotonic() + harness.TIMEOUT_S
+    while not committed(job_root / "persistent") and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert committed(job_root / "persistent"), "no version was committed before the kill"
+    time.sleep(random.uniform(0.0, 0.8))  # a random moment of the run
+    killed = harness.kill_job(p)  # every rank, by SIGKILL
+
+    again = run(command(heat, io, job_cfg), job_root)
+    assert again.rc == 0, again.describe()
+    restarted = lines(again.stdout, "restart from ")
+    assert len(restarted) == 1, f"no restart:\n{killed.describe()}\n{again.describe()}"
+    v = int(restarted[0].split()[-1])
+    assert v > 0 and v % 5 == 0
+    # Every line printed after the restart is the uninterrupted run's.
+    assert lines(again.stdout, "result ") == lines(ref.stdout, "result ")
+    ref_steps = {int(l.split()[1]): l for l in lines(ref.stdout, "step ")}
+    for l in lines(again.stdout, "step "):
+        assert int(l.split()[1]) > v
+        assert l == ref_steps[int(l.split()[1])]
+
+
+@pytest.mark.parametrize("content,what", [
+    ("scratch = {s}\npersistent = {p}\nmode = async\nflush_rate = 3\n", "unknown key 'flush_rate'"),
+    ("scratch = {s}\npersistent = {p}\n", "required key 'mode'"),
+    ("persistent = {p}\nmode = sync\n", "required key 'scratch'"),
+    ("scratch = {s}\nmode = sync\n", "required key 'persistent'"),
+    ("scratch = {s}\npersistent = {p}\nmode = fast\n", "mode = 'fast' is invalid"),
+    ("scratch = {s}\npersistent = {p}\nmode = sync\nmax_versions = two\n", "max_versions = 'two'"),
+    ("scratch = {s}\npersistent = {p}\nmode = sync\npersistent_interval = 30\n", "persistent_interval = 30"),
+])
+def test_bad_config_is_an_error_return_with_a_message(heat, tmp_path, content, what):
+    cfg = tmp_path / "bad.cfg"
+    cfg.write_text(content.format(s=tmp_path / "scratch", p=tmp_path / "persistent"))
+    r = run(command(heat, "mem", cfg, nranks=1), tmp_path)
+    # The application itself reports the failed VELOC_Init and exits with its
+    # own code: VELOC_Init returned instead of exiting.
+    assert r.rc == 2, r.describe()
+    assert lines(r.stdout, "rank ") == ["rank 0: VELOC_Init failed"], r.describe()
+    assert f"VELOC_Init: {cfg}" in r.stderr and what in r.stderr, r.describe()
+    assert not (tmp_path / "persistent").exists() and not (tmp_path / "scratch").exists()
+
+
+def test_missing_config_file_is_an_error_return(heat, tmp_path):
+    r = run(command(heat, "mem", tmp_path / "nope.cfg"), tmp_path)
+    assert r.rc == 2 and "cannot open configuration file" in r.stderr, r.describe()
+    # Every rank got the error return (none is left waiting in a collective).
+    assert sorted(lines(r.stdout, "rank ")) == [f"rank {i}: VELOC_Init failed" for i in range(NRANKS)], r.describe()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_api_edge_cases(tmp_path_factory, tmp_path, mode):
+    """Failed checkpoints are not versions, bounded restart_test, Recover_size,
+    selective recovery into a larger buffer, committed versions never replaced."""
+    prog = build(tmp_path_factory, "veloc_api")
+    cfg = write_config(tmp_path, mode)
+    r = run(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2", str(prog), str(cfg)], tmp_path)
+    assert r.rc == 0 and "FAIL" not in r.stdout, r.describe()
+    assert len(lines(r.stdout, "ok ")) == 28, r.describe()
+    # No version at or below a bound is "none", said by the return value alone.
+    assert "cannot restore" not in r.stderr, r.describe()
+    # The refusals said why on stderr.
+    assert "the application reported failure" in r.stderr or "another rank reported failure" in r.stderr
+    assert "EEXIST" in r.stderr or "already committed" in r.stderr or "never replaced" in r.stderr, r.describe()
