@@ -48,8 +48,6 @@ status client_impl::resolve_layout() {
 
 status client_impl::start_aggregation() {
   // Collective (one broadcast): every rank plans with rank 0's geometry.
-  node_ = cfg_.node_id.empty() ? host_ : cfg_.node_id;
-  if (cfg_.ranks_per_node > 0) node_ += "#" + std::to_string(rank() / cfg_.ranks_per_node);
   std::string text;
   if (rank() == 0) {
     auto g = storage::detect_geometry(cfg_.persistent);
