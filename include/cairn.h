@@ -222,10 +222,10 @@ int cairn_probe(cairn_t *c, int *change);
  * ranks at different moments, so the application can act on it with a
  * collective cairn_checkpoint (then cairn_wait for CAIRN_LEVEL_PERSISTENT).
  * The handler of the warning signals only counts them; a handler the
- * application installed before cairn_init is still called (chained). Once
- * the application has called this function, a warning signal no longer takes
- * its default action (SIGTERM does not end the process: checkpoint, then end);
- * before, it does, as without cairn. */
+ * application installed before cairn_init is still called (chained). The
+ * default action of a warning signal is not taken: SIGTERM and SIGUSR1 no
+ * longer end the process by themselves (checkpoint, then end; the batch
+ * system's SIGKILL follows). warning_signals = none keeps the defaults. */
 int cairn_should_checkpoint(cairn_t *c, int *yes);
 
 /* Local. Seconds until the job's end: configuration key deadline, else

@@ -17,11 +17,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the signal handler ne
 // Written before the handler is installed and read only by it (sigaction
 // orders the two); restored after it is removed.
 std::atomic<uint64_t> g_warnings{0};
-// Set once the application asked cairn_should_checkpoint: from then on a
-// warning signal without a handler of the application's no longer ends the
-// process (the application checkpoints first).
-std::atomic<bool> g_polled{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
+
 struct sigaction g_old[NSIG];
 int g_installed[NSIG];  // reference count per signal, guarded by g_mu
 std::mutex g_mu;
@@ -36,15 +32,11 @@ void on_warning(int sig, siginfo_t* info, void* ctx) {
     if (old.sa_sigaction != nullptr) old.sa_sigaction(sig, info, ctx);
   } else if (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN && old.sa_handler != nullptr) {
     old.sa_handler(sig);
-  } else if (old.sa_handler == SIG_DFL && !g_polled.load(std::memory_order_relaxed) && sig != SIGCONT &&
-             sig != SIGURG && sig != SIGCHLD && sig != SIGWINCH) {
-    // An application that never asks keeps the default action (SIGTERM and
-    // SIGUSR1 end it as they would without cairn). Both calls are
-    // async-signal-safe; the signal is blocked in its handler, so it is
-    // delivered again, with the default action, once the handler returns.
-    sigaction(sig, &old, nullptr);
-    raise(sig);
   }
+  // The default action is not taken: a process warned by SIGTERM or SIGUSR1
+  // goes on until it has checkpointed; the batch system's SIGKILL ends it. A
+  // default action re-raised here would end a rank warned before it first
+  // asked (Slurm sends --signal=USR1@T at once when less than T is left).
   errno = saved;
 }
 
@@ -128,8 +120,6 @@ void release_warning_handler() {
 }
 
 uint64_t warnings_received() { return g_warnings.load(std::memory_order_relaxed); }
-
-void note_polled() { g_polled.store(true, std::memory_order_relaxed); }
 
 result<std::optional<double>> job_end_time(const std::string& deadline, double now) {
   if (!deadline.empty()) {

@@ -23,20 +23,14 @@ result<std::vector<int>> parse_signals(const std::string& text);
 // release restores them). The handler only increments an async-signal-safe
 // counter, then calls the previous handler of the signal if the application
 // had one (SIG_DFL and SIG_IGN are not re-run: a process told SIGTERM keeps
-// running until it checkpointed, and the batch system's SIGKILL ends it),
-// once the application asked (note_polled); before that, a signal whose
-// previous action was SIG_DFL gets the default action (the process ends as
-// it would without cairn). A signal already handled by cairn is not
-// installed twice.
+// running until it checkpointed, and the batch system's SIGKILL ends it).
+// A signal already handled by cairn is not installed twice.
 // Not thread-safe against concurrent install/release (cairn_init/finalize).
 status install_warning_handler(const std::vector<int>& signals);
 void release_warning_handler();
 
 // Warning signals received by this process since it started (any of them).
 uint64_t warnings_received();
-// The application asks cairn_should_checkpoint: warning signals no longer
-// take their default action.
-void note_polled();
 
 // The job's end as a Unix time: `deadline` when configured ("" = none;
 // "+S" = S seconds after `now`; else Unix seconds), otherwise Slurm's

@@ -1455,7 +1455,6 @@ bool client_impl::near_deadline() const {
 
 result<bool> client_impl::should_checkpoint() {
   if (finalized_) return status(errc::invalid_argument, "handle already finalized");
-  batch::note_polled();
   // The answer comes from one progress round (which also moves pending
   // versions on), so every rank answers the same even when the signal
   // reached the ranks at different moments.

@@ -123,7 +123,8 @@ result<std::shared_ptr<const aggregate::plan>> client_impl::plan_version(const s
   const uint32_t files = aggregate_files_ ? aggregate_files_
                                            : std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(nodes.size()),
                                                                                      stripe_count_));
-  result<aggregate::plan> p = status();
+  // Every strategy below assigns it (a default-constructed result is an error).
+  result<aggregate::plan> p = status(errc::internal, "aggregate strategy not planned");
   switch (cfg_.aggregate_strategy) {
     case aggregate_strategy::posix_shared:
     case aggregate_strategy::mpiio: p = aggregate::make_self_plan(in, files, 0); break;

@@ -151,7 +151,9 @@ def test_example_core_script_stops_before_its_deadline_and_the_next_job_continue
     env.update(HEAT2D=str(heat2d), STORE=str(tmp_path / "store"), CAIRN_RUN="heat", NX="256", NY="256",
                ITERS="600", EVERY="50", HEAT2D_ARGS="--sleep-ms 10")
     first_env = dict(env, CAIRN_DEADLINE="+4", CAIRN_DEADLINE_MARGIN="0")
-    args = ("-N2", "--ntasks-per-node=2", "--time=1", f"--output={tmp_path}/out-%j.txt")
+    # The script asks for USR1 120 s before the end: with the 1-minute limit here
+    # Slurm would send it at once. 1 s before the end leaves the deadline alone.
+    args = ("-N2", "--ntasks-per-node=2", "--time=1", "--signal=USR1@1", f"--output={tmp_path}/out-%j.txt")
     first = rig.sbatch(script, *args, env=first_env)
     assert rig.wait(first, timeout=120) == "COMPLETED", output(tmp_path, first)
     out = output(tmp_path, first)
@@ -169,3 +171,32 @@ def test_example_core_script_stops_before_its_deadline_and_the_next_job_continue
                                "--ny", 256, "--iters", 600, "--every", 0], ref_env, tmp_path).ok()
     want = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", ref.stdout, re.M).group(1)
     assert got == want, f"resumed job's checksum {got}, uninterrupted run's {want}"
+
+
+def test_example_aggregation_script_spreads_leaders_over_the_slurm_nodes(rig, tmp_path):
+    """examples/slurm/aggregation.sbatch on n1 and n2 (ranks 0, 1 on n1; 2, 3 on n2):
+    the node identity cairn takes from Slurm is the failure domain the leaders
+    spread over, one leader per node, each pulling only from its own node."""
+    heat2d = Path(os.environ.get("CAIRN_TEST_EXAMPLES_DIR", "")) / "heat2d"
+    if not heat2d.is_file():
+        pytest.fail(f"{heat2d} not found: build the examples and set CAIRN_TEST_EXAMPLES_DIR (ctest does)")
+    script = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "aggregation.sbatch"
+    env = slurm_base_env()
+    env.update(HEAT2D=str(heat2d), STORE=str(tmp_path / "store"), CAIRN_RUN="agg", NX="256", NY="256",
+               ITERS="100", EVERY="50", CAIRN_AGGREGATE_FILES="2")
+    job = rig.sbatch(script, "-N2", "--ntasks-per-node=2", "--time=1", "--signal=USR1@1",
+                     f"--output={tmp_path}/out-%j.txt", env=env)
+    state = rig.wait(job, timeout=120)
+    out = output(tmp_path, job)
+    assert state == "COMPLETED", f"job {job} ended {state}\n{out}"
+    assert re.search(r"^heat2d: final checksum [0-9a-f]{16}$", out, re.M), out
+    for v in (50, 100):
+        text = (tmp_path / "store" / "runs" / "agg" / "heat2d" / f"v{v:012d}" / "MANIFEST").read_text()
+        m = json.loads(text[:text.rindex("xxh3 ")])
+        c = m["container"]
+        assert c["strategy"] == "leaders", c
+        leaders = sorted(c["leaders"])
+        assert len(leaders) == 2 and leaders[0] in (0, 1) and leaders[1] in (2, 3), \
+            f"version {v}: leaders {leaders}, expected one on n1 (ranks 0, 1) and one on n2 (ranks 2, 3)"
+        assert c["bytes_between_nodes"] == 0 and c["bytes_within_nodes"] > 0, c
+    assert run_info(tmp_path / "store", "agg")["executions"][0]["nodes"] == ["n1", "n2"]

@@ -173,16 +173,26 @@ TEST_F(should_checkpoint_test, slurm_job_and_node_enter_the_run_identity) {
   EXPECT_EQ(info->executions[0].nodes, std::vector<std::string>{"n9"});
 }
 
-TEST_F(should_checkpoint_test, an_application_that_never_asks_keeps_the_default_action) {
-  // A fresh process (threadsafe death tests re-run the binary): nothing has
-  // asked cairn_should_checkpoint there, so SIGTERM ends it as without cairn.
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+TEST_F(should_checkpoint_test, a_warning_signal_never_ends_the_process_and_none_keeps_the_default) {
+  // The action before cairn_init is the default one (a library loaded with
+  // libcairn may have installed its own: libinfinipath does, and exits; that
+  // one would be chained).
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGTERM, nullptr, &before), 0);
+  signal(SIGTERM, SIG_DFL);
   setenv("CAIRN_WARNING_SIGNALS", "USR1,TERM", 1);
+  {
+    auto c = client::create();
+    ASSERT_TRUE(c) << c.error().to_string();
+    raise(SIGTERM);  // before any cairn_should_checkpoint: counted, the process goes on
+    EXPECT_TRUE(*c->should_checkpoint());
+    ASSERT_TRUE(c->finalize(true));
+  }
+  sigaction(SIGTERM, &before, nullptr);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  setenv("CAIRN_WARNING_SIGNALS", "none", 1);
   EXPECT_EXIT(
       {
-        // The application's action before cairn_init is the default one (a
-        // library loaded with libcairn may have installed its own:
-        // libinfinipath does, and exits; that one would be chained).
         signal(SIGTERM, SIG_DFL);
         auto c = client::create();
         if (!c) _exit(3);
