@@ -202,3 +202,45 @@ def test_example_aggregation_script_spreads_leaders_over_the_slurm_nodes(rig, tm
             f"version {v}: leaders {leaders}, expected one on n1 (ranks 0, 1) and one on n2 (ranks 2, 3)"
         assert c["bytes_between_nodes"] == 0 and c["bytes_within_nodes"] > 0, c
     assert run_info(tmp_path / "store", "agg")["executions"][0]["nodes"] == ["n1", "n2"]
+
+
+def test_agents_in_a_job_of_their_own_serve_an_application_job(rig, tmp_path):
+    """examples/slurm/agents-service.sbatch (controller and a manager started with
+    srun, on one node) and agents-app.sbatch (heat2d on the other node, checkpoints
+    in the agents' memory): the application job ends with the checksum of an
+    uninterrupted run; the service job is then cancelled."""
+    heat2d = Path(os.environ.get("CAIRN_TEST_EXAMPLES_DIR", "")) / "heat2d"
+    agent = Path(os.environ.get("CAIRN_TEST_AGENT", ""))
+    cli = harness.cli_path()
+    if not heat2d.is_file() or not agent.is_file() or cli is None:
+        pytest.fail(f"heat2d ({heat2d}), cairn-agent ({agent}) or the CLI not built: build and run under ctest")
+    examples = Path(__file__).resolve().parents[2] / "examples" / "slurm"
+    shared = tmp_path / "shared"
+    env = slurm_base_env()
+    env.update(CLI=str(cli), AGENT=str(agent), SHARED=str(shared), PORT=str(slurm.free_port()),
+               HEAT2D=str(heat2d), STORE=str(tmp_path / "store"), CAIRN_RUN="heat-agents", NX="256", NY="256",
+               ITERS="200", EVERY="50")
+    svc = rig.sbatch(examples / "agents-service.sbatch", "-N1", "--time=2", f"--output={tmp_path}/out-%j.txt",
+                     env=env)
+    try:
+        app = rig.sbatch(examples / "agents-app.sbatch", "-N1", "--ntasks-per-node=2", "--time=1",
+                         "--signal=USR1@1", f"--output={tmp_path}/out-%j.txt", env=env)
+        state = rig.wait(app, timeout=150)
+        out = output(tmp_path, app)
+        assert state == "COMPLETED", f"application job {app} ended {state}\n{out}\n--- service ---\n" \
+                                     f"{output(tmp_path, svc)}"
+        assert rig.job_state(svc) == "RUNNING", output(tmp_path, svc)
+    finally:
+        rig.scancel(svc)
+    rig.wait(svc, timeout=60)
+    got = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", out, re.M)
+    assert got and "checkpoint version 200" in out, out
+    # The agents took every version (no rank fell back to writing its shards itself).
+    assert "not running yet" not in out and "writing checkpoints to the persistent level instead" not in out, out
+    # ... and wrote them to the store (agents_persist), committed.
+    assert (tmp_path / "store" / "runs" / "heat-agents" / "heat2d" / f"v{200:012d}" / "MANIFEST").is_file()
+    ref_env = dict(harness.base_env(), CAIRN_PERSISTENT=str(tmp_path / "ref"), CAIRN_SCRATCH=str(tmp_path / "ref-s"))
+    ref = harness.run_process(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2", heat2d, "--nx", 256,
+                               "--ny", 256, "--iters", 200, "--every", 0], ref_env, tmp_path).ok()
+    want = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", ref.stdout, re.M).group(1)
+    assert got.group(1) == want

@@ -283,6 +283,11 @@ class SlurmRig:
                              f"slurmctld.log ends with:\n{tail(self.log / 'slurmctld.log')}")
         return r.stdout.strip().split(";")[0]
 
+    def scancel(self, job: str) -> None:
+        r = subprocess.run(["scancel", job], env=self.env(), capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SlurmError(f"scancel {job} failed: {r.stderr.strip()}")
+
     def job_state(self, job: str) -> Optional[str]:
         """The job's state (PENDING, RUNNING, COMPLETED, TIMEOUT, FAILED, ...), None once slurmctld forgot it."""
         r = subprocess.run(["scontrol", "-o", "show", "job", job], env=self.env(), capture_output=True, text=True)
