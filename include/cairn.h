@@ -213,6 +213,30 @@ int cairn_divergence(cairn_t *c, cairn_divergence_t *info);
 #define CAIRN_AGENTS_MIGRATED 3
 int cairn_probe(cairn_t *c, int *change);
 
+/* Batch jobs: checkpoint before the end (docs/design/core.md, "Batch jobs").
+ * Collective (one small allreduce, which also moves pending versions on).
+ * Sets *yes to 1 on every rank when
+ *  - some rank received one of the warning_signals (default SIGUSR1 and
+ *    SIGTERM: Slurm's --signal=USR1@T, preemption) since its last
+ *    cairn_checkpoint, or
+ *  - the time left (cairn_time_left, the smallest over the ranks) is below
+ *    deadline_factor x the last measured time from capture to the persistent
+ *    level, plus deadline_margin seconds, and no checkpoint was taken since.
+ * The answer is the same on every rank even when the signal reached the
+ * ranks at different moments, so the application can act on it with a
+ * collective cairn_checkpoint (then cairn_wait for CAIRN_LEVEL_PERSISTENT).
+ * The handler of the warning signals only counts them; a handler the
+ * application installed before cairn_init is still called (chained). The
+ * default action of a warning signal is not taken: SIGTERM and SIGUSR1 no
+ * longer end the process by themselves (checkpoint, then end; the batch
+ * system's SIGKILL follows). warning_signals = none keeps the defaults. */
+int cairn_should_checkpoint(cairn_t *c, int *yes);
+
+/* Local. Seconds until the job's end: configuration key deadline, else
+ * Slurm's SLURM_JOB_END_TIME; HUGE_VAL when neither is known (negative once
+ * the end has passed). */
+int cairn_time_left(cairn_t *c, double *seconds);
+
 /* Rank and size of the handle's communicator (0 and 1 for cairn_init). */
 int cairn_rank(const cairn_t *c);
 int cairn_size(const cairn_t *c);

@@ -12,7 +12,9 @@ packages=(build-essential cmake ninja-build pkg-config git
           libsodium-dev
           libzstd-dev
           # the single-host CephFS of the tests (tests/support_py/cephfs.py)
-          ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr)
+          ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr
+          # the single-host Slurm of the tests (tests/support_py/slurm.py)
+          slurm-wlm munge)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,6 +31,12 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import pytest" 2>/dev/nul
   echo "install-deps: creating .venv with pytest"
   python3 -m venv .venv
   .venv/bin/pip install -q --disable-pip-version-check pytest
+fi
+
+# The OpenMetrics parser the metrics test checks the textfiles with.
+if ! .venv/bin/python -c "import prometheus_client" 2>/dev/null; then
+  echo "install-deps: installing prometheus_client into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check prometheus_client
 fi
 
 # The analysis package (bindings/python, imported as `cairn`) with numpy,

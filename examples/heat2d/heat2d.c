@@ -39,6 +39,14 @@
  *   heat2d: iterations N
  *   heat2d: final checksum <16 hex digits>          (FNV-1a 64 of the interior
  *                                                    doubles in global row order)
+ *
+ * Batch jobs: after every iteration heat2d asks cairn_should_checkpoint
+ * (collective, the same answer on every rank). When the job is about to end
+ * (Slurm's --signal=USR1@T, SIGTERM at preemption, or the deadline nearer than
+ * the measured time to durable) it checkpoints that iteration, waits until it
+ * is durable at the persistent level, prints
+ *   heat2d: the job ends: version V durable, stopping (resubmit to continue)
+ * and ends without the final lines; the next job restarts from V.
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -295,6 +303,7 @@ int main(int argc, char **argv) {
   }
 
   int cur = 0; /* the restart (if any) restored into grid 0 */
+  int stopped = 0;
   for (long long it = state[STATE_ITER] + 1; it <= opt.iters; ++it) {
     double *u = grid[cur];
     double *v = grid[1 - cur];
@@ -318,6 +327,20 @@ int main(int argc, char **argv) {
     cur = 1 - cur;
     sleep_ms(opt.sleep_ms);
 
+    int ending = 0;
+    if ((rc = cairn_should_checkpoint(c, &ending)) != CAIRN_OK) cairn_die("cairn_should_checkpoint", rc);
+    if (ending) {
+      state[STATE_ITER] = it;
+      PROTECT_GRID(cur);
+      CAIRN_CHECK(cairn_checkpoint, c, CKPT_NAME, (int64_t)it);
+      CAIRN_CHECK(cairn_wait, c, CKPT_NAME, (int64_t)it, CAIRN_LEVEL_PERSISTENT);
+      if (rank == 0) {
+        printf("heat2d: the job ends: version %lld durable, stopping (resubmit to continue)\n", it);
+        fflush(stdout);
+      }
+      stopped = 1;
+      break;
+    }
     if (opt.every > 0 && it % opt.every == 0) {
       state[STATE_ITER] = it;
       PROTECT_GRID(cur);
@@ -348,6 +371,12 @@ int main(int argc, char **argv) {
   }
 
   CAIRN_CHECK(cairn_finalize, &c, 1);
+  if (stopped) {
+    free(grid[0]);
+    free(grid[1]);
+    MPI_Finalize();
+    return 0;
+  }
 
   /* Checksum of the interior in global row order, independent of the rank
    * count: the FNV-1a state is passed from rank to rank, each continuing it

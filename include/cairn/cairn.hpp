@@ -56,6 +56,10 @@ class client {
   // Remote checkpoint agents: see cairn_probe; the CAIRN_AGENTS_* change.
   result<int> probe();
 
+  // Batch jobs: see cairn_should_checkpoint (collective) and cairn_time_left.
+  result<bool> should_checkpoint();
+  result<double> time_left();
+
   status set_code_version(std::string_view code_version);
   status tag(std::string_view key, std::string_view value);
 

@@ -95,6 +95,8 @@ result<uint64_t> client::restart_region_size(std::string_view r) {
   return impl_->restart_region_size(std::string(r));
 }
 result<int> client::probe() { CAIRN_IMPL_OR_FAIL(); return impl_->probe(); }
+result<bool> client::should_checkpoint() { CAIRN_IMPL_OR_FAIL(); return impl_->should_checkpoint(); }
+result<double> client::time_left() { CAIRN_IMPL_OR_FAIL(); return impl_->time_left(); }
 status client::restart(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart(std::string(n), v); }
 status client::set_code_version(std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->set_code_version(std::string(v)); }
 status client::tag(std::string_view k, std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->tag(std::string(k), std::string(v)); }
@@ -330,6 +332,26 @@ int cairn_probe(cairn_t* c, int* change) {
     if (change == nullptr) return {errc::invalid_argument, "cairn_probe: change is NULL"};
     *change = CAIRN_AGENTS_UNCHANGED;
     CAIRN_ASSIGN_OR_RETURN(*change, c->client.probe());
+    return {};
+  });
+}
+
+int cairn_should_checkpoint(cairn_t* c, int* yes) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (yes == nullptr) return {errc::invalid_argument, "cairn_should_checkpoint: yes is NULL"};
+    *yes = 0;
+    CAIRN_ASSIGN_OR_RETURN(bool y, c->client.should_checkpoint());
+    *yes = y ? 1 : 0;
+    return {};
+  });
+}
+
+int cairn_time_left(cairn_t* c, double* seconds) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (seconds == nullptr) return {errc::invalid_argument, "cairn_time_left: seconds is NULL"};
+    CAIRN_ASSIGN_OR_RETURN(*seconds, c->client.time_left());
     return {};
   });
 }

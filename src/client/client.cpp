@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "aggregate/stage.hpp"
+#include "client/batch_job.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "aggregate/leaders.hpp"
 #endif
@@ -236,6 +238,7 @@ client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
 client_impl::~client_impl() {
   for (auto& [key, rec] : records_) rec->job->cancelled = true;
   if (engine_) engine_->shutdown(false);
+  if (warning_handler_) batch::release_warning_handler();
 }
 
 result<std::unique_ptr<client_impl>> client_impl::create(std::unique_ptr<comm::communicator> comm,
@@ -261,6 +264,17 @@ result<std::unique_ptr<client_impl>> client_impl::create(std::unique_ptr<comm::c
 
 status client_impl::start() {
   host_ = comm_->host();
+  // The node (failure domain, leader spread): configured, else the batch
+  // system's node name, else the host; ranks_per_node emulates nodes.
+  node_ = batch::node_identity(cfg_.node_id, host_);
+  if (cfg_.ranks_per_node > 0) node_ += "#" + std::to_string(rank() / cfg_.ranks_per_node);
+  {
+    CAIRN_ASSIGN_OR_RETURN(auto signals, batch::parse_signals(cfg_.warning_signals));
+    CAIRN_ASSIGN_OR_RETURN(job_end_, batch::job_end_time(cfg_.deadline, util::wall_s()));
+    CAIRN_RETURN_IF_ERROR(batch::install_warning_handler(signals));
+    warning_handler_ = true;
+    warnings_at_capture_ = batch::warnings_received();
+  }
   if (!cfg_.fault_inject.empty()) CAIRN_RETURN_IF_ERROR(install_fault());
   CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.persistent).with_context("persistent level (CAIRN_PERSISTENT)"));
   if (cfg_.local_enabled)
@@ -272,6 +286,20 @@ status client_impl::start() {
                            "run 'cairn reindex' later\n", cat.error().to_string().c_str());
     } else {
       catalog_ = std::move(cat).value();
+      // The time to durable of the run's newest committed version, from an
+      // earlier execution: cairn_should_checkpoint's estimate until this
+      // execution measures its own.
+      auto vs = catalog_->list_versions(cfg_.run);
+      if (vs && !vs->empty()) {
+        const auto newest = std::max_element(vs->begin(), vs->end(),
+                                             [](const auto& a, const auto& b) { return a.committed_at < b.committed_at; });
+        auto shards = catalog_->list_shards(cfg_.run, newest->name, newest->version);
+        if (shards && !shards->empty()) {
+          double first = shards->front().captured_at;
+          for (const auto& sh : *shards) first = std::min(first, sh.captured_at);
+          if (first > 0 && newest->committed_at > first) durable_s_->store(newest->committed_at - first);
+        }
+      }
     }
   }
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
@@ -415,8 +443,9 @@ status client_impl::install_fault() {
 }
 
 status client_impl::start_run_identity() {
-  char host[64] = {0};
-  std::snprintf(host, sizeof host, "%s", host_.c_str());
+  char host[128] = {0};
+  std::snprintf(host, 64, "%s", host_.c_str());
+  std::snprintf(host + 64, 64, "%s", node_.c_str());
   std::vector<std::byte> all;
   comm_->gather(std::as_bytes(std::span<const char>(host, sizeof host)), &all);
   if (rank() != 0) return {};
@@ -439,9 +468,15 @@ status client_impl::start_run_identity() {
   format::execution e;
   e.started_at = util::wall_s();
   e.nranks = static_cast<uint32_t>(size());
-  std::set<std::string> hosts;
-  for (int r = 0; r < size(); ++r) hosts.insert(std::string(reinterpret_cast<const char*>(all.data()) + r * 64, strnlen(reinterpret_cast<const char*>(all.data()) + r * 64, 63)));
+  std::set<std::string> hosts, nodes;
+  for (int r = 0; r < size(); ++r) {
+    const char* p = reinterpret_cast<const char*>(all.data()) + r * 128;
+    hosts.insert(std::string(p, strnlen(p, 63)));
+    nodes.insert(std::string(p + 64, strnlen(p + 64, 63)));
+  }
   e.hosts.assign(hosts.begin(), hosts.end());
+  e.nodes.assign(nodes.begin(), nodes.end());
+  e.job = batch::job_id();
   e.executable = program_invocation_short_name ? program_invocation_short_name : "";
   e.code_version = cfg_.code_version;
   e.config = cfg_.values();
@@ -754,6 +789,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio)
     CAIRN_RETURN_IF_ERROR(free_slot_for_mpiio(st && h.file_size > pool_.slot_bytes()));
   bool all_have_slot = true;
+  const uint64_t warnings = batch::warnings_received();  // a checkpoint from here on answers them
   CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot, &st, plan_it ? &my_record : nullptr, &records));
   if (divergence_ && cfg_.on_divergence == divergence_action::stop) {
     return {errc::diverged, "run '" + cfg_.run + "' diverged from '" + cfg_.reference_run + "' at '" +
@@ -798,6 +834,11 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     if (end > d.offset + d.length) std::memset(img + d.offset + d.length, 0, end - d.offset - d.length);
   }
   job->capture_s = util::now_s() - t0;
+  warnings_at_capture_ = warnings;
+  ++stats_.checkpoints;
+  stats_.stage_seconds["capture"] += job->capture_s;
+  stats_dirty_ = true;
+  if (near_deadline()) deadline_checkpointed_ = true;  // agreed: the same on every rank
 
   ++count_[name];
   unsigned wanted = CAIRN_LEVEL_CAPTURED;
@@ -869,6 +910,15 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
   }
   v.push_back(my_first);
   v.push_back(mine ? static_cast<int64_t>(mine->code()) : 0);
+  // Batch jobs: 0 when this rank was warned since its last capture; minus
+  // its measured time to durable (us: the minimum is the largest); the time
+  // it has left (ms, INT64_MAX unknown).
+  v.push_back(batch::warnings_received() > warnings_at_capture_ ? 0 : 1);
+  v.push_back(-static_cast<int64_t>(durable_s_->load() * 1e6));
+  {
+    const double left = time_left();
+    v.push_back(std::isfinite(left) ? static_cast<int64_t>(std::max(-1e15, std::min(1e15, left * 1000.0))) : INT64_MAX);
+  }
   enum class entry_kind { level, collective, durable, manifest };
   struct entry {
     version_record* rec;
@@ -901,7 +951,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
       }
     }
   }
-  constexpr size_t kFixed = 4;
+  constexpr size_t kFixed = 7;
   if (record) {
     // The same minimum, through an allgather that also carries every rank's
     // plan record: still one collective.
@@ -924,6 +974,9 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
     comm_->allreduce_min(v);
   }
   if (online_) progress_divergence(v[2]);
+  agreed_warned_ = v[4] == 0;
+  agreed_durable_s_ = static_cast<double>(-v[5]) / 1e6;
+  agreed_left_s_ = v[6] == INT64_MAX ? HUGE_VAL : static_cast<double>(v[6]) / 1000.0;
 
   for (size_t i = 0; i < entries.size(); ++i) {
     version_record& rec = *entries[i].rec;
@@ -948,6 +1001,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
           on_level_complete(rec, CAIRN_LEVEL_PERSISTENT);
         } else {
           rec.global_failed |= CAIRN_LEVEL_PERSISTENT;
+          count_level(rec, CAIRN_LEVEL_PERSISTENT, true);
           std::string msg = rank() == 0 ? rec.manifest_error->message() : std::string();
           int64_t code = comm_->min(rank() == 0 ? static_cast<int64_t>(rec.manifest_error->code()) : 0);
           comm_->broadcast(&msg, 0);
@@ -958,6 +1012,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
     }
   }
   std::erase_if(pending_, [](version_record* r) { return r->resolved(); });
+  if (stats_dirty_) write_metrics();
   if (all_have_slot) *all_have_slot = v[1] > 0;
   if (v[3] < 0) return agreed_failure(v[3], mine ? *mine : status());
 
@@ -971,6 +1026,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
 
 void client_impl::agree_level_failure(version_record& rec, unsigned level) {
   rec.global_failed |= level;
+  count_level(rec, level, true);
   if (level == CAIRN_LEVEL_PERSISTENT) rec.job->cancelled = true;  // ranks waiting for others stop
   bool mine = level_state(*engine_, *rec.job, level) < 0;
   status e, soft;
@@ -1118,6 +1174,9 @@ void client_impl::on_durable(version_record& rec) {
       return st.with_context("committing the manifest");
     }
     state->store(1);
+    double first = m.committed_at;
+    for (const auto& sh : m.shards) first = std::min(first, sh.captured_at);
+    durable_s_->store(m.committed_at - first);
     std::lock_guard lk(catalog_mu_);
     if (catalog_) {
       status cs = catalog_->index_version(env_, m.run, m.name, m.version);
@@ -1133,6 +1192,7 @@ void client_impl::on_durable(version_record& rec) {
 
 void client_impl::on_level_complete(version_record& rec, unsigned level) {
   rec.global_done |= level;
+  count_level(rec, level, false);
   if (level == CAIRN_LEVEL_PROTECTED) return;  // the agents keep their own versions
   if (level == CAIRN_LEVEL_LOCAL) rec.local_done_at = util::wall_s();
   auto& list = complete_[{rec.name, level}];
@@ -1334,7 +1394,72 @@ status client_impl::finalize(bool wait_for_pending) {
     if (!st && first.is_ok()) first = st;
   }
   finalized_ = true;
+  write_metrics();
+  if (warning_handler_) {
+    batch::release_warning_handler();
+    warning_handler_ = false;
+  }
   return first;
+}
+
+void client_impl::count_level(version_record& rec, unsigned level, bool failed) {
+  const char* name = level == CAIRN_LEVEL_LOCAL ? "local" : level == CAIRN_LEVEL_PERSISTENT ? "persistent" : nullptr;
+  if (name == nullptr) return;
+  stats_dirty_ = true;
+  auto& c = stats_.levels[name];
+  if (failed) {
+    ++c.errors;
+    return;
+  }
+  // The stages of this rank finished before the level was agreed complete.
+  const auto& job = *rec.job;
+  ++c.versions;
+  c.bytes += job.header.file_size;
+  stats_.stage_seconds[name] += level == CAIRN_LEVEL_LOCAL ? job.local_s : job.persistent_s;
+  if (!rec.counted_checksum) {
+    rec.counted_checksum = true;
+    stats_.stage_seconds["checksum"] += job.checksum_s;
+  }
+}
+
+void client_impl::write_metrics() {
+  stats_dirty_ = false;
+  if (cfg_.metrics_dir.empty()) return;
+  stats_.run = cfg_.run;
+  stats_.rank = static_cast<uint32_t>(rank());
+  stats_.time_to_durable_s = agreed_durable_s_;
+  stats_.warning_signals = batch::warnings_received();
+  stats_.staging_bytes = pool_.slot_bytes() * static_cast<uint64_t>(pool_.slots());
+  // One file per rank (run and rank in the name: the node exporter reads
+  // every *.prom of the directory), replaced atomically; not synced, since a
+  // metric is an observation, not state.
+  const std::string path = storage::join(cfg_.metrics_dir, "cairn_" + cfg_.run + "_" + std::to_string(rank()) + ".prom");
+  status st = env_->make_dirs(cfg_.metrics_dir);
+  if (st) st = env_->write_atomic(path, metrics::to_openmetrics({stats_}), false);
+  if (!st && !stats_warned_) {
+    stats_warned_ = true;
+    std::fprintf(stderr, "cairn: rank %d: warning: metrics not written (%s); checkpoints go on\n", rank(),
+                 st.message().c_str());
+  }
+}
+
+double client_impl::time_left() const {
+  if (!job_end_) return HUGE_VAL;
+  return *job_end_ - util::wall_s();
+}
+
+bool client_impl::near_deadline() const {
+  return std::isfinite(agreed_left_s_) &&
+         agreed_left_s_ <= cfg_.deadline_factor * agreed_durable_s_ + cfg_.deadline_margin;
+}
+
+result<bool> client_impl::should_checkpoint() {
+  if (finalized_) return status(errc::invalid_argument, "handle already finalized");
+  // The answer comes from one progress round (which also moves pending
+  // versions on), so every rank answers the same even when the signal
+  // reached the ranks at different moments.
+  CAIRN_RETURN_IF_ERROR(progress(false));
+  return agreed_warned_ || (near_deadline() && !deadline_checkpointed_);
 }
 
 }  // namespace cairn

@@ -5,6 +5,7 @@
 #define CAIRN_CLIENT_CLIENT_HPP
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -28,6 +29,7 @@
 #include "format/shard.hpp"
 #include "format/shard_io.hpp"
 #include "history/catalog.hpp"
+#include "history/metrics.hpp"
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
 
@@ -76,6 +78,8 @@ struct version_record {
   std::shared_ptr<std::atomic<int>> manifest_state;
   std::shared_ptr<status> manifest_error;
 
+  bool counted_checksum = false;  // metrics: its checksum seconds were counted
+
   bool resolved() const { return ((global_done | global_failed) & wanted) == wanted; }
 };
 
@@ -115,6 +119,19 @@ class client_impl {
 
   // Online comparison: what every rank agreed on at the last collective call.
   status divergence(cairn_divergence_t* info);
+
+  // Batch jobs (docs/design/core.md, "Batch jobs"). Collective: true on every
+  // rank when some rank received a warning signal since the last checkpoint,
+  // or the agreed time left is below the time to reach the persistent level
+  // (deadline_factor x the last measured, plus deadline_margin) and no
+  // checkpoint was taken since that became true. One progress round.
+  result<bool> should_checkpoint();
+  // Local: seconds until the job's end (deadline or SLURM_JOB_END_TIME);
+  // HUGE_VAL when unknown.
+  double time_left() const;
+  // The last measured time from capture to the commit of a version at the
+  // persistent level, as agreed at the last collective call (0: none yet).
+  double time_to_durable() const { return agreed_durable_s_; }
 
   // Run identity (RUN file, written by rank 0).
   status set_code_version(const std::string& v);
@@ -211,6 +228,26 @@ class client_impl {
   storage::storage_env* env_;
   std::unique_ptr<storage::storage_env> fault_env_;
   std::string host_;
+  // Batch jobs: the job's end (Unix seconds) if known; the warning counter
+  // at the last capture; what the last progress round agreed.
+  std::optional<double> job_end_;
+  bool warning_handler_ = false;
+  uint64_t warnings_at_capture_ = 0;
+  bool agreed_warned_ = false;
+  double agreed_left_s_ = HUGE_VAL;  // HUGE_VAL when no rank knows the end
+  double agreed_durable_s_ = 0;
+  bool deadline_checkpointed_ = false;  // a checkpoint was taken once the deadline was near
+  bool near_deadline() const;
+  // Rank 0: capture to MANIFEST commit of the newest committed version, set
+  // by the commit task (engine thread), read by the application thread.
+  std::shared_ptr<std::atomic<double>> durable_s_ = std::make_shared<std::atomic<double>>(0.0);
+  // Metrics (docs/design/metrics.md): this rank's counters, written to its
+  // textfile in metrics_dir after a progress round that changed them.
+  metrics::rank_metrics stats_;
+  bool stats_dirty_ = false;
+  bool stats_warned_ = false;  // a failed write was reported once
+  void count_level(version_record& rec, unsigned level, bool failed);
+  void write_metrics();
   // persistent_layout = aggregated: this rank's node (leader spread), the
   // stripe size extents align to, the data files per version (M), all agreed
   // at init.

@@ -48,8 +48,6 @@ status client_impl::resolve_layout() {
 
 status client_impl::start_aggregation() {
   // Collective (one broadcast): every rank plans with rank 0's geometry.
-  node_ = cfg_.node_id.empty() ? host_ : cfg_.node_id;
-  if (cfg_.ranks_per_node > 0) node_ += "#" + std::to_string(rank() / cfg_.ranks_per_node);
   std::string text;
   if (rank() == 0) {
     auto g = storage::detect_geometry(cfg_.persistent);
@@ -125,7 +123,8 @@ result<std::shared_ptr<const aggregate::plan>> client_impl::plan_version(const s
   const uint32_t files = aggregate_files_ ? aggregate_files_
                                            : std::max<uint32_t>(1, std::min<uint32_t>(static_cast<uint32_t>(nodes.size()),
                                                                                      stripe_count_));
-  result<aggregate::plan> p = status();
+  // Every strategy below assigns it (a default-constructed result is an error).
+  result<aggregate::plan> p = status(errc::internal, "aggregate strategy not planned");
   switch (cfg_.aggregate_strategy) {
     case aggregate_strategy::posix_shared:
     case aggregate_strategy::mpiio: p = aggregate::make_self_plan(in, files, 0); break;

@@ -41,6 +41,8 @@ std::string encode_run_info(const run_info& r) {
                   {"ended_at", e.ended_at},
                   {"nranks", e.nranks},
                   {"hosts", e.hosts},
+                  {"nodes", e.nodes},
+                  {"job", e.job},
                   {"executable", e.executable},
                   {"code_version", e.code_version},
                   {"config", e.config}});
@@ -68,6 +70,8 @@ result<run_info> decode_run_info(const std::string& text, const std::string& whe
       x.ended_at = e.value("ended_at", 0.0);
       x.nranks = e.value("nranks", 0u);
       x.hosts = e.value("hosts", std::vector<std::string>{});
+      x.nodes = e.value("nodes", std::vector<std::string>{});
+      x.job = e.value("job", "");
       x.executable = e.value("executable", "");
       x.code_version = e.value("code_version", "");
       x.config = e.value("config", std::map<std::string, std::string>{});

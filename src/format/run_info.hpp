@@ -22,6 +22,8 @@ struct execution {
   double ended_at = 0;  // 0 while running (or if it died)
   uint32_t nranks = 0;
   std::vector<std::string> hosts;  // distinct, sorted
+  std::vector<std::string> nodes;  // distinct node identities (node_id, SLURMD_NODENAME), sorted
+  std::string job;                 // batch job id (SLURM_JOB_ID), empty outside a job
   std::string executable;
   std::string code_version;
   std::map<std::string, std::string> config;  // key -> value as configured

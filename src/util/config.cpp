@@ -249,6 +249,18 @@ const std::vector<key_def>& keys() {
          auto r = parse_int("agents_checkpoints", v, 0, INT64_MAX); if (!r) return r.take_status();
          c.agents_checkpoints = static_cast<uint64_t>(*r); return {}; },
        [](const config& c) { return std::to_string(c.agents_checkpoints); }},
+      {"warning_signals", "signals that announce the job's end", [](config& c, const std::string& v) -> status {
+         c.warning_signals = v; return {}; }, [](const config& c) { return c.warning_signals; }},
+      {"deadline", "the job's end: Unix seconds or +seconds after init", [](config& c, const std::string& v) -> status {
+         c.deadline = v; return {}; }, [](const config& c) { return c.deadline; }},
+      {"deadline_margin", "seconds added to the time to durable", [](config& c, const std::string& v) {
+         return parse_double("deadline_margin", v, &c.deadline_margin); },
+       [](const config& c) { std::ostringstream os; os << c.deadline_margin; return os.str(); }},
+      {"deadline_factor", "factor on the measured time to durable", [](config& c, const std::string& v) {
+         return parse_double("deadline_factor", v, &c.deadline_factor); },
+       [](const config& c) { std::ostringstream os; os << c.deadline_factor; return os.str(); }},
+      {"metrics_dir", "directory of the OpenMetrics textfiles (node exporter)", [](config& c, const std::string& v) -> status {
+         c.metrics_dir = v; return {}; }, [](const config& c) { return c.metrics_dir; }},
       {"fault_inject", "test hook", [](config& c, const std::string& v) -> status { c.fault_inject = v; return {}; },
        [](const config& c) { return c.fault_inject; }},
   };
@@ -327,6 +339,11 @@ result<config> config::load(const std::string& path) {
 result<config> config::load(const std::string& path, const std::map<std::string, std::string>& env) {
   config c;
   c.run = default_run_name();
+  // Under a batch job the job id is part of the default run: two jobs never
+  // share a run by accident (a requeued job keeps its id and finds its
+  // checkpoints; a new job that continues another sets run).
+  if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job && std::string(job).find('/') == std::string::npos)
+    c.run += std::string("-") + job;
   c.application = default_run_name();
   c.scratch = default_scratch();
   if (!path.empty()) {

@@ -83,6 +83,15 @@ struct config {
   bool agents_allow_missing = false;  // restart may ignore agents that do not answer
   double agents_interval = 0;      // hints for the controller
   uint64_t agents_checkpoints = 0;
+  // Batch jobs (docs/design/core.md, "Batch jobs"): the signals that warn of
+  // the job's end, and the end itself (empty: SLURM_JOB_END_TIME if set).
+  std::string warning_signals = "USR1,TERM";
+  std::string deadline;          // Unix seconds, or "+S" seconds after init
+  double deadline_margin = 10;   // seconds added to the time to durable
+  double deadline_factor = 2;    // times the measured time to durable
+  // Metrics (docs/design/metrics.md): directory of each rank's OpenMetrics
+  // textfile; empty = off.
+  std::string metrics_dir;
   // Test hook (not documented for users): "level:kind[:after=N]", see fault_env.
   std::string fault_inject;
 

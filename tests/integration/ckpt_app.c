@@ -48,6 +48,15 @@
  * print per rank "rank R bad restart rc=C untouched=0|1 msg=M"; then protect
  * the regions correctly again and restart as usual.
  *
+ * Batch jobs: --on-warning asks cairn_should_checkpoint after every step; when
+ * it says yes the step is checkpointed (whatever --every says), waited for at
+ * the persistent level, and rank 0 prints "warning checkpoint V durable in S s
+ * left L s" (L: cairn_time_left, "inf" when unknown); the run then goes on
+ * without checkpoints (as an application that ends its work would), so that
+ * the batch system kills it at the time limit with that version the newest.
+ * Rank 0 prints "node N" with SLURMD_NODENAME of every rank ("-" when unset),
+ * in rank order, after init.
+ *
  * Exit status: 0 on success, 1 on any unexpected error (message on stderr).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -92,6 +101,7 @@ typedef struct options {
   int probe;                          /* --probe */
   int wait_protected;                 /* --wait-protected */
   int wait_captured;                  /* --wait-captured */
+  int on_warning;                     /* --on-warning */
 } options_t;
 
 typedef struct state {
@@ -182,6 +192,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
     else if (!strcmp(a, "--probe")) o->probe = 1;
     else if (!strcmp(a, "--wait-protected")) o->wait_protected = 1;
     else if (!strcmp(a, "--wait-captured")) o->wait_captured = 1;
+    else if (!strcmp(a, "--on-warning")) o->on_warning = 1;
     else fail("unknown option '%s'", a);
 #undef TAKE
     if (i >= argc) fail("option '%s' needs a value", a);
@@ -406,6 +417,26 @@ static void restore(cairn_t *c, const options_t *o, state_t *st, int64_t version
 
 /* --bad-restart: a wrongly protected region must give CAIRN_EINVAL and leave
  * every buffer untouched. */
+/* Rank 0 prints every rank's SLURMD_NODENAME ("-" when unset), in rank order. */
+static void print_nodes(void) {
+  char mine[64];
+  const char *n = getenv("SLURMD_NODENAME");
+  snprintf(mine, sizeof mine, "%s", n && *n ? n : "-");
+#ifndef CKPT_NO_MPI
+  if (g_mpi) {
+    char all[64 * 64];
+    if (g_size > 64) fail("--on-warning prints nodes of at most 64 ranks");
+    MPI_Gather(mine, 64, MPI_CHAR, all, 64, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (g_rank == 0)
+      for (int r = 0; r < g_size; ++r) printf("node %s\n", all + 64 * r);
+    fflush(stdout);
+    return;
+  }
+#endif
+  printf("node %s\n", mine);
+  fflush(stdout);
+}
+
 static void bad_restart(cairn_t *c, const options_t *o, state_t *st, int64_t version) {
   const unsigned char sentinel = 0xA5;
   int32_t big[NINTS + 1];
@@ -506,17 +537,40 @@ int main(int argc, char **argv) {
   }
   fflush(stdout);
 
+  if (o.on_warning) print_nodes();
+  int warned_once = 0;
   while (st.step < o.steps) {
     state_step(&st, o.variant);
     sleep_ms(o.sleep_ms);
-    if (st.step % o.every != 0) continue;
+    int warned = 0;
+    if (o.on_warning && (rc = cairn_should_checkpoint(c, &warned)) != CAIRN_OK) cairn_fail("cairn_should_checkpoint", rc);
+    if (warned) warned_once = 1;
+    else if (warned_once) continue; /* after the warning: no more checkpoints */
+    if (st.step % o.every != 0 && !warned) continue;
     int64_t v = st.step;
+    struct timespec w0;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
     rc = take_checkpoint(c, &o, &st, v);
     if (rc != CAIRN_OK) {
       if (!o.keep_going) cairn_fail("cairn_checkpoint", rc);
       printf("rank %d checkpoint %lld rc=%d msg=%s\n", g_rank, (long long)v, rc, cairn_last_error());
       fflush(stdout);
       continue;
+    }
+    if (warned) {
+      double left = 0;
+      if ((rc = cairn_time_left(c, &left)) != CAIRN_OK) cairn_fail("cairn_time_left", rc);
+      if ((rc = cairn_wait(c, CKPT_NAME, v, CAIRN_LEVEL_PERSISTENT)) != CAIRN_OK) cairn_fail("cairn_wait(PERSISTENT)", rc);
+      struct timespec w1;
+      clock_gettime(CLOCK_MONOTONIC, &w1);
+      if (g_rank == 0) {
+        char lt[32];
+        if (left > 1e300) snprintf(lt, sizeof lt, "inf");
+        else snprintf(lt, sizeof lt, "%.1f", left);
+        printf("warning checkpoint %lld durable in %.3f s left %s s\n", (long long)v,
+               (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) * 1e-9, lt);
+      }
+      fflush(stdout);
     }
     for (int i = 0; i < o.ndump_at; ++i)
       if (o.dump_at_version[i] == v) dump_state(&st, o.dump_at_file[i]);

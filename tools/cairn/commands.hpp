@@ -41,6 +41,13 @@ struct reindex_options {
 };
 int cmd_reindex(const reindex_options& o);
 
+struct stats_options {
+  std::string store;
+  std::string run;
+  bool json = false;
+};
+int cmd_stats(const stats_options& o);
+
 // cairn geometry DIR [--stripe-unit B --stripe-count N --object-size B] [--json]:
 // the stripe geometry new files in DIR get (what aggregation aligns to), and
 // on CephFS sets the directory's layout first when asked.

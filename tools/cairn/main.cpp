@@ -4,6 +4,7 @@
 //   cairn show STORE NAME VERSION [--run R] [--json]
 //   cairn verify STORE [--run R] [--scratch DIR] [--json]
 //   cairn reindex STORE [--json]
+//   cairn stats STORE RUN [--json]
 //   cairn gc STORE --keep N [--run R] [--dry-run] [--json]
 //   cairn diff STORE RUN_A RUN_B [--name N] [--abs E] [--rel E] [--ulps N]
 //              [--region R ...] [--mismatches-only] [--scratch-a DIR] [--scratch-b DIR] [--json]
@@ -76,6 +77,13 @@ int run_cli(int argc, char** argv) {
   CLI::App* reindex_cmd = app.add_subcommand("reindex", "Rebuild the catalog (catalog.sqlite) from the manifests");
   reindex_cmd->add_option("STORE", reindex.store, "Store directory")->required();
   reindex_cmd->add_flag("--json", reindex.json, "Machine-readable JSON on stdout");
+
+  stats_options stats;
+  CLI::App* stats_cmd = app.add_subcommand(
+      "stats", "A run's checkpoint metrics from the catalog, in the OpenMetrics text format (docs/design/metrics.md)");
+  stats_cmd->add_option("STORE", stats.store, "Store directory")->required();
+  stats_cmd->add_option("RUN", stats.run, "Run")->required();
+  stats_cmd->add_flag("--json", stats.json, "Machine-readable JSON on stdout");
 
   gc_options gc;
   CLI::App* gc_cmd = app.add_subcommand(
@@ -245,6 +253,7 @@ int run_cli(int argc, char** argv) {
   if (*show_cmd) return cmd_show(show);
   if (*verify_cmd) return cmd_verify(verify);
   if (*reindex_cmd) return cmd_reindex(reindex);
+  if (*stats_cmd) return cmd_stats(stats);
   if (*gc_cmd) return cmd_gc(gc);
   if (*diff_cmd) return cmd_diff(diff);
   if (*geo_cmd) return cmd_geometry(geo);

@@ -1,0 +1,246 @@
+"""cairn under a real Slurm (tests/support_py/slurm.py: munged, slurmctld and two
+`slurmd -N n1/n2` on this host, started once for the module and stopped by PID).
+
+A job of 2 nodes and 4 ranks with a 1-minute limit and --signal=USR1@20 runs
+ckpt_app under mpirun inside the allocation; the application asks
+cairn_should_checkpoint after every step, checkpoints on the warning, waits for
+the persistent level, and is then killed by Slurm at its time limit. The rerun
+(a second job) restarts from that version, and its restored state and final
+state are bit-identical to an uninterrupted run's. Ranks see node identity
+n1/n2 and cairn records it (RUN: nodes, job). A rig that cannot start fails the
+tests with the reason; nothing is skipped.
+
+Wall time: Slurm's limits are whole minutes, and slurmctld checks them from its
+periodic work: the first job takes 60 to 70 s, the others a few seconds.
+"""
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+import harness  # tests/support_py, put on the path by tests/conftest.py
+import slurm
+
+STEPS = 2000      # at 50 ms a step (100 s), beyond the 1-minute limit
+SLEEP_MS = 50
+EVERY = 250       # periodic checkpoints before the warning: the time to durable is measured
+NBYTES = 1 << 18
+RUN = "slurmrun"
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory):
+    if not (harness.bin_dir() / "ckpt_app").is_file():
+        pytest.fail(f"{harness.bin_dir()}/ckpt_app not found: build with MPI and set CAIRN_TEST_BIN_DIR (ctest does)")
+    root = tmp_path_factory.mktemp("slurm")
+    r = slurm.SlurmRig(root / "rig", nodes=2, cpus=2)
+    try:
+        r.start()
+    except slurm.SlurmError as e:
+        pytest.fail(f"the Slurm rig did not start: {e}")
+    yield r
+    r.stop()
+
+
+def write_script(path: Path, app_args: list) -> Path:
+    """A batch script that runs ckpt_app on every task of the allocation with mpirun."""
+    args = " ".join(str(a) for a in app_args)
+    path.write_text(
+        "#!/bin/bash\n"
+        "echo \"job $SLURM_JOB_ID on $SLURM_JOB_NODELIST\"\n"
+        f"exec mpirun --bind-to none -n $SLURM_NTASKS {harness.bin_dir() / 'ckpt_app'} {args}\n")
+    path.chmod(0o755)
+    return path
+
+
+def slurm_base_env() -> dict:
+    """The environment of the rig's jobs. The emulated nodes share one host: Open
+    MPI's shared-memory transport (vader) would name its segments alike for the
+    local rank 0 of n1 and of n2 and crash; TCP over loopback between all ranks."""
+    env = harness.base_env()
+    env["OMPI_MCA_btl"] = "self,tcp"
+    return env
+
+
+def job_env(root: Path, **cfg) -> dict:
+    env = slurm_base_env()
+    env["CAIRN_SCRATCH"] = str(root / "scratch")
+    env["CAIRN_PERSISTENT"] = str(root / "store")
+    for k, v in cfg.items():
+        env["CAIRN_" + k.upper()] = str(v)
+    return env
+
+
+def output(root: Path, job: str) -> str:
+    return (root / f"out-{job}.txt").read_text(errors="replace")
+
+
+def run_info(store: Path, run: str) -> dict:
+    text = (store / "runs" / run / "RUN").read_text()
+    return json.loads(text[:text.rindex("xxh3 ")])
+
+
+def test_warning_checkpoint_before_the_time_limit_restarts_bit_identical(rig, tmp_path):
+    root = tmp_path
+    cfg = dict(run=RUN, warning_signals="USR1")  # SIGTERM at the limit ends the ranks at once
+    # 1. The job that Slurm warns and then kills.
+    script = write_script(root / "job.sh", ["--steps", STEPS, "--every", EVERY, "--bytes", NBYTES,
+                                            "--sleep-ms", SLEEP_MS, "--on-warning"])
+    first = rig.sbatch(script, "-N2", "-n4", "--time=1", "--signal=USR1@20", f"--output={root}/out-%j.txt",
+                       env=job_env(root, **cfg))
+    state = rig.wait(first, timeout=200)
+    out = output(root, first)
+    assert state == "TIMEOUT", f"job {first} ended {state}, expected TIMEOUT at its limit\n{out}"
+    assert re.findall(r"^node (\S+)$", out, re.M) == ["n1", "n1", "n2", "n2"], out
+    warned = [int(v) for v in re.findall(r"^warning checkpoint (\d+) durable in [0-9.]+ s left \S+ s$", out, re.M)]
+    assert warned, f"no checkpoint on the warning signal\n{out}"
+    v = max(warned)
+    # USR1 reaches each rank directly and again through Open MPI's daemon: a
+    # second signal after the first capture gives a second warning checkpoint.
+    assert v > EVERY, f"warning version {v}: expected after the first periodic checkpoint ({EVERY})\n{out}"
+    assert (root / "store" / "runs" / RUN / "ckpt" / f"v{v:012d}" / "MANIFEST").is_file(), \
+        f"version {v} not committed before the kill\n{out}"
+    assert "steps" not in out, f"the first job ran to its end instead of being killed\n{out}"
+
+    # 2. The rerun (another job of the same run) restarts from that version.
+    script2 = write_script(root / "rerun.sh", ["--steps", STEPS, "--every", EVERY, "--bytes", NBYTES,
+                                               "--dump-restored", root / "restored"])
+    second = rig.sbatch(script2, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt", env=job_env(root, **cfg))
+    state = rig.wait(second, timeout=120)
+    out2 = output(root, second)
+    assert state == "COMPLETED", f"rerun job {second} ended {state}\n{out2}"
+    assert re.search(rf"^restarted from version {v}$", out2, re.M), f"expected a restart from {v}\n{out2}"
+    rerun_hash = re.search(r"^final hash ([0-9a-f]{16})$", out2, re.M).group(1)
+
+    # 3. The uninterrupted run (same ranks, no batch system): bit for bit the same.
+    ref = harness.Job(root / "ref", 4, run="reference")
+    res = ref.run("--steps", STEPS, "--every", v, "--bytes", NBYTES, "--dump-at", v, ref.dumps / "at").ok()
+    harness.assert_same_state(ref.read_dump(ref.dumps / "at"), ref.read_dump(root / "restored"),
+                              f"state restored from version {v}")
+    assert rerun_hash == res.final_hash, f"final state differs: rerun {rerun_hash}, uninterrupted {res.final_hash}"
+
+    # 4. cairn recorded the job and the nodes Slurm gave each execution.
+    info = run_info(root / "store", RUN)
+    assert [e["job"] for e in info["executions"]] == [first, second]
+    assert [e["nodes"] for e in info["executions"]] == [["n1", "n2"], ["n1", "n2"]]
+
+
+def test_the_default_run_is_named_after_the_job(rig, tmp_path):
+    script = write_script(tmp_path / "job.sh", ["--steps", 4, "--every", 2])
+    job = rig.sbatch(script, "-N2", "-n4", "--time=1", f"--output={tmp_path}/out-%j.txt", env=job_env(tmp_path))
+    state = rig.wait(job, timeout=120)
+    out = output(tmp_path, job)
+    assert state == "COMPLETED", f"job {job} ended {state}\n{out}"
+    runs = sorted(p.name for p in (tmp_path / "store" / "runs").iterdir())
+    assert runs == [f"ckpt_app-{job}"], runs
+    info = run_info(tmp_path / "store", f"ckpt_app-{job}")
+    assert info["executions"][0]["job"] == job
+    assert info["executions"][0]["nodes"] == ["n1", "n2"]
+
+
+def test_example_core_script_stops_before_its_deadline_and_the_next_job_continues(rig, tmp_path):
+    """examples/slurm/core.sbatch as a user submits it: the first job stops itself
+    (time left below the measured time to durable: a deadline 4 s after start),
+    the second continues from the version it left, to the checksum of an
+    uninterrupted run."""
+    heat2d = Path(os.environ.get("CAIRN_TEST_EXAMPLES_DIR", "")) / "heat2d"
+    if not heat2d.is_file():
+        pytest.fail(f"{heat2d} not found: build the examples and set CAIRN_TEST_EXAMPLES_DIR (ctest does)")
+    script = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "core.sbatch"
+    env = slurm_base_env()
+    env.update(HEAT2D=str(heat2d), STORE=str(tmp_path / "store"), CAIRN_RUN="heat", NX="256", NY="256",
+               ITERS="600", EVERY="50", HEAT2D_ARGS="--sleep-ms 10")
+    first_env = dict(env, CAIRN_DEADLINE="+4", CAIRN_DEADLINE_MARGIN="0")
+    # The script asks for USR1 120 s before the end: with the 1-minute limit here
+    # Slurm would send it at once. 1 s before the end leaves the deadline alone.
+    args = ("-N2", "--ntasks-per-node=2", "--time=1", "--signal=USR1@1", f"--output={tmp_path}/out-%j.txt")
+    first = rig.sbatch(script, *args, env=first_env)
+    assert rig.wait(first, timeout=120) == "COMPLETED", output(tmp_path, first)
+    out = output(tmp_path, first)
+    m = re.search(r"^heat2d: the job ends: version (\d+) durable, stopping", out, re.M)
+    assert m, f"the first job did not stop before its deadline\n{out}"
+    v = int(m.group(1))
+    assert 0 < v < 600 and "final checksum" not in out, out
+    second = rig.sbatch(script, *args, env=env)
+    assert rig.wait(second, timeout=120) == "COMPLETED", output(tmp_path, second)
+    out2 = output(tmp_path, second)
+    assert re.search(rf"^heat2d: restarted from version {v} ", out2, re.M), out2
+    got = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", out2, re.M).group(1)
+    ref_env = dict(harness.base_env(), CAIRN_PERSISTENT=str(tmp_path / "ref"), CAIRN_SCRATCH=str(tmp_path / "ref-scratch"))
+    ref = harness.run_process(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2", heat2d, "--nx", 256,
+                               "--ny", 256, "--iters", 600, "--every", 0], ref_env, tmp_path).ok()
+    want = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", ref.stdout, re.M).group(1)
+    assert got == want, f"resumed job's checksum {got}, uninterrupted run's {want}"
+
+
+def test_example_aggregation_script_spreads_leaders_over_the_slurm_nodes(rig, tmp_path):
+    """examples/slurm/aggregation.sbatch on n1 and n2 (ranks 0, 1 on n1; 2, 3 on n2):
+    the node identity cairn takes from Slurm is the failure domain the leaders
+    spread over, one leader per node, each pulling only from its own node."""
+    heat2d = Path(os.environ.get("CAIRN_TEST_EXAMPLES_DIR", "")) / "heat2d"
+    if not heat2d.is_file():
+        pytest.fail(f"{heat2d} not found: build the examples and set CAIRN_TEST_EXAMPLES_DIR (ctest does)")
+    script = Path(__file__).resolve().parents[2] / "examples" / "slurm" / "aggregation.sbatch"
+    env = slurm_base_env()
+    env.update(HEAT2D=str(heat2d), STORE=str(tmp_path / "store"), CAIRN_RUN="agg", NX="256", NY="256",
+               ITERS="100", EVERY="50", CAIRN_AGGREGATE_FILES="2")
+    job = rig.sbatch(script, "-N2", "--ntasks-per-node=2", "--time=1", "--signal=USR1@1",
+                     f"--output={tmp_path}/out-%j.txt", env=env)
+    state = rig.wait(job, timeout=120)
+    out = output(tmp_path, job)
+    assert state == "COMPLETED", f"job {job} ended {state}\n{out}"
+    assert re.search(r"^heat2d: final checksum [0-9a-f]{16}$", out, re.M), out
+    for v in (50, 100):
+        text = (tmp_path / "store" / "runs" / "agg" / "heat2d" / f"v{v:012d}" / "MANIFEST").read_text()
+        m = json.loads(text[:text.rindex("xxh3 ")])
+        c = m["container"]
+        assert c["strategy"] == "leaders", c
+        leaders = sorted(c["leaders"])
+        assert len(leaders) == 2 and leaders[0] in (0, 1) and leaders[1] in (2, 3), \
+            f"version {v}: leaders {leaders}, expected one on n1 (ranks 0, 1) and one on n2 (ranks 2, 3)"
+        assert c["bytes_between_nodes"] == 0 and c["bytes_within_nodes"] > 0, c
+    assert run_info(tmp_path / "store", "agg")["executions"][0]["nodes"] == ["n1", "n2"]
+
+
+def test_agents_in_a_job_of_their_own_serve_an_application_job(rig, tmp_path):
+    """examples/slurm/agents-service.sbatch (controller and a manager started with
+    srun, on one node) and agents-app.sbatch (heat2d on the other node, checkpoints
+    in the agents' memory): the application job ends with the checksum of an
+    uninterrupted run; the service job is then cancelled."""
+    heat2d = Path(os.environ.get("CAIRN_TEST_EXAMPLES_DIR", "")) / "heat2d"
+    agent = Path(os.environ.get("CAIRN_TEST_AGENT", ""))
+    cli = harness.cli_path()
+    if not heat2d.is_file() or not agent.is_file() or cli is None:
+        pytest.fail(f"heat2d ({heat2d}), cairn-agent ({agent}) or the CLI not built: build and run under ctest")
+    examples = Path(__file__).resolve().parents[2] / "examples" / "slurm"
+    shared = tmp_path / "shared"
+    env = slurm_base_env()
+    env.update(CLI=str(cli), AGENT=str(agent), SHARED=str(shared), PORT=str(slurm.free_port()),
+               HEAT2D=str(heat2d), STORE=str(tmp_path / "store"), CAIRN_RUN="heat-agents", NX="256", NY="256",
+               ITERS="200", EVERY="50")
+    svc = rig.sbatch(examples / "agents-service.sbatch", "-N1", "--time=2", f"--output={tmp_path}/out-%j.txt",
+                     env=env)
+    try:
+        app = rig.sbatch(examples / "agents-app.sbatch", "-N1", "--ntasks-per-node=2", "--time=1",
+                         "--signal=USR1@1", f"--output={tmp_path}/out-%j.txt", env=env)
+        state = rig.wait(app, timeout=150)
+        out = output(tmp_path, app)
+        assert state == "COMPLETED", f"application job {app} ended {state}\n{out}\n--- service ---\n" \
+                                     f"{output(tmp_path, svc)}"
+        assert rig.job_state(svc) == "RUNNING", output(tmp_path, svc)
+    finally:
+        rig.scancel(svc)
+    rig.wait(svc, timeout=60)
+    got = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", out, re.M)
+    assert got and "checkpoint version 200" in out, out
+    # The agents took every version (no rank fell back to writing its shards itself).
+    assert "not running yet" not in out and "writing checkpoints to the persistent level instead" not in out, out
+    # ... and wrote them to the store (agents_persist), committed.
+    assert (tmp_path / "store" / "runs" / "heat-agents" / "heat2d" / f"v{200:012d}" / "MANIFEST").is_file()
+    ref_env = dict(harness.base_env(), CAIRN_PERSISTENT=str(tmp_path / "ref"), CAIRN_SCRATCH=str(tmp_path / "ref-s"))
+    ref = harness.run_process(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2", heat2d, "--nx", 256,
+                               "--ny", 256, "--iters", 200, "--every", 0], ref_env, tmp_path).ok()
+    want = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", ref.stdout, re.M).group(1)
+    assert got.group(1) == want
