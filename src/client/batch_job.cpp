@@ -50,7 +50,13 @@ constexpr named kNames[] = {{"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"TERM", SIGTE
 
 }  // namespace
 
-result<std::vector<int>> parse_signals(const std::string& text) {
+bool in_batch_job() {
+  const char* j = std::getenv("SLURM_JOB_ID");
+  return j && *j;
+}
+
+result<std::vector<int>> parse_signals(const std::string& text, bool in_batch_job) {
+  if (text == "auto") return parse_signals(in_batch_job ? "USR1,TERM" : "USR1");
   std::vector<int> out;
   if (text.empty() || text == "none") return out;
   size_t pos = 0;

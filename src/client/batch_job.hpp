@@ -15,8 +15,13 @@
 namespace cairn::batch {
 
 // Parses "USR1,TERM" (names with or without SIG, or numbers; "none" or empty
-// = no signal) into signal numbers. invalid_argument names the bad entry.
-result<std::vector<int>> parse_signals(const std::string& text);
+// = no signal) into signal numbers. "auto": USR1 and TERM inside a batch job
+// (`in_batch_job`: SLURM_JOB_ID set), where SIGTERM announces preemption or
+// cancellation and SIGKILL follows; USR1 alone elsewhere, so that `kill PID`
+// still ends an interactive run. invalid_argument names the bad entry.
+result<std::vector<int>> parse_signals(const std::string& text, bool in_batch_job = false);
+// True inside a Slurm job (SLURM_JOB_ID set).
+bool in_batch_job();
 
 // Installs the warning handler for `signals` (process-wide, reference counted
 // over handles: the first install saves the previous actions, the last

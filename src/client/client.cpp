@@ -269,7 +269,7 @@ status client_impl::start() {
   node_ = batch::node_identity(cfg_.node_id, host_);
   if (cfg_.ranks_per_node > 0) node_ += "#" + std::to_string(rank() / cfg_.ranks_per_node);
   {
-    CAIRN_ASSIGN_OR_RETURN(auto signals, batch::parse_signals(cfg_.warning_signals));
+    CAIRN_ASSIGN_OR_RETURN(auto signals, batch::parse_signals(cfg_.warning_signals, batch::in_batch_job()));
     CAIRN_ASSIGN_OR_RETURN(job_end_, batch::job_end_time(cfg_.deadline, util::wall_s()));
     CAIRN_RETURN_IF_ERROR(batch::install_warning_handler(signals));
     warning_handler_ = true;

@@ -442,7 +442,7 @@ status client_impl::restart_end(bool) {
 result<uint64_t> client_impl::restart_region_size(const std::string& region) const {
   if (!files_ || !files_->restarting)
     return status(errc::invalid_argument, "cairn_restart_region_size outside a cairn_restart_begin/end sequence");
-  for (const auto& d : restart_header_.regions)
+  for (const auto& d : restart_.header.regions)
     if (d.name == region) return d.length;
   return status(errc::not_found, "region '" + region + "' is not in '" + files_->name + "' version " +
                                      std::to_string(files_->version));

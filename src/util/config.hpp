@@ -85,7 +85,7 @@ struct config {
   uint64_t agents_checkpoints = 0;
   // Batch jobs (docs/design/core.md, "Batch jobs"): the signals that warn of
   // the job's end, and the end itself (empty: SLURM_JOB_END_TIME if set).
-  std::string warning_signals = "USR1,TERM";
+  std::string warning_signals = "auto";
   std::string deadline;          // Unix seconds, or "+S" seconds after init
   double deadline_margin = 10;   // seconds added to the time to durable
   double deadline_factor = 2;    // times the measured time to durable

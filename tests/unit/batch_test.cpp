@@ -30,6 +30,8 @@ TEST(batch_signals, parse_names_numbers_and_none) {
   ASSERT_TRUE(s) << s.error().to_string();
   EXPECT_EQ(*s, (std::vector<int>{SIGUSR1, SIGTERM, SIGUSR2, 10}));
   EXPECT_TRUE(batch::parse_signals("none")->empty());
+  EXPECT_EQ(*batch::parse_signals("auto", true), (std::vector<int>{SIGUSR1, SIGTERM}));
+  EXPECT_EQ(*batch::parse_signals("auto", false), (std::vector<int>{SIGUSR1}));
   EXPECT_TRUE(batch::parse_signals("")->empty());
   auto bad = batch::parse_signals("USR1,KILL");
   ASSERT_FALSE(bad);
