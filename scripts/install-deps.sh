@@ -8,6 +8,7 @@ packages=(build-essential cmake ninja-build pkg-config git
           libopenmpi-dev openmpi-bin
           libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev sqlite3
           libgtest-dev python3 python3-venv
+          gfortran
           libfabric-dev libfabric-bin
           libsodium-dev
           libzstd-dev
