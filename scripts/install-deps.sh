@@ -47,3 +47,12 @@ then
   .venv/bin/pip install -q --disable-pip-version-check numpy matplotlib xxhash zstandard
   .venv/bin/pip install -q --disable-pip-version-check -e bindings/python
 fi
+
+# The writer API (cairn.Checkpointer) calls libcairn through cffi; its MPI tests
+# use mpi4py, built from source against the system's Open MPI (libopenmpi-dev)
+# so that mpi4py and libcairn share one MPI library.
+if ! .venv/bin/python -c "import cffi, mpi4py" 2>/dev/null; then
+  echo "install-deps: installing cffi and mpi4py (built against the system MPI) into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check cffi
+  .venv/bin/pip install -q --disable-pip-version-check --no-binary mpi4py mpi4py
+fi
