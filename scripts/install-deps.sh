@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config git
           libopenmpi-dev openmpi-bin
           libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev sqlite3
-          libgtest-dev python3 python3-venv
+          libgtest-dev python3 python3-venv python3-dev
           gfortran
           libfabric-dev libfabric-bin
           libsodium-dev
