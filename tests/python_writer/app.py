@@ -5,7 +5,7 @@ protected again before each checkpoint), and an int64 step counter.
 
 usage: app.py --steps N --every K [--sleep-ms M] [--mpi] --out DIR
 Prints "restarted from version V" or "starting from scratch", "checkpoint
-version V" after each checkpoint, "done" at the end; each rank writes its
+version V" after each checkpoint, "done" at the end (on rank 0); each rank writes its
 final grid to DIR/grid.RANK.bin.
 """
 import argparse
@@ -40,8 +40,9 @@ def main():
         v = ck.latest("app")
         if v is not None:
             ck.restart("app", v)
-            print(f"restarted from version {v}", flush=True)
-        else:
+            if rank == 0:
+                print(f"restarted from version {v}", flush=True)
+        elif rank == 0:
             print("starting from scratch", flush=True)
         cur = 0
         for i in range(int(step[0]) + 1, a.steps + 1):

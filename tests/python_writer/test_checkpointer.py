@@ -139,7 +139,8 @@ def _env(root):
 
 def _reference(root, launcher, nranks):
     (root / "out").mkdir(parents=True)
-    r = subprocess.run(launcher + [sys.executable, APP, "--steps", "60", "--every", "1000", "--out", root / "out"],
+    mpi = ["--mpi"] if launcher else []
+    r = subprocess.run(launcher + [sys.executable, APP, *mpi, "--steps", "60", "--every", "1000", "--out", root / "out"],
                        env=_env(root), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert r.returncode == 0 and "starting from scratch" in r.stdout, r.stdout + r.stderr
     return [(root / "out" / f"grid.{k}.bin").read_bytes() for k in range(nranks)]
