@@ -40,6 +40,7 @@ def clean_env(**extra):
 
 def write_history(build, store, scratch, run, size, versions, perturb=0.0, trees=True):
     env = clean_env(CAIRN_PERSISTENT=store, CAIRN_SCRATCH=scratch, CAIRN_RUN=run, CAIRN_KEEP_LOCAL="1",
+                    CAIRN_KEEP_PERSISTENT="0",  # histories are compared: keep every version
                     CAIRN_HASH_TREES="true" if trees else "false", CAIRN_HASH_ABS="1e-9")
     out = subprocess.run([os.path.join(build, "bench", "history_writer"), "--bytes", str(size), "--versions",
                           str(versions), "--perturb", str(perturb)], env=env, check=True, capture_output=True,

@@ -86,7 +86,13 @@ int cairn_init(const char *config_path, cairn_t **out);
 
 /* Registers (or re-registers, replacing) a region of `count` elements of `type`
  * at `ptr`. The memory stays owned by the caller and must stay valid until
- * cairn_unprotect or cairn_finalize. Region names are at most 255 bytes. */
+ * cairn_unprotect or cairn_finalize. Region names are at most 255 bytes.
+ * cairn keeps `ptr`, not the data: each cairn_checkpoint reads the region
+ * where it is then, and cairn_restart writes it there. A buffer that moves
+ * (realloc, or the double-buffer pattern where `cur` and `next` are swapped
+ * every step) must be protected again under the same name before each
+ * checkpoint, pointing at the buffer that holds the state; restart restores
+ * into whatever is protected when it is called (examples/heat2d does both). */
 int cairn_protect(cairn_t *c, const char *region, void *ptr, size_t count, cairn_type_t type);
 
 /* As cairn_protect, with a shape (ndims <= CAIRN_MAX_DIMS, product == count).

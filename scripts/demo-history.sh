@@ -31,7 +31,8 @@ rm -rf "$out" && mkdir -p "$out"
 work=$(mktemp -d /tmp/cairn-history.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 store=$work/store
-export CAIRN_PERSISTENT=$store
+# History runs keep every version (the default keeps the newest 3).
+export CAIRN_PERSISTENT=$store CAIRN_KEEP_PERSISTENT=0
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 # run RUN NP PROGRAM ARGS...: one run of the store, its own scratch directory.

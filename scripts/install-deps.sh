@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config git
           libopenmpi-dev openmpi-bin
           libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev sqlite3
-          libgtest-dev python3 python3-venv
+          libgtest-dev python3 python3-venv python3-dev
+          gfortran
           libfabric-dev libfabric-bin
           libsodium-dev
           libzstd-dev
@@ -53,4 +54,13 @@ then
   echo "install-deps: installing the cairn Python package (bindings/python) into .venv"
   .venv/bin/pip install -q --disable-pip-version-check numpy matplotlib xxhash zstandard
   .venv/bin/pip install -q --disable-pip-version-check -e bindings/python
+fi
+
+# The writer API (cairn.Checkpointer) calls libcairn through cffi; its MPI tests
+# use mpi4py, built from source against the system's Open MPI (libopenmpi-dev)
+# so that mpi4py and libcairn share one MPI library.
+if ! .venv/bin/python -c "import cffi, mpi4py" 2>/dev/null; then
+  echo "install-deps: installing cffi and mpi4py (built against the system MPI) into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check cffi
+  .venv/bin/pip install -q --disable-pip-version-check --no-binary mpi4py mpi4py
 fi

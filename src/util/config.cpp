@@ -120,7 +120,7 @@ const std::vector<key_def>& keys() {
       {"keep_local", "versions kept locally (0 = all)", [](config& c, const std::string& v) {
          return set_int("keep_local", v, 0, 1 << 30, &c.keep_local); },
        [](const config& c) { return std::to_string(c.keep_local); }},
-      {"keep_persistent", "versions kept persistently (0 = all)", [](config& c, const std::string& v) {
+      {"keep_persistent", "versions of each checkpoint kept at the persistent level, newest first (0 = all, for history runs)", [](config& c, const std::string& v) {
          return set_int("keep_persistent", v, 0, 1 << 30, &c.keep_persistent); },
        [](const config& c) { return std::to_string(c.keep_persistent); }},
       {"persistent_interval", "flush every k-th version", [](config& c, const std::string& v) {

@@ -41,7 +41,9 @@ struct config {
   cairn::thread_priority engine_priority = thread_priority::batch;
   int engine_nice = 0;  // added to engine threads' nice value (0..19)
   int keep_local = 2;       // 0 = keep all
-  int keep_persistent = 0;  // 0 = keep all
+  // Bounded by default (a checkpoint-only run needs the newest few); history
+  // runs ask for every version with 0.
+  int keep_persistent = 3;  // 0 = keep all
   int persistent_interval = 1;
   uint64_t staging_limit = 0;  // bytes; 0 = two slots
   cairn::staging_policy staging_policy = staging_policy::block;

@@ -28,6 +28,33 @@ export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 mpicc -o "$tmp/consumer_pc" "$src/tests/install/consumer/consumer.c" $(pkg-config --cflags --libs cairn)
 CAIRN_RUN=pc "$tmp/consumer_pc"
 
+# The Fortran module, when this build has it (CAIRN_ENABLE_FORTRAN): with
+# find_package(cairn COMPONENTS fortran) and with pkg-config and mpifort.
+if grep -q '^CAIRN_ENABLE_FORTRAN:BOOL=ON' "$build/CMakeCache.txt"; then
+  for f in include/cairn/fortran/cairn.mod lib/libcairn_fortran.so lib/pkgconfig/cairn-fortran.pc \
+           lib/cmake/cairn/cairnFortranTargets.cmake; do
+    [ -e "$prefix/$f" ] || { echo "install_test: missing $f in the installed tree" >&2; exit 1; }
+  done
+  cmake -S "$src/tests/install/consumer_fortran" -B "$tmp/consumer_fortran" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+  cmake --build "$tmp/consumer_fortran" >/dev/null
+  CAIRN_RUN=fortran "$tmp/consumer_fortran/consumer_fortran"
+  mpifort -o "$tmp/consumer_fortran_pc" "$src/tests/install/consumer_fortran/consumer.f90" \
+    $(pkg-config --cflags --libs cairn-fortran)
+  CAIRN_RUN=fortran_pc "$tmp/consumer_fortran_pc"
+  # A C-only project still finds cairn when the Fortran targets are installed
+  # (the consumer above, project(... C CXX)), and asking it for the component
+  # without Fortran says why.
+  mkdir -p "$tmp/nofortran"
+  printf 'cmake_minimum_required(VERSION 3.20)\nproject(p C)\nfind_package(cairn REQUIRED COMPONENTS fortran)\n' \
+    > "$tmp/nofortran/CMakeLists.txt"
+  if cmake -S "$tmp/nofortran" -B "$tmp/nofortran/b" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/nofortran.log" 2>&1 ||
+     ! grep -q "enables Fortran" "$tmp/nofortran.log"; then
+    echo "install_test: find_package(cairn COMPONENTS fortran) without Fortran should fail saying why" >&2
+    cat "$tmp/nofortran.log" >&2
+    exit 1
+  fi
+fi
+
 # The installed CLI sees what the consumers wrote.
 "$prefix/bin/cairn" ls "$tmp/store" | grep -q consumer || { echo "install_test: cairn ls does not list the checkpoint" >&2; exit 1; }
 echo "install_test: ok"

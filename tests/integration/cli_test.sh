@@ -144,6 +144,16 @@ contains "$tmp/out" "state:       committed"
 contains "$tmp/out" "   1  temperature  float64     32  4x8      4096     256  "
 contains "$tmp/out" "   1  step         int64        1  1        8192       8  "
 contains "$tmp/out" "   1  2023-11-14T22:18:19.000Z   0.002000    0.001000  0.004000      0.020000  2023-11-14T22:18:19.510Z"
+cp "$tmp/out" "$tmp/out_run_option"
+# The order `cairn ls` prints (RUN NAME VERSION) is accepted too, with the same output.
+run_cmd 0 "$cairn" show "$store" alpha heat 3 &&
+  { cmp -s "$tmp/out" "$tmp/out_run_option" || fail "show alpha heat 3 differs from show heat 3 --run alpha"; } &&
+  pass "show STORE RUN NAME VERSION (the order of cairn ls)"
+# Arguments in another order: the message gives the order.
+run_cmd 2 "$cairn" show "$store" heat 3 alpha && contains "$tmp/err" "VERSION 'alpha' is not a version number" &&
+  contains "$tmp/err" "STORE [RUN] NAME VERSION" && pass "show with the arguments out of order says the order"
+run_cmd 2 "$cairn" show "$store" alpha heat 3 --run beta && contains "$tmp/err" "disagree" &&
+  pass "show: RUN and --run disagree"
 run_cmd 0 "$cairn" show "$store" heat 4 --run alpha && contains "$tmp/out" "incomplete (1 of 2 shards, no MANIFEST)" &&
   pass "show of an incomplete version"
 run_cmd 2 "$cairn" show "$store" heat 99 --run alpha && contains "$tmp/err" "versions: 1, 2, 3, 4" &&

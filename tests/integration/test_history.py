@@ -18,7 +18,8 @@ def run(args, env_extra, tmp_path, timeout=120):
     # cairn refuses unknown CAIRN_* variables: keep the test's own out of the job.
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_TEST_")}
     env.update({"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                "CAIRN_PERSISTENT": str(tmp_path / "store"), "CAIRN_SCRATCH": str(tmp_path / "scratch")})
+                "CAIRN_PERSISTENT": str(tmp_path / "store"), "CAIRN_SCRATCH": str(tmp_path / "scratch"),
+                "CAIRN_KEEP_PERSISTENT": "0"})  # history runs keep every version
     env.update(env_extra)
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"] + args
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -206,6 +206,32 @@ def test_runs_are_kept_apart(make_job):
     assert job.run("--steps", 4).ok().restarted_from == 4
 
 
+def test_default_retention_is_bounded_and_listed(make_job):
+    """Without keep_persistent, a checkpoint-only run keeps the newest 3
+    versions at the persistent level (the older ones are removed as newer ones
+    commit), and `cairn ls` says so; keep_persistent = 0 keeps every version
+    and is listed as "all"."""
+    job = make_job(2)
+    env = job.env()
+    del env["CAIRN_KEEP_PERSISTENT"]
+    harness.run_process(job.command(["--steps", 10]), env, job.root).ok()
+    assert job.committed() == [6, 8, 10]
+    everything = harness.Job(job.root, 2, run="history-run", scratch=job.scratch, store=job.store)
+    everything.run("--steps", 10, keep_persistent=0).ok()
+    assert everything.committed() == [2, 4, 6, 8, 10]
+    cli = harness.cli_path()
+    if cli is None:
+        pytest.skip("the cairn CLI is not built: `cairn ls` not checked")
+    import json
+    import subprocess
+    ls = subprocess.run([cli, "ls", job.store, "--json"], capture_output=True, text=True, timeout=60)
+    assert ls.returncode == 0, ls.stderr
+    keep = {r["run"]: r["keep_persistent"] for r in json.loads(ls.stdout)["runs"]}
+    assert keep == {"testrun": "3", "history-run": "0"}, keep
+    ls = subprocess.run([cli, "ls", job.store], capture_output=True, text=True, timeout=60)
+    assert "KEEP" in ls.stdout and "newest 3" in ls.stdout and " all " in ls.stdout, ls.stdout
+
+
 def test_cpp_api_round_trip(tmp_path):
     """The C++ client (cairn/cairn.hpp), single process: checkpoint 3 versions,
     then a second process restarts, gets invalid_argument for a wrong count

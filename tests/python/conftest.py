@@ -45,7 +45,9 @@ def cairn_env(store, scratch, run, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update({"CAIRN_PERSISTENT": str(store), "CAIRN_SCRATCH": str(scratch), "CAIRN_RUN": run,
                 "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-                "OMPI_MCA_rmaps_base_oversubscribe": "1"})
+                "OMPI_MCA_rmaps_base_oversubscribe": "1",
+                # whole histories (the default keeps the newest 3 versions)
+                "CAIRN_KEEP_PERSISTENT": "0"})
     env.update({k: str(v) for k, v in extra.items()})
     return env
 

@@ -174,6 +174,9 @@ class Job:
         env["CAIRN_SCRATCH"] = str(self.scratch)
         env["CAIRN_PERSISTENT"] = str(self.store)
         env["CAIRN_RUN"] = self.run_id
+        # Every version is kept (the default keeps the newest 3): the tests
+        # look at whole histories. A test of retention passes keep_persistent.
+        env["CAIRN_KEEP_PERSISTENT"] = "0"
         for k, v in cfg.items():
             env["CAIRN_" + k.upper()] = str(v)
         return env

@@ -27,6 +27,8 @@ class client_test : public ::testing::Test {
     setenv("CAIRN_PERSISTENT", (dir_ + "/store").c_str(), 1);
     setenv("CAIRN_SCRATCH", (dir_ + "/scratch").c_str(), 1);
     setenv("CAIRN_RUN", "unit", 1);
+    // Whole histories (the default keeps the newest 3); the retention tests set their own.
+    setenv("CAIRN_KEEP_PERSISTENT", "0", 1);
   }
   void TearDown() override {
     for (const char* k : {"CAIRN_PERSISTENT", "CAIRN_SCRATCH", "CAIRN_RUN", "CAIRN_MODE", "CAIRN_KEEP_LOCAL",

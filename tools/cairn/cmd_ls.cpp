@@ -9,6 +9,15 @@
 
 namespace cairn::cli {
 
+namespace {
+// "newest N" or "all" from an execution's keep_persistent (0 = all).
+std::string keep_text(const format::execution& e) {
+  auto it = e.config.find("keep_persistent");
+  if (it == e.config.end()) return "-";
+  return it->second == "0" ? "all" : "newest " + it->second;
+}
+}  // namespace
+
 int cmd_ls(const ls_options& o) {
   status st = check_store(o.store);
   if (st && !o.scratch.empty()) st = check_directory(o.scratch, "scratch directory");
@@ -28,8 +37,10 @@ int cmd_ls(const ls_options& o) {
   // has aggregated versions (docs/format/container.md).
   std::vector<std::vector<std::string>> rows;
   bool any_aggregated = false;
-  table ids({"RUN", "APPLICATION", "CODE_VERSION", "EXECUTIONS", "RANKS", "STARTED", "ENDED", "TAGS"},
-            {false, false, false, true, true, false, false, false});
+  // KEEP: the retention of the newest execution (its keep_persistent), so
+  // that a store growing without bound, or one losing versions, says why.
+  table ids({"RUN", "APPLICATION", "CODE_VERSION", "EXECUTIONS", "RANKS", "STARTED", "ENDED", "KEEP", "TAGS"},
+            {false, false, false, true, true, false, false, false, false});
   for (const std::string& run : *runs) {
     std::vector<std::string> names = checkpoint_names(o.store, o.scratch, run);
     nlohmann::json jrun = {{"run", run}, {"checkpoints", names}};
@@ -41,7 +52,8 @@ int cmd_ls(const ls_options& o) {
       ids.add({run, info->application, info->code_version.empty() ? "-" : info->code_version,
                std::to_string(info->executions.size()), std::to_string(last.nranks),
                format_time(info->executions.empty() ? 0 : info->executions.front().started_at),
-               last.ended_at > 0 ? format_time(last.ended_at) : "running or died", tags.empty() ? "-" : tags});
+               last.ended_at > 0 ? format_time(last.ended_at) : "running or died", keep_text(last),
+               tags.empty() ? "-" : tags});
       nlohmann::json ex = nlohmann::json::array();
       for (auto& e : info->executions)
         ex.push_back({{"started_at", e.started_at},
@@ -50,6 +62,8 @@ int cmd_ls(const ls_options& o) {
                       {"hosts", e.hosts},
                       {"executable", e.executable},
                       {"code_version", e.code_version}});
+      auto keep = last.config.find("keep_persistent");
+      jrun["keep_persistent"] = keep == last.config.end() ? nlohmann::json(nullptr) : nlohmann::json(keep->second);
       jrun["identity"] = {{"application", info->application},
                           {"code_version", info->code_version},
                           {"tags", info->tags},

@@ -1,7 +1,7 @@
 // cairn: command-line tool over a checkpoint store (no MPI needed).
 //
 //   cairn ls STORE [--run R] [--scratch DIR] [--json]
-//   cairn show STORE NAME VERSION [--run R] [--json]
+//   cairn show STORE [RUN] NAME VERSION [--run R] [--json]
 //   cairn verify STORE [--run R] [--scratch DIR] [--json]
 //   cairn reindex STORE [--json]
 //   cairn stats STORE RUN [--json]
@@ -22,12 +22,14 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "cairn.h"
 #include "commands.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
 #include "history/catalog.hpp"
+#include "output.hpp"
 #include "store_scan.hpp"
 
 namespace {
@@ -38,6 +40,33 @@ std::string version_text() {
          std::to_string(cairn::format::kShardFormatVersion) + ", manifest format " +
          std::to_string(cairn::format::kManifestFormatVersion) + ", catalog schema " +
          std::to_string(cairn::history::kCatalogSchemaVersion) + ")";
+}
+
+// cairn show's positional arguments: STORE NAME VERSION or STORE RUN NAME
+// VERSION. A VERSION that is not a number is most often the arguments in
+// another order: the message gives the order.
+cairn::status parse_show_args(const std::vector<std::string>& args, cairn::cli::show_options* o) {
+  using cairn::errc;
+  const std::string usage =
+      "the arguments are STORE [RUN] NAME VERSION, in the order `cairn ls` prints run, checkpoint and version "
+      "(e.g. cairn show cairn-store myrun heat2d 100)";
+  if (args.size() != 3 && args.size() != 4)
+    return {errc::invalid_argument, "cairn show: " + std::to_string(args.size()) + " arguments given; " + usage};
+  o->store = args[0];
+  const std::string& version = args.back();
+  o->name = args[args.size() - 2];
+  if (args.size() == 4) {
+    if (!o->run.empty() && o->run != args[1])
+      return {errc::invalid_argument,
+              "cairn show: RUN '" + args[1] + "' and --run '" + o->run + "' disagree: give the run once"};
+    o->run = args[1];
+  }
+  int64_t v = -1;
+  auto [end, ec] = std::from_chars(version.data(), version.data() + version.size(), v);
+  if (ec != std::errc() || end != version.data() + version.size() || v < 0)
+    return {errc::invalid_argument, "cairn show: VERSION '" + version + "' is not a version number; " + usage};
+  o->version = v;
+  return {};
 }
 
 int run_cli(int argc, char** argv) {
@@ -59,10 +88,15 @@ int run_cli(int argc, char** argv) {
 
   show_options show;
   CLI::App* show_cmd = app.add_subcommand("show", "Show one version: regions per rank and timings");
-  show_cmd->add_option("STORE", show.store, "Store directory")->required();
-  show_cmd->add_option("NAME", show.name, "Checkpoint name")->required();
-  show_cmd->add_option("VERSION", show.version, "Version number")->required();
-  show_cmd->add_option("--run", show.run, "Run (needed when several runs have a checkpoint NAME)");
+  // STORE [RUN] NAME VERSION: RUN NAME VERSION is the order `cairn ls` prints.
+  std::vector<std::string> show_args;
+  show_cmd
+      ->add_option("STORE [RUN] NAME VERSION", show_args,
+                   "Store directory, run (optional: needed when several runs have a checkpoint NAME), "
+                   "checkpoint name and version number, in the order `cairn ls` prints them")
+      ->required()
+      ->expected(3, 4);
+  show_cmd->add_option("--run", show.run, "Run (the same as the optional RUN argument)");
   show_cmd->add_flag("--json", show.json, "Machine-readable JSON on stdout");
 
   verify_options verify;
@@ -250,7 +284,13 @@ int run_cli(int argc, char** argv) {
     return rc == 0 ? kExitOk : kExitUsage;
   }
   if (*ls_cmd) return cmd_ls(ls);
-  if (*show_cmd) return cmd_show(show);
+  if (*show_cmd) {
+    if (cairn::status st = parse_show_args(show_args, &show); !st) {
+      print_error(st);
+      return kExitUsage;
+    }
+    return cmd_show(show);
+  }
   if (*verify_cmd) return cmd_verify(verify);
   if (*reindex_cmd) return cmd_reindex(reindex);
   if (*stats_cmd) return cmd_stats(stats);

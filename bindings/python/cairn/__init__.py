@@ -1,4 +1,5 @@
-"""cairn: read-only analysis of cairn checkpoint stores.
+"""cairn: checkpoints from Python (cairn.Checkpointer, over libcairn: see
+checkpointer.py) and read-only analysis of cairn checkpoint stores.
 
     import cairn
     s = cairn.open("cairn-store")
@@ -21,8 +22,11 @@ from ._format import TYPES, RegionInfo, ShardHeader
 from ._hash import xxh3_64
 from .diff import Row, diff, find_cli, first_divergence, has_diff, outcome
 from .diff import rows as diff_rows
-from .errors import (CairnError, CorruptionError, DiffUnavailable, NotFoundError,
-                     NotSupportedError)
+from .checkpointer import (LEVEL_CAPTURED, LEVEL_LOCAL, LEVEL_PERSISTENT, LEVEL_PROTECTED,
+                           Checkpointer)
+from .errors import (AgainError, CairnError, CairnIOError, CancelledError, CorruptionError, DiffUnavailable,
+                     DivergedError, ExistsError, InvalidArgumentError, NoSpaceError, NotFoundError,
+                     NotSupportedError, UnusableError)
 from .store import Store, open  # noqa: A004
 
 __version__ = "0.1.0"
@@ -30,5 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "open", "Store", "RegionInfo", "ShardHeader", "TYPES", "diff", "diff_rows", "Row", "first_divergence",
     "outcome", "find_cli", "has_diff", "xxh3_64", "CairnError", "CorruptionError", "NotFoundError",
-    "NotSupportedError", "DiffUnavailable",
+    "NotSupportedError", "DiffUnavailable", "Checkpointer", "LEVEL_CAPTURED", "LEVEL_LOCAL", "LEVEL_PROTECTED",
+    "LEVEL_PERSISTENT", "InvalidArgumentError", "CairnIOError", "NoSpaceError", "AgainError", "CancelledError",
+    "DivergedError", "UnusableError", "ExistsError",
 ]

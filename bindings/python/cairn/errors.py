@@ -20,3 +20,36 @@ class NotSupportedError(CairnError):
 
 class DiffUnavailable(CairnError):
     """The cairn CLI was not found or has no `diff` command."""
+
+
+# ---- errors of the writer API (cairn.Checkpointer), one per CAIRN_E* code ----
+class InvalidArgumentError(CairnError, ValueError):
+    """CAIRN_EINVAL: a bad argument or configuration (the message says which)."""
+
+
+class CairnIOError(CairnError, OSError):
+    """CAIRN_EIO: an I/O operation failed (the message holds errno)."""
+
+
+class NoSpaceError(CairnIOError):
+    """CAIRN_ENOSPC: a level ran out of space."""
+
+
+class AgainError(CairnError):
+    """CAIRN_EAGAIN: staging memory full with staging_policy = eagain."""
+
+
+class CancelledError(CairnError):
+    """CAIRN_ECANCELLED: the operation was cancelled."""
+
+
+class DivergedError(CairnError):
+    """CAIRN_EDIVERGED: the run diverged from its reference run."""
+
+
+class UnusableError(CairnError):
+    """CAIRN_EUNUSABLE: checkpoints exist but this job cannot restore them."""
+
+
+class ExistsError(CairnError):
+    """CAIRN_EEXIST: the version is already committed by an earlier execution."""

@@ -1,0 +1,296 @@
+"""Writer API: cairn.Checkpointer, over libcairn's C API (include/cairn.h)
+through cffi in ABI mode, so that the one C++ implementation writes and reads
+the format.
+
+    import numpy as np, cairn
+    u = np.zeros((512, 512))
+    step = np.zeros(1, dtype=np.int64)
+    with cairn.Checkpointer(comm=None, config={"persistent": "store"}) as ck:   # or an mpi4py comm
+        ck.protect("u", u)            # no copy: cairn reads u in place at each checkpoint
+        ck.protect("step", step)
+        v = ck.latest("sim")          # newest restorable version, or None
+        if v is not None:
+            ck.restart("sim", v)      # writes into u and step
+        for i in range(int(step[0]) + 1, 1000):
+            ...
+            if i % 100 == 0:
+                step[0] = i
+                ck.checkpoint("sim", i)
+
+Arrays are protected in place: they must be numpy arrays, contiguous (C or
+Fortran order), writeable, of a fixed-size integer or float dtype in native
+byte order. The Checkpointer keeps a reference to each, so an array cannot be
+freed, and numpy refuses to resize it, while it is protected. An array that is
+replaced by another (double buffering: `u, v = v, u`) must be protected again,
+under the same name, before the next checkpoint. Every failure raises a
+cairn.CairnError subclass (InvalidArgumentError, NotFoundError, ...) whose
+message is the C library's: what failed, where, and what to do.
+
+The library is found through PYCAIRN_LIBRARY (a path to libcairn.so), else the
+system's library path (ctypes.util.find_library), else this checkout's build/.
+"""
+from __future__ import annotations
+
+import ctypes.util
+import os
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from .errors import (AgainError, CairnError, CairnIOError, CancelledError, CorruptionError, DivergedError,
+                     ExistsError, InvalidArgumentError, NoSpaceError, NotFoundError, NotSupportedError,
+                     UnusableError)
+
+LEVEL_CAPTURED = 0x1
+LEVEL_LOCAL = 0x2
+LEVEL_PROTECTED = 0x4
+LEVEL_PERSISTENT = 0x8
+MAX_DIMS = 8
+
+# cairn_type_t (stored on disk: never renumber).
+_TYPES = {np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3, np.dtype(np.int64): 4,
+          np.dtype(np.uint8): 5, np.dtype(np.uint16): 6, np.dtype(np.uint32): 7, np.dtype(np.uint64): 8,
+          np.dtype(np.float32): 9, np.dtype(np.float64): 10}
+
+_ERRORS = {-1: InvalidArgumentError, -2: NotFoundError, -3: CorruptionError, -4: CairnIOError, -5: NoSpaceError,
+           -6: AgainError, -7: CancelledError, -8: NotSupportedError, -10: DivergedError, -11: UnusableError,
+           -12: ExistsError}
+
+_CDEF = """
+typedef struct cairn cairn_t;
+int cairn_init(const char *config_path, cairn_t **out);
+int cairn_protect(cairn_t *c, const char *region, void *ptr, size_t count, int type);
+int cairn_protect_shaped(cairn_t *c, const char *region, void *ptr, int type, int ndims,
+                         const uint64_t *dims, int column_major);
+int cairn_unprotect(cairn_t *c, const char *region);
+int cairn_checkpoint(cairn_t *c, const char *name, int64_t version);
+int cairn_test(cairn_t *c, const char *name, int64_t version, unsigned *levels_reached);
+int cairn_wait(cairn_t *c, const char *name, int64_t version, unsigned level);
+int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
+int cairn_restart(cairn_t *c, const char *name, int64_t version);
+int cairn_finalize(cairn_t **c, int wait_for_pending);
+const char *cairn_strerror(int code);
+const char *cairn_last_error(void);
+int cairn_rank(const cairn_t *c);
+int cairn_size(const cairn_t *c);
+"""
+
+_lib = None
+_ffi = None
+
+
+def _library_path() -> str:
+    p = os.environ.get("PYCAIRN_LIBRARY")
+    if p:
+        return p
+    found = ctypes.util.find_library("cairn")
+    if found:
+        return found
+    local = Path(__file__).resolve().parents[3] / "build" / "src" / "libcairn.so"
+    if local.is_file():
+        return str(local)
+    raise NotSupportedError("libcairn not found: set PYCAIRN_LIBRARY to the path of libcairn.so "
+                            "(build/src/libcairn.so in a build tree, lib/libcairn.so where cairn is installed)")
+
+
+def _load():
+    """cffi over libcairn, loaded once. cairn_init_mpi is declared with the
+    size of the MPI library's MPI_Comm as mpi4py reports it (a pointer in Open
+    MPI, an int in MPICH)."""
+    global _lib, _ffi
+    if _lib is None:
+        try:
+            import cffi
+        except ImportError as e:  # pragma: no cover - install-deps.sh installs it
+            raise NotSupportedError("the writer API needs cffi: pip install cffi") from e
+        ffi = cffi.FFI()
+        ffi.cdef(_CDEF)
+        _lib = (ffi, ffi.dlopen(_library_path()))
+        _ffi = ffi
+    return _lib
+
+
+def _mpi_init(ffi, path, comm, cfg, out):
+    from mpi4py import MPI  # only when a communicator is given
+    if not isinstance(comm, MPI.Comm):
+        raise InvalidArgumentError(f"comm must be an mpi4py communicator or None, not {type(comm).__name__}")
+    size = MPI._sizeof(MPI.Comm)
+    ctype = {4: "int32_t", 8: "void *"}.get(size)
+    if ctype is None:
+        raise NotSupportedError(f"MPI_Comm of {size} bytes: not supported by the cffi declarations")
+    mffi = __import__("cffi").FFI()
+    mffi.cdef(f"int cairn_init_mpi({ctype} comm, const char *config_path, void **out);")
+    mlib = mffi.dlopen(path)
+    handle = MPI._handleof(comm)
+    arg = mffi.cast(ctype, handle)
+    raw = mffi.new("void **")
+    rc = mlib.cairn_init_mpi(arg, cfg if cfg is not None else mffi.NULL, raw)
+    if rc == 0:
+        out[0] = ffi.cast("cairn_t *", int(mffi.cast("uintptr_t", raw[0])))
+    return rc
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    s = str(v).replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{s}"'
+
+
+class Checkpointer:
+    """A cairn handle. comm: None (single process) or an mpi4py communicator
+    (collective calls on every rank, as in C). config: None, the path of a TOML
+    file, or a dict of configuration keys (docs/design/core.md); CAIRN_<KEY>
+    environment variables win over either. Use it as a context manager, or
+    call finalize()."""
+
+    def __init__(self, comm=None, config=None):
+        ffi, lib = _load()
+        self._ffi, self._lib = ffi, lib
+        self._regions = {}
+        out = ffi.new("cairn_t **")
+        tmp = None
+        try:
+            cfg = None
+            if isinstance(config, dict):
+                fd, tmp = tempfile.mkstemp(prefix="cairn-config-", suffix=".toml")
+                with os.fdopen(fd, "w") as f:
+                    for k, v in config.items():
+                        f.write(f"{k} = {_toml_value(v)}\n")
+                cfg = tmp.encode()
+            elif config is not None:
+                cfg = os.fsencode(config)
+            if comm is None:
+                rc = lib.cairn_init(cfg if cfg is not None else ffi.NULL, out)
+            else:
+                rc = _mpi_init(ffi, _library_path(), comm, cfg, out)
+        finally:
+            if tmp:
+                os.unlink(tmp)
+        self._check(rc, "cairn_init")
+        self._h = out[0]
+
+    # ---- errors -------------------------------------------------------------
+    def _check(self, rc: int, what: str) -> None:
+        if rc == 0:
+            return
+        ffi, lib = self._ffi, self._lib
+        msg = ffi.string(lib.cairn_last_error()).decode(errors="replace")
+        reason = ffi.string(lib.cairn_strerror(rc)).decode(errors="replace")
+        err = _ERRORS.get(rc, CairnError)(f"{what}: {reason}: {msg}")
+        err.code = rc
+        raise err
+
+    def _handle(self):
+        if self._h is None:
+            raise InvalidArgumentError("this Checkpointer was finalized: create a new one")
+        return self._h
+
+    # ---- identity -------------------------------------------------------------
+    @property
+    def rank(self) -> int:
+        return int(self._lib.cairn_rank(self._handle()))
+
+    @property
+    def size(self) -> int:
+        return int(self._lib.cairn_size(self._handle()))
+
+    # ---- regions --------------------------------------------------------------
+    def protect(self, name: str, array: np.ndarray) -> None:
+        """Registers `array` (or replaces the region `name`) without copying:
+        each checkpoint reads it in place, restart writes into it. Its dtype
+        and shape (and C or Fortran order) are recorded."""
+        if not isinstance(array, np.ndarray):
+            raise InvalidArgumentError(f"protect: region '{name}': a numpy array is needed, not "
+                                       f"{type(array).__name__} (np.asarray makes one)")
+        dt = array.dtype
+        if dt.newbyteorder("=") not in _TYPES or not dt.isnative:
+            raise InvalidArgumentError(f"protect: region '{name}': dtype {dt} is not supported: use a native "
+                                       "int8..int64, uint8..uint64, float32 or float64 array")
+        c_order = array.flags.c_contiguous
+        if not c_order and not array.flags.f_contiguous:
+            raise InvalidArgumentError(
+                f"protect: region '{name}': the array is not contiguous (a strided view such as a[::2] or "
+                "a[:, 1]); cairn reads and restores protected arrays in place, so protect a contiguous array "
+                "(np.ascontiguousarray makes a copy, which is then the array to update and protect)")
+        if not array.flags.writeable:
+            raise InvalidArgumentError(f"protect: region '{name}': the array is read-only; restart writes into "
+                                       "protected arrays, so protect a writeable one")
+        if array.ndim > MAX_DIMS:
+            raise InvalidArgumentError(f"protect: region '{name}': {array.ndim} dimensions, more than cairn "
+                                       f"records ({MAX_DIMS}): reshape it first")
+        ffi, lib = self._ffi, self._lib
+        ptr = ffi.cast("void *", array.ctypes.data)
+        t = _TYPES[dt]
+        if array.ndim == 0:
+            rc = lib.cairn_protect(self._handle(), name.encode(), ptr, 1, t)
+        else:
+            dims = ffi.new("uint64_t[]", list(array.shape))
+            rc = lib.cairn_protect_shaped(self._handle(), name.encode(), ptr, t, array.ndim, dims,
+                                          0 if c_order else 1)
+        self._check(rc, "cairn_protect")
+        self._regions[name] = array  # keeps it alive, and numpy refuses to resize it
+
+    def unprotect(self, name: str) -> None:
+        self._check(self._lib.cairn_unprotect(self._handle(), name.encode()), "cairn_unprotect")
+        self._regions.pop(name, None)
+
+    # ---- checkpoint and restart -------------------------------------------------
+    def checkpoint(self, name: str, version: int) -> None:
+        """Collective. Captures every protected array as `version` of `name`;
+        returns once they are copied (mode thread) or written (mode sync)."""
+        self._check(self._lib.cairn_checkpoint(self._handle(), name.encode(), int(version)), "cairn_checkpoint")
+
+    def test(self, name: str, version: int) -> int:
+        """Local. The LEVEL_* bits this rank's part of the version has reached."""
+        levels = self._ffi.new("unsigned *")
+        self._check(self._lib.cairn_test(self._handle(), name.encode(), int(version), levels), "cairn_test")
+        return int(levels[0])
+
+    def wait(self, name: str, version: int, level: int = LEVEL_PERSISTENT) -> None:
+        """Collective. Blocks until the version has reached `level` on every rank."""
+        self._check(self._lib.cairn_wait(self._handle(), name.encode(), int(version), int(level)), "cairn_wait")
+
+    def restart_test(self, name: str) -> int:
+        """Collective. The newest version every rank can restore; NotFoundError
+        when there is none, UnusableError when this job cannot use those there are."""
+        v = self._ffi.new("int64_t *")
+        self._check(self._lib.cairn_restart_test(self._handle(), name.encode(), v), "cairn_restart_test")
+        return int(v[0])
+
+    def latest(self, name: str) -> Optional[int]:
+        """restart_test, with None instead of NotFoundError."""
+        try:
+            return self.restart_test(name)
+        except NotFoundError:
+            return None
+
+    def restart(self, name: str, version: Optional[int] = None) -> int:
+        """Collective. Restores `version` (default: restart_test's) of `name`
+        into the protected arrays; every checksum is verified first. Returns
+        the version restored."""
+        if version is None:
+            version = self.restart_test(name)
+        self._check(self._lib.cairn_restart(self._handle(), name.encode(), int(version)), "cairn_restart")
+        return int(version)
+
+    def finalize(self, wait: bool = True) -> None:
+        """Collective. wait: until every pending version reached its levels;
+        else pending background work is cancelled (committed versions stay)."""
+        if self._h is None:
+            return
+        p = self._ffi.new("cairn_t **", self._h)
+        self._h = None
+        self._regions.clear()
+        self._check(self._lib.cairn_finalize(p, 1 if wait else 0), "cairn_finalize")
+
+    def __enter__(self) -> "Checkpointer":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # After an exception pending work is cancelled, committed versions kept.
+        self.finalize(wait=exc_type is None)
