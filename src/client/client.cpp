@@ -343,7 +343,10 @@ status client_impl::start() {
     } else if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio) {
       stages.push_back(aggregate::make_collective_write_stage(env_, paths));
     } else if (aggregated()) {
-      stages.push_back(aggregate::make_self_write_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io}));
+      aggregate::stage_options o;
+      o.strategy = cfg_.aggregate_strategy;
+      o.direct_io = cfg_.direct_io;
+      stages.push_back(aggregate::make_self_write_stage(env_, paths, o));
     } else {
       stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
     }
