@@ -1437,7 +1437,8 @@ void client_impl::write_metrics() {
   // every *.prom of the directory), replaced atomically; not synced, since a
   // metric is an observation, not state.
   const std::string path = storage::join(cfg_.metrics_dir, "cairn_" + cfg_.run + "_" + std::to_string(rank()) + ".prom");
-  status st = env_->make_dirs(cfg_.metrics_dir);
+  status st = metrics_dir_made_ ? status() : env_->make_dirs(cfg_.metrics_dir);
+  metrics_dir_made_ = st.is_ok();
   if (st) st = env_->write_atomic(path, metrics::to_openmetrics({stats_}), false);
   if (!st && !stats_warned_) {
     stats_warned_ = true;

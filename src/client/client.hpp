@@ -246,6 +246,7 @@ class client_impl {
   metrics::rank_metrics stats_;
   bool stats_dirty_ = false;
   bool stats_warned_ = false;  // a failed write was reported once
+  bool metrics_dir_made_ = false;  // metrics_dir exists: not looked up again on every write
   void count_level(version_record& rec, unsigned level, bool failed);
   void write_metrics();
   // persistent_layout = aggregated: this rank's node (leader spread), the
