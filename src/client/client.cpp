@@ -303,9 +303,11 @@ status client_impl::start() {
     }
   }
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
-  std::vector<std::unique_ptr<engine::stage>> stages;
-  stages.push_back(engine::make_checksum_stage());
-  if (cfg_.hash_trees) stages.push_back(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
+  // The stage graph: checksum and hash trees first (they finish the image);
+  // then the levels, each of which only reads the image, run side by side.
+  engine::stage_graph stages;
+  size_t image_done = stages.add(engine::make_checksum_stage());
+  if (cfg_.hash_trees) image_done = stages.add(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
   if (cfg_.agents_lend) {
     // Lent regions are read by the agents once; anything that reads them
     // later (after the application may have changed them) cannot be allowed.
@@ -322,33 +324,38 @@ status client_impl::start() {
                                     "the persistent level themselves, a file per rank): choose one"};
   if (!cfg_.agents.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
-    stages.push_back(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
-    if (cfg_.agents_lend) stages.push_back(engine::make_unlend_stage());
-    stages.push_back(std::make_unique<agents_fallback_stage>(env_, cfg_.persistent, cfg_.direct_io));
-    if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
+    // A chain: the fallback writes only what the agents did not take, and a
+    // lent image is complete only after the agents stage (or unlend).
+    stages.add(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
+    if (cfg_.agents_lend) stages.add(engine::make_unlend_stage());
+    stages.add(std::make_unique<agents_fallback_stage>(env_, cfg_.persistent, cfg_.direct_io));
+    if (cfg_.local_enabled) stages.add(engine::make_local_stage(env_, paths));
   } else {
-    if (cfg_.local_enabled) stages.push_back(engine::make_local_stage(env_, paths));
+    size_t local = image_done;
+    if (cfg_.local_enabled) local = stages.add(engine::make_local_stage(env_, paths), {image_done});
     if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
 #ifdef CAIRN_HAVE_FABRIC
       aggregate::data_plane_options o;
       o.provider = cfg_.agents_provider;
       o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
       CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
-      stages.push_back(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
-                                                                   cfg_.local_enabled}, plane_));
+      // The leaders read their senders' node-local files: after the local level.
+      stages.add(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
+                                                             cfg_.local_enabled}, plane_),
+                 {local});
 #else
       return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
                                    "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
 #endif
     } else if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio) {
-      stages.push_back(aggregate::make_collective_write_stage(env_, paths));
+      stages.add(aggregate::make_collective_write_stage(env_, paths), {image_done});
     } else if (aggregated()) {
       aggregate::stage_options o;
       o.strategy = cfg_.aggregate_strategy;
       o.direct_io = cfg_.direct_io;
-      stages.push_back(aggregate::make_self_write_stage(env_, paths, o));
+      stages.add(aggregate::make_self_write_stage(env_, paths, o), {image_done});
     } else {
-      stages.push_back(engine::make_persistent_stage(env_, paths, cfg_.direct_io));
+      stages.add(engine::make_persistent_stage(env_, paths, cfg_.direct_io), {image_done});
     }
   }
   if (!cfg_.reference_run.empty()) {
@@ -363,7 +370,7 @@ status client_impl::start() {
     online_->my_store = cfg_.persistent;
     online_->my_scratch = cfg_.local_enabled ? cfg_.scratch : "";
     online_->my_run = cfg_.run;
-    stages.push_back(std::make_unique<compare_stage>(online_));
+    stages.add(std::make_unique<compare_stage>(online_), {image_done});
   }
   CAIRN_RETURN_IF_ERROR(start_run_identity());
   // The attempt tag of this execution's shards: rank 0 draws it.
@@ -1180,15 +1187,21 @@ void client_impl::on_durable(version_record& rec) {
     double first = m.committed_at;
     for (const auto& sh : m.shards) first = std::min(first, sh.captured_at);
     durable_s_->store(m.committed_at - first);
-    std::lock_guard lk(catalog_mu_);
-    if (catalog_) {
-      status cs = catalog_->index_version(env_, m.run, m.name, m.version);
-      // The persistent event comes from the manifest; the local one only exists here.
-      if (cs && local_at > 0) cs = catalog_->record_level(m.run, m.name, m.version, CAIRN_LEVEL_LOCAL, local_at, 0);
-      if (!cs)
-        std::fprintf(stderr, "cairn: warning: catalog not updated (%s); run 'cairn reindex %s'\n",
-                     cs.to_string().c_str(), cfg_.persistent.c_str());
-    }
+    // The catalog follows the commit when nothing more urgent is ready (the
+    // manifest is the truth; `cairn reindex` rebuilds the catalog from it).
+    engine_->submit_task(
+        [this, run = m.run, name = m.name, version = m.version, local_at]() -> status {
+          std::lock_guard lk(catalog_mu_);
+          if (!catalog_) return {};
+          status cs = catalog_->index_version(env_, run, name, version);
+          // The persistent event comes from the manifest; the local one only exists here.
+          if (cs && local_at > 0) cs = catalog_->record_level(run, name, version, CAIRN_LEVEL_LOCAL, local_at, 0);
+          if (!cs)
+            std::fprintf(stderr, "cairn: warning: catalog not updated (%s); run 'cairn reindex %s'\n",
+                         cs.to_string().c_str(), cfg_.persistent.c_str());
+          return {};
+        },
+        engine::task_priority::low);
     return {};
   });
 }
@@ -1224,9 +1237,10 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
         (void)env_->remove_dir(dir);  // fails while other ranks' shards remain
       }
       return {};
-    });
+    }, engine::task_priority::low);
   } else if (rank() == 0) {
-    engine_->submit_task([this, name, threshold]() -> status { return remove_persistent_below(name, threshold); });
+    engine_->submit_task([this, name, threshold]() -> status { return remove_persistent_below(name, threshold); },
+                         engine::task_priority::low);
   }
 }
 

@@ -1,12 +1,41 @@
 #include "engine/engine.hpp"
 
+#include <algorithm>
+
 #include "cairn.h"
 #include "util/cpu.hpp"
 
 namespace cairn::engine {
 
+size_t stage_graph::add(std::unique_ptr<stage> s) {
+  std::vector<size_t> after;
+  if (!stages_.empty()) after.push_back(stages_.size() - 1);
+  return add(std::move(s), std::move(after));
+}
+
+size_t stage_graph::add(std::unique_ptr<stage> s, std::vector<size_t> after) {
+  for (size_t a : after) {
+    // Only stages added before: the order of addition stays topological.
+    if (a >= stages_.size()) std::abort();
+  }
+  stages_.push_back(std::move(s));
+  after_.push_back(std::move(after));
+  return stages_.size() - 1;
+}
+
+namespace {
+stage_graph chain(std::vector<std::unique_ptr<stage>> stages) {
+  stage_graph g;
+  for (auto& s : stages) g.add(std::move(s));
+  return g;
+}
+}  // namespace
+
 engine::engine(engine_mode mode, int threads, util::thread_setup setup, std::vector<std::unique_ptr<stage>> stages)
-    : mode_(mode), stages_(std::move(stages)), stage_next_(stages_.size(), 0) {
+    : engine(mode, threads, std::move(setup), chain(std::move(stages))) {}
+
+engine::engine(engine_mode mode, int threads, util::thread_setup setup, stage_graph graph)
+    : mode_(mode), stages_(std::move(graph.stages_)), after_(std::move(graph.after_)), stage_next_(stages_.size(), 0) {
   if (mode_ == engine_mode::thread) {
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this, setup] { worker_main(setup); });
   }
@@ -15,29 +44,43 @@ engine::engine(engine_mode mode, int threads, util::thread_setup setup, std::vec
 engine::~engine() { shutdown(false); }
 
 void engine::submit(std::shared_ptr<version_job> job) {
-  {
-    std::lock_guard lk(mu_);
-    job->seq = next_seq_++;
-  }
-  if (mode_ == engine_mode::sync) {
-    run_job(*job);
+  std::unique_lock lk(mu_);
+  job->seq = next_seq_++;
+  job->stage_state.assign(stages_.size(), 0);
+  job->stages_left = stages_.size();
+  active_.push_back(job);
+  if (mode_ == engine_mode::thread) {
+    auto finished = schedule();
+    lk.unlock();
+    cv_.notify_all();
+    release_slots(std::move(finished));  // a job none of whose stages applies
     return;
   }
-  {
-    std::lock_guard lk(mu_);
-    queue_.push_back({std::move(job), {}});
+  // Sync mode: earlier jobs are finished, so every ready stage is this job's;
+  // run them in order until it is done.
+  for (;;) {
+    auto finished = schedule();
+    if (!finished.empty() || ready_.empty()) {
+      lk.unlock();
+      release_slots(std::move(finished));
+      return;
+    }
+    ready_stage r = std::move(ready_.front());
+    ready_.pop_front();
+    lk.unlock();
+    run_stage(*r.job, r.stage);
+    lk.lock();
   }
-  cv_.notify_all();
 }
 
-void engine::submit_task(std::function<status()> task) {
+void engine::submit_task(std::function<status()> task, task_priority priority) {
   if (mode_ == engine_mode::sync) {
     run_task(task);
     return;
   }
   {
     std::lock_guard lk(mu_);
-    queue_.push_back({nullptr, std::move(task)});
+    (priority == task_priority::low ? low_tasks_ : tasks_).push_back(std::move(task));
   }
   cv_.notify_all();
 }
@@ -55,54 +98,93 @@ void engine::run_task(const std::function<status()>& task) {
   }
 }
 
-void engine::run_job(version_job& job) {
-  bool abandoned = false;
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    stage& s = *stages_[i];
-    {
-      // Enter stages in submission order.
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stage_next_[i] == job.seq; });
-    }
-    status st;
-    bool ran = false;
-    if (!abandoned && s.applies(job)) {
-      st = s.run(job);
-      ran = true;
-    }
-    {
-      std::lock_guard lk(mu_);
-      stage_next_[i] = job.seq + 1;
-      if (ran && st.is_ok()) job.done |= s.completes(job);
-      if ((ran && !st.is_ok()) || (abandoned && (job.wanted & s.level()))) {
-        job.failed |= s.level();
-        if (ran) {
-          status e = st.with_context(std::string("checkpoint '") + job.header.name + "' version " +
-                                     std::to_string(job.header.version) + ", stage " + s.name());
-          // `cancelled`: the stage gave up because of another rank's failure
-          // (which that rank reports): the level is failed, nothing new to report.
-          if (s.latches() && st.code() != errc::cancelled) {
-            if (job.error.is_ok()) job.error = e;
-            latch(e);
-          } else if (job.soft_error.is_ok()) {
-            job.soft_error = e;
-          }
-          if (s.essential()) {
-            abandoned = true;
-            job.failed |= job.wanted & ~job.done;
-          }
+std::vector<std::shared_ptr<version_job>> engine::schedule() {
+  std::vector<std::shared_ptr<version_job>> finished;
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (auto& job : active_) {
+      for (size_t i = 0; i < stages_.size(); ++i) {
+        if (job->stage_state[i] != 0 || stage_next_[i] != job->seq) continue;
+        if (!std::all_of(after_[i].begin(), after_[i].end(), [&](size_t a) { return job->stage_state[a] == 2; }))
+          continue;
+        if (!job->abandoned && stages_[i]->applies(*job)) {
+          job->stage_state[i] = 1;
+          ready_.push_back({job, i});
+        } else {
+          end_stage(*job, i, false, {});
+          progress = true;  // the next version, or this one's next stage, may start
         }
       }
     }
-    cv_.notify_all();
   }
-  if (job.pool && job.image) {
-    job.pool->release(job.image);
-    job.image = nullptr;
+  while (!active_.empty() && active_.front()->stages_left == 0) {
+    finished.push_back(std::move(active_.front()));
+    active_.pop_front();
+  }
+  // A job that ended before an older one (a shorter graph path) leaves too.
+  for (auto it = active_.begin(); it != active_.end();) {
+    if ((*it)->stages_left == 0) {
+      finished.push_back(std::move(*it));
+      it = active_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return finished;
+}
+
+void engine::end_stage(version_job& job, size_t i, bool ran, const status& st) {
+  const stage& s = *stages_[i];
+  job.stage_state[i] = 2;
+  --job.stages_left;
+  stage_next_[i] = job.seq + 1;
+  if (ran && st.is_ok()) job.done |= s.completes(job);
+  if (!ran) {
+    if (job.abandoned && (job.wanted & s.level())) job.failed |= s.level();
+    return;
+  }
+  if (st.is_ok()) return;
+  job.failed |= s.level();
+  status e = st.with_context(std::string("checkpoint '") + job.header.name + "' version " +
+                             std::to_string(job.header.version) + ", stage " + s.name());
+  // `cancelled`: the stage gave up because of another rank's failure (which
+  // that rank reports): the level is failed, nothing new to report.
+  if (s.latches() && st.code() != errc::cancelled) {
+    if (job.error.is_ok()) job.error = e;
+    latch(e);
+  } else if (job.soft_error.is_ok()) {
+    job.soft_error = e;
+  }
+  if (s.essential()) {
+    job.abandoned = true;
+    job.failed |= job.wanted & ~job.done;
+  }
+}
+
+void engine::run_stage(version_job& job, size_t i) {
+  status st = stages_[i]->run(job);
+  std::vector<std::shared_ptr<version_job>> finished;
+  {
+    std::lock_guard lk(mu_);
+    end_stage(job, i, true, st);
+    finished = schedule();
+  }
+  cv_.notify_all();
+  release_slots(std::move(finished));
+}
+
+void engine::release_slots(std::vector<std::shared_ptr<version_job>> finished) {
+  if (finished.empty()) return;
+  // The slot goes back before the job reads as finished: whoever waits for
+  // that may take the slot at once.
+  for (auto& job : finished) {
+    if (job->pool && job->image) job->pool->release(job->image);
+    job->image = nullptr;
   }
   {
     std::lock_guard lk(mu_);
-    job.finished = true;
+    for (auto& job : finished) job->finished = true;
   }
   cv_.notify_all();
 }
@@ -111,14 +193,23 @@ void engine::worker_main(const util::thread_setup& setup) {
   (void)util::setup_this_thread(setup);  // best effort: placement and priority are hints
   std::unique_lock lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping and drained
-    item it = std::move(queue_.front());
-    queue_.pop_front();
+    cv_.wait(lk, [&] {
+      return !tasks_.empty() || !ready_.empty() || !low_tasks_.empty() || (stopping_ && running_ == 0);
+    });
+    if (tasks_.empty() && ready_.empty() && low_tasks_.empty()) return;  // stopping and drained
     ++running_;
-    lk.unlock();
-    if (it.job) run_job(*it.job);
-    else run_task(it.task);
+    if (!tasks_.empty() || (ready_.empty() && !low_tasks_.empty())) {
+      auto& q = !tasks_.empty() ? tasks_ : low_tasks_;
+      std::function<status()> task = std::move(q.front());
+      q.pop_front();
+      lk.unlock();
+      run_task(task);
+    } else {
+      ready_stage r = std::move(ready_.front());
+      ready_.pop_front();
+      lk.unlock();
+      run_stage(*r.job, r.stage);
+    }
     lk.lock();
     --running_;
     cv_.notify_all();
@@ -142,7 +233,9 @@ void engine::wait_levels(const version_job& job, unsigned mask) {
 
 void engine::wait_idle() {
   std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] { return queue_.empty() && running_ == 0; });
+  cv_.wait(lk, [&] {
+    return tasks_.empty() && ready_.empty() && low_tasks_.empty() && active_.empty() && running_ == 0;
+  });
 }
 
 status engine::take_error() {
@@ -156,38 +249,35 @@ bool engine::has_error() {
 }
 
 void engine::shutdown(bool drain) {
-  std::vector<std::shared_ptr<version_job>> dropped;
+  std::vector<std::shared_ptr<version_job>> finished;
   {
     std::lock_guard lk(mu_);
     if (workers_.empty()) return;
     if (!drain) {
-      for (auto& it : queue_) {
-        if (!it.job) continue;
-        dropped.push_back(it.job);
+      // Drop everything not started; stages already running finish normally
+      // and the rest of their versions is skipped.
+      for (auto& r : ready_) r.job->stage_state[r.stage] = 0;
+      ready_.clear();
+      tasks_.clear();
+      low_tasks_.clear();
+      for (auto& job : active_) {
+        bool pending = std::find(job->stage_state.begin(), job->stage_state.end(), 0) != job->stage_state.end();
+        if (!pending) continue;
+        job->abandoned = true;
+        if (job->error.is_ok() && (job->wanted & ~job->done))
+          job->error = status(errc::cancelled, "cancelled by cairn_finalize without waiting");
       }
-      // Drop everything queued; jobs already in a stage finish normally.
-      std::erase_if(queue_, [](const item&) { return true; });
+      finished = schedule();
     }
     stopping_ = true;
   }
   cv_.notify_all();
-  for (auto& d : dropped) {
-    // A dropped job still has to pass the stage-order counters so later jobs
-    // (none are queued, but running ones may wait) are not blocked.
-    std::lock_guard lk(mu_);
-    for (size_t i = 0; i < stages_.size(); ++i)
-      if (stage_next_[i] == d->seq) stage_next_[i] = d->seq + 1;
-    d->failed |= d->wanted & ~d->done;
-    if (d->error.is_ok()) d->error = status(errc::cancelled, "cancelled by cairn_finalize without waiting");
-    d->finished = true;
-    if (d->pool && d->image) {
-      d->pool->release(d->image);
-      d->image = nullptr;
-    }
-  }
-  cv_.notify_all();
+  release_slots(std::move(finished));
   for (auto& w : workers_) w.join();
   workers_.clear();
+  // Whatever was still running when the workers were told to stop has ended.
+  std::lock_guard lk(mu_);
+  for (auto& job : active_) job->finished = true;
 }
 
 }  // namespace cairn::engine

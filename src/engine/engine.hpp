@@ -1,15 +1,22 @@
-// The engine: runs every captured version through an ordered list of stages
-// (checksum -> local -> persistent, and whatever later issues insert), on
-// worker threads ("thread" mode) or inline ("sync" mode), plus small tasks
-// (manifest commit, retention) handed to it by the client.
+// The engine: runs every captured version through a graph of stages
+// (checksum -> hash -> {local, persistent}, and whatever the configuration
+// adds), on worker threads ("thread" mode) or inline ("sync" mode), plus small
+// tasks (manifest commit, catalog, retention) handed to it by the client.
 //
-// Ordering: a stage processes versions in submission order (version n+1 enters
-// a stage only after version n left it), so with several workers the stages
-// form a pipeline. Errors: a failing stage marks its level failed for the
-// version, keeps the first error in the job, and latches it in the engine
-// (take_error), unless it is `cancelled` (a consequence of another rank's
-// failure, which that rank reports); an `essential` stage's failure skips the
-// rest of the version.
+// The graph: each stage runs once the stages it names as predecessors are done
+// for that version, so the levels that only read the finished staging image
+// (node-local write, persistent write) run concurrently when there are workers
+// for them. Ordering: a stage processes versions in submission order (version
+// n+1 enters a stage only after version n left it), so with several workers
+// the stages also form a pipeline across versions. A stage item is queued only
+// once it may run: no worker ever waits for a turn.
+// Scheduling: normal tasks (the manifest commit) first, then ready stages,
+// oldest version first, then low-priority tasks (catalog, retention), which
+// run when nothing else is ready.
+// Errors: a failing stage marks its level failed for the version, keeps the
+// first error in the job, and latches it in the engine (take_error), unless it
+// is `cancelled` (a consequence of another rank's failure, which that rank
+// reports); an `essential` stage's failure skips the rest of the version.
 // No engine thread calls MPI.
 #ifndef CAIRN_ENGINE_ENGINE_HPP
 #define CAIRN_ENGINE_ENGINE_HPP
@@ -73,6 +80,13 @@ struct version_job {
   double captured_at = 0, capture_s = 0, checksum_s = 0, hash_s = 0, local_s = 0, persistent_s = 0,
          persistent_at = 0;
 
+  // The engine's own bookkeeping (GUARDED_BY(engine::mu_)): per stage,
+  // 0 waiting, 1 queued or running, 2 ended; stages not yet ended; whether an
+  // essential stage failed.
+  std::vector<uint8_t> stage_state;
+  size_t stages_left = 0;
+  bool abandoned = false;
+
   // Written by stages, read through engine::levels().
   unsigned done = 0;    // GUARDED_BY(engine::mu_)
   unsigned failed = 0;  // GUARDED_BY(engine::mu_)
@@ -105,10 +119,33 @@ class stage {
   virtual status run(version_job& job) = 0;
 };
 
+// The stages and who waits for whom. Stages are added in an order that is
+// already topological: a stage can only wait for stages added before it.
+class stage_graph {
+ public:
+  // Adds a stage that runs after the stage added last (a chain), or first.
+  size_t add(std::unique_ptr<stage> s);
+  // Adds a stage that runs once every stage in `after` is done (none: first).
+  size_t add(std::unique_ptr<stage> s, std::vector<size_t> after);
+  size_t size() const { return stages_.size(); }
+
+ private:
+  friend class engine;
+  std::vector<std::unique_ptr<stage>> stages_;
+  std::vector<std::vector<size_t>> after_;
+};
+
+enum class task_priority {
+  normal,  // before stage work that is ready later (the manifest commit)
+  low,     // when no stage work is ready (catalog, retention)
+};
+
 class engine {
  public:
   // setup: where worker threads may run and how they are scheduled (best
   // effort: a refused setting leaves the thread as it was).
+  engine(engine_mode mode, int threads, util::thread_setup setup, stage_graph graph);
+  // A chain of stages, each after the one before.
   engine(engine_mode mode, int threads, util::thread_setup setup, std::vector<std::unique_ptr<stage>> stages);
   ~engine();  // shutdown(false)
   engine(const engine&) = delete;
@@ -117,9 +154,9 @@ class engine {
   // Queues a captured job (thread mode) or runs it to the end (sync mode).
   // The job's image slot returns to job->pool when the job finishes.
   void submit(std::shared_ptr<version_job> job);
-  // Queues a task (thread mode, run before jobs queued later) or runs it now
-  // (sync mode). A failing task's status is latched.
-  void submit_task(std::function<status()> task);
+  // Queues a task (thread mode; tasks of one priority run in submission
+  // order) or runs it now (sync mode). A failing task's status is latched.
+  void submit_task(std::function<status()> task, task_priority priority = task_priority::normal);
 
   // Levels done / failed so far for a job, and whether all its stages ended.
   void levels(const version_job& job, unsigned* done, unsigned* failed, bool* finished, status* error = nullptr,
@@ -139,21 +176,32 @@ class engine {
   void shutdown(bool drain);
 
  private:
-  struct item {
+  struct ready_stage {
     std::shared_ptr<version_job> job;
-    std::function<status()> task;
+    size_t stage;
   };
   void worker_main(const util::thread_setup& setup);
-  void run_job(version_job& job);
+  // Caller holds mu_. Marks every stage of the active jobs that may start now:
+  // queued in ready_ (or, for a stage that does not apply, ended at once).
+  // Returns the jobs that finished (their slots are released by the caller,
+  // outside mu_).
+  std::vector<std::shared_ptr<version_job>> schedule();
+  // Caller holds mu_. Ends stage i of the job: records the outcome.
+  void end_stage(version_job& job, size_t i, bool ran, const status& st);
+  void run_stage(version_job& job, size_t i);  // runs it (without mu_), then ends it
   void run_task(const std::function<status()>& task);
+  void release_slots(std::vector<std::shared_ptr<version_job>> finished);
   void latch(const status& st);
 
   const engine_mode mode_;
   std::vector<std::unique_ptr<stage>> stages_;
+  std::vector<std::vector<size_t>> after_;
 
   std::mutex mu_;
   std::condition_variable cv_;          // queue and state changes
-  std::deque<item> queue_;              // GUARDED_BY(mu_)
+  std::deque<std::shared_ptr<version_job>> active_;  // GUARDED_BY(mu_): submitted, not finished, by seq
+  std::deque<ready_stage> ready_;       // GUARDED_BY(mu_): may run now
+  std::deque<std::function<status()>> tasks_, low_tasks_;  // GUARDED_BY(mu_)
   std::vector<uint64_t> stage_next_;    // GUARDED_BY(mu_): next seq allowed into stage i
   uint64_t next_seq_ = 0;               // GUARDED_BY(mu_)
   int running_ = 0;                     // GUARDED_BY(mu_)

@@ -36,7 +36,7 @@ struct config {
   std::string scratch;      // node-local level directory
   std::string persistent = "./cairn-store";
   engine_mode mode = engine_mode::thread;
-  int io_threads = 1;
+  int io_threads = 2;  // the local and persistent levels side by side
   cairn::placement placement = placement::none;
   cairn::thread_priority engine_priority = thread_priority::batch;
   int engine_nice = 0;  // added to engine threads' nice value (0..19)

@@ -180,6 +180,111 @@ TEST(engine, shutdown_without_drain_cancels_queued_jobs_and_returns_slots) {
   for (int i = 0; i < 4; ++i) EXPECT_NE(pool.acquire(false), nullptr);  // every slot came back
 }
 
+// Waits (up to 10 s) for another stage to start before finishing: succeeds only
+// when both run at the same time.
+class rendezvous_stage final : public stage {
+ public:
+  rendezvous_stage(const char* name, unsigned level, std::atomic<int>* arrived) : name_(name), level_(level), n_(arrived) {}
+  const char* name() const override { return name_; }
+  unsigned level() const override { return level_; }
+  status run(version_job&) override {
+    ++*n_;
+    for (int i = 0; i < 10000 && n_->load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return n_->load() >= 2 ? status() : status(errc::io_error, "ran alone");
+  }
+
+ private:
+  const char* name_;
+  unsigned level_;
+  std::atomic<int>* n_;
+};
+
+TEST(engine, levels_after_the_image_stages_run_side_by_side) {
+  trace t;
+  std::atomic<int> arrived{0};
+  stage_graph g;
+  size_t image = g.add(std::make_unique<fake_stage>("checksum", 0, &t, true));
+  g.add(std::make_unique<rendezvous_stage>("local", CAIRN_LEVEL_LOCAL, &arrived), {image});
+  g.add(std::make_unique<rendezvous_stage>("persistent", CAIRN_LEVEL_PERSISTENT, &arrived), {image});
+  engine e(engine_mode::thread, 2, {}, std::move(g));
+  auto j = make_job(0);
+  e.submit(j);
+  e.wait_idle();
+  unsigned done, failed;
+  bool fin;
+  e.levels(*j, &done, &failed, &fin);
+  EXPECT_TRUE(fin);
+  EXPECT_EQ(failed, 0u);
+  EXPECT_EQ(done, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL | CAIRN_LEVEL_PERSISTENT);
+}
+
+TEST(engine, a_stage_waits_for_every_stage_it_names_and_versions_stay_in_order) {
+  trace t;
+  stage_graph g;
+  size_t a = g.add(std::make_unique<fake_stage>("a", 0, &t, true));
+  size_t b = g.add(std::make_unique<fake_stage>("b", CAIRN_LEVEL_LOCAL, &t, false, -1, 3), {a});
+  size_t c = g.add(std::make_unique<fake_stage>("c", CAIRN_LEVEL_PERSISTENT, &t, false, -1, 1), {a});
+  g.add(std::make_unique<fake_stage>("d", 0, &t), {b, c});
+  engine e(engine_mode::thread, 3, {}, std::move(g));
+  for (int v = 0; v < 5; ++v) e.submit(make_job(v));
+  e.wait_idle();
+  ASSERT_EQ(t.events.size(), 20u);
+  auto pos = [&](const std::string& s, int64_t v) {
+    for (size_t i = 0; i < t.events.size(); ++i)
+      if (t.events[i] == std::make_pair(s, v)) return i;
+    return t.events.size();
+  };
+  for (int v = 0; v < 5; ++v) {
+    EXPECT_LT(pos("a", v), pos("b", v));
+    EXPECT_LT(pos("a", v), pos("c", v));
+    EXPECT_LT(pos("b", v), pos("d", v));
+    EXPECT_LT(pos("c", v), pos("d", v));
+    if (v > 0)
+      for (const char* s : {"a", "b", "c", "d"}) EXPECT_LT(pos(s, v - 1), pos(s, v)) << s << " " << v;
+  }
+}
+
+TEST(engine, essential_failure_in_a_graph_fails_every_level_after_it) {
+  trace t;
+  stage_graph g;
+  size_t a = g.add(std::make_unique<fake_stage>("checksum", 0, &t, true, 1));
+  g.add(std::make_unique<fake_stage>("local", CAIRN_LEVEL_LOCAL, &t), {a});
+  g.add(std::make_unique<fake_stage>("persistent", CAIRN_LEVEL_PERSISTENT, &t), {a});
+  engine e(engine_mode::thread, 2, {}, std::move(g));
+  auto j0 = make_job(0), j1 = make_job(1), j2 = make_job(2);
+  e.submit(j0);
+  e.submit(j1);
+  e.submit(j2);
+  e.wait_idle();
+  unsigned done, failed;
+  bool fin;
+  e.levels(*j1, &done, &failed, &fin);
+  EXPECT_TRUE(fin);
+  EXPECT_EQ(failed, static_cast<unsigned>(CAIRN_LEVEL_LOCAL | CAIRN_LEVEL_PERSISTENT));
+  e.levels(*j2, &done, &failed, &fin);  // the next version is not affected
+  EXPECT_EQ(failed, 0u);
+  EXPECT_EQ(done, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL | CAIRN_LEVEL_PERSISTENT);
+  EXPECT_EQ(t.events.size(), 7u);  // 3 + 1 + 3
+}
+
+TEST(engine, normal_tasks_go_before_queued_stages_and_low_tasks_after) {
+  trace t;
+  std::vector<std::unique_ptr<stage>> st;
+  st.push_back(std::make_unique<fake_stage>("s", CAIRN_LEVEL_LOCAL, &t, false, -1, 20));
+  engine e(engine_mode::thread, 1, {}, std::move(st));
+  for (int v = 0; v < 3; ++v) e.submit(make_job(v, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL));
+  e.submit_task([&] { t.add("low", -1); return status(); }, task_priority::low);
+  e.submit_task([&] { t.add("normal", -1); return status(); });
+  e.wait_idle();
+  ASSERT_EQ(t.events.size(), 5u);
+  EXPECT_EQ(t.events.back().first, "low");  // after every stage that was ready
+  EXPECT_NE(t.events[1].first, "low");
+  // The normal task ran before the last version's stage (the first may have started already).
+  size_t normal = 0;
+  while (t.events[normal].first != "normal") ++normal;
+  EXPECT_LE(normal, 1u);
+}
+
 TEST(staging, acquire_blocks_until_release_and_buffers_are_aligned) {
   staging_pool pool;
   ASSERT_TRUE(pool.reserve(10000, 1));
