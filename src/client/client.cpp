@@ -319,6 +319,13 @@ status client_impl::start() {
     if (!why.empty()) return {errc::invalid_argument, "configuration key 'agents_lend': " + why};
   }
   CAIRN_RETURN_IF_ERROR(resolve_layout());
+  // Not with the leaders' aggregation: a leader may still read a sender's
+  // node-local file when the sender retires it (removing it keeps an open
+  // file intact; overwriting it in place would not).
+  if (cfg_.local_enabled && !(aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders)) {
+    recycler_ = std::make_shared<engine::local_recycler>(env_, cfg_.scratch, cfg_.run, static_cast<uint32_t>(rank()));
+    CAIRN_RETURN_IF_ERROR(recycler_->clear().with_context("local level (emptying the recycled files' bin)"));
+  }
   if (aggregated() && !cfg_.agents.empty())
     return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
                                     "the persistent level themselves, a file per rank): choose one"};
@@ -329,10 +336,10 @@ status client_impl::start() {
     stages.add(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
     if (cfg_.agents_lend) stages.add(engine::make_unlend_stage());
     stages.add(std::make_unique<agents_fallback_stage>(env_, cfg_.persistent, cfg_.direct_io));
-    if (cfg_.local_enabled) stages.add(engine::make_local_stage(env_, paths));
+    if (cfg_.local_enabled) stages.add(engine::make_local_stage(env_, paths, recycler_));
   } else {
     size_t local = image_done;
-    if (cfg_.local_enabled) local = stages.add(engine::make_local_stage(env_, paths), {image_done});
+    if (cfg_.local_enabled) local = stages.add(engine::make_local_stage(env_, paths, recycler_), {image_done});
     if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
 #ifdef CAIRN_HAVE_FABRIC
       aggregate::data_plane_options o;
@@ -613,6 +620,7 @@ status client_impl::protect(region r) {
       agents_ && it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
     agents_->forget_lent();
   regions_[r.name] = std::move(r);
+  prepare_staging();
   return {};
 }
 
@@ -710,16 +718,8 @@ const client_impl::committed_floor& client_impl::floor_of(const std::string& nam
   return floors_.emplace(name, std::move(f)).first->second;
 }
 
-status client_impl::capture(const std::string& name, int64_t version, const std::vector<region>& regs) {
-  if (finalized_) return {errc::invalid_argument, "handle already finalized"};
-  CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
-  if (version < 0) return {errc::invalid_argument, "checkpoint '" + name + "': version must be >= 0"};
-  if (auto it = last_version_.find(name); it != last_version_.end() && version <= it->second) {
-    return {errc::invalid_argument, "checkpoint '" + name + "': version " + std::to_string(version) +
-                                        " is not larger than the previous one (" + std::to_string(it->second) + ")"};
-  }
-
-  // Plan the shard image and make sure staging can hold it.
+result<format::shard_header> client_impl::plan_header(const std::string& name, int64_t version,
+                                                      const std::vector<region>& regs) const {
   format::shard_header h;
   h.run = cfg_.run;
   h.name = name;
@@ -741,20 +741,68 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     }
     h.regions.push_back(std::move(d));
   }
-  status st = format::plan_layout(h);
-  if (st) {
-    int slots = 2;
-    if (cfg_.staging_limit > 0) {
-      slots = static_cast<int>(std::min<uint64_t>(cfg_.staging_limit / h.file_size, 64));
-      if (slots < 1) {
-        st = status(errc::invalid_argument, "staging_limit (" + std::to_string(cfg_.staging_limit) +
-                                                " bytes) is smaller than one checkpoint of '" + name + "' (" +
-                                                std::to_string(h.file_size) + " bytes); raise CAIRN_STAGING_LIMIT");
-      }
+  CAIRN_RETURN_IF_ERROR(format::plan_layout(h));
+  return h;
+}
+
+result<int> client_impl::staging_slots(const std::string& name, uint64_t file_size) const {
+  if (cfg_.staging_limit == 0) return 2;
+  int slots = static_cast<int>(std::min<uint64_t>(cfg_.staging_limit / file_size, 64));
+  if (slots < 1)
+    return status(errc::invalid_argument, "staging_limit (" + std::to_string(cfg_.staging_limit) +
+                                              " bytes) is smaller than one checkpoint of '" + name + "' (" +
+                                              std::to_string(file_size) + " bytes); raise CAIRN_STAGING_LIMIT");
+  return slots;
+}
+
+void client_impl::prepare_staging() {
+  if (cfg_.mode != engine_mode::thread || !engine_ || regions_.empty()) return;
+  std::vector<region> regs;
+  for (auto& [n, r] : regions_) regs.push_back(r);
+  // A checkpoint name of up to a page more header than an empty one.
+  auto h = plan_header("", 0, regs);
+  if (!h) return;
+  const uint64_t need = h->file_size;
+  auto slots = staging_slots("", need + 4096);
+  if (!slots || (need <= pool_.slot_bytes() && pool_.slots() >= *slots)) return;
+  {
+    // Protects in a row leave one task, which reserves for the newest layout.
+    std::lock_guard lk(staging_mu_);
+    staging_wanted_ = {need, *slots};
+    if (std::exchange(staging_queued_, true)) return;
+  }
+  engine_->submit_task([this]() -> status {
+    std::pair<uint64_t, int> w;
+    {
+      std::lock_guard lk(staging_mu_);
+      w = staging_wanted_;
+      staging_queued_ = false;
     }
-    if (st && (h.file_size > pool_.slot_bytes() || pool_.slots() < slots)) {
+    (void)pool_.try_reserve(w.first, w.first + 4096, w.second);  // best effort: the capture reserves what it needs
+    return {};
+  }, engine::task_priority::low);
+}
+
+status client_impl::capture(const std::string& name, int64_t version, const std::vector<region>& regs) {
+  if (finalized_) return {errc::invalid_argument, "handle already finalized"};
+  CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
+  if (version < 0) return {errc::invalid_argument, "checkpoint '" + name + "': version must be >= 0"};
+  if (auto it = last_version_.find(name); it != last_version_.end() && version <= it->second) {
+    return {errc::invalid_argument, "checkpoint '" + name + "': version " + std::to_string(version) +
+                                        " is not larger than the previous one (" + std::to_string(it->second) + ")"};
+  }
+
+  // Plan the shard image and make sure staging can hold it.
+  format::shard_header h;
+  status st;
+  if (auto planned = plan_header(name, version, regs); planned) h = std::move(planned).value();
+  else st = planned.take_status();
+  if (st) {
+    auto slots = staging_slots(name, h.file_size);
+    if (!slots) st = slots.take_status();
+    if (st && (h.file_size > pool_.slot_bytes() || pool_.slots() < *slots)) {
       if (h.file_size > pool_.slot_bytes()) engine_->wait_idle();  // slots are replaced
-      st = pool_.reserve(h.file_size, slots);
+      st = pool_.reserve(h.file_size, *slots);
     }
   }
   // st is agreed by the progress round below (one collective, not two).
@@ -1232,7 +1280,8 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
       for (int64_t v : format::list_versions(env_, root, run, name)) {
         if (v >= threshold) break;
         std::string dir = format::version_dir(root, run, name, v);
-        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::shard_file_name(me))));
+        const std::string shard = storage::join(dir, format::shard_file_name(me));
+        CAIRN_RETURN_IF_ERROR(recycler_ ? recycler_->retire(shard) : env_->remove_file(shard));
         CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::tree_file_name(me))));
         (void)env_->remove_dir(dir);  // fails while other ranks' shards remain
       }

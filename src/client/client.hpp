@@ -23,6 +23,7 @@
 #include "comm/comm.hpp"
 #include "aggregate/stage.hpp"
 #include "engine/engine.hpp"
+#include "engine/recycler.hpp"
 #include "engine/staging.hpp"
 #include "format/manifest.hpp"
 #include "format/run_info.hpp"
@@ -156,6 +157,15 @@ class client_impl {
 
   // Captures `regions` as (name, version) and submits the job. Collective.
   status capture(const std::string& name, int64_t version, const std::vector<region>& regions);
+  // The shard header (layout planned) of a capture of `regions`.
+  result<format::shard_header> plan_header(const std::string& name, int64_t version,
+                                           const std::vector<region>& regions) const;
+  // How many staging slots of `file_size` bytes staging_limit allows.
+  result<int> staging_slots(const std::string& name, uint64_t file_size) const;
+  // Thread mode: after a protect, an engine task (low priority) allocates and
+  // faults in the staging slots the protected regions will need, so the
+  // first checkpoint does not pay for it. Best effort: the capture makes sure.
+  void prepare_staging();
   // The progress protocol (docs/design/core.md): one allreduce over the latched
   // error, the slot flag and every pending version's level states. Collective.
   // Returns the latched error of some rank (consumed) when consume_error.
@@ -277,6 +287,10 @@ class client_impl {
   uint32_t aggregate_files_ = 1;
   std::shared_ptr<aggregate::data_plane> plane_;  // aggregate_strategy = leaders (libfabric builds)
   engine::staging_pool pool_;
+  std::mutex staging_mu_;
+  std::pair<uint64_t, int> staging_wanted_;  // GUARDED_BY(staging_mu_): prepare_staging's newest layout
+  bool staging_queued_ = false;              // GUARDED_BY(staging_mu_)
+  std::shared_ptr<engine::local_recycler> recycler_;  // local level on: retired node-local shards reused
   std::unique_ptr<engine::engine> engine_;
   std::mutex catalog_mu_;
   std::unique_ptr<history::catalog> catalog_;  // rank 0 only, GUARDED_BY(catalog_mu_)

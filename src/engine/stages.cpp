@@ -11,7 +11,7 @@
 namespace cairn::engine {
 
 status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
-                        bool direct, bool durable, const std::string& tree) {
+                        bool direct, bool durable, const std::string& tree, bool tmp_exists) {
   const std::string dir = storage::dirname_of(path);
   CAIRN_RETURN_IF_ERROR(env->make_dirs(dir));
   const std::string tmp = path + ".tmp";
@@ -32,7 +32,7 @@ status write_shard_file(storage::storage_env* env, const std::string& path, cons
     }
     if (status st = (*t)->close(); !st) return fail(st);
   }
-  auto f = env->create(tmp, direct);
+  auto f = env->create(tmp, direct, !tmp_exists);
   if (!f) return fail(f.take_status());
   if (status st = (*f)->write_at(0, image, size); !st) return fail(st);
   if (durable) {
@@ -83,7 +83,8 @@ class hash_stage final : public stage {
 
 class local_stage final : public stage {
  public:
-  local_stage(storage::storage_env* env, level_paths paths) : env_(env), paths_(std::move(paths)) {}
+  local_stage(storage::storage_env* env, level_paths paths, std::shared_ptr<local_recycler> recycler)
+      : env_(env), paths_(std::move(paths)), recycler_(std::move(recycler)) {}
   const char* name() const override { return "local"; }
   unsigned level() const override { return CAIRN_LEVEL_LOCAL; }
   status run(version_job& job) override {
@@ -93,7 +94,11 @@ class local_stage final : public stage {
     // A shard of this version left by an earlier execution must not survive a
     // failed write of the new one.
     CAIRN_RETURN_IF_ERROR(env_->remove_file(path));
-    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, false, false, job.tree_image));
+    CAIRN_RETURN_IF_ERROR(env_->make_dirs(storage::dirname_of(path)));
+    const bool recycled = recycler_ && recycler_->take(h.file_size, path + ".tmp");
+    CAIRN_RETURN_IF_ERROR(
+        write_shard_file(env_, path, job.image->data(), h.file_size, false, false, job.tree_image, recycled));
+    if (recycler_) recycler_->wrote(path, h.file_size);
     job.local_s = util::now_s() - t0;
     return {};
   }
@@ -101,6 +106,7 @@ class local_stage final : public stage {
  private:
   storage::storage_env* env_;
   level_paths paths_;
+  std::shared_ptr<local_recycler> recycler_;
 };
 
 class persistent_stage final : public stage {
@@ -156,8 +162,9 @@ std::unique_ptr<stage> make_checksum_stage() { return std::make_unique<checksum_
 std::unique_ptr<stage> make_hash_stage(uint64_t chunk_bytes, double quantum) {
   return std::make_unique<hash_stage>(chunk_bytes, quantum);
 }
-std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths) {
-  return std::make_unique<local_stage>(env, std::move(paths));
+std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths,
+                                        std::shared_ptr<local_recycler> recycler) {
+  return std::make_unique<local_stage>(env, std::move(paths), std::move(recycler));
 }
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io) {
   return std::make_unique<persistent_stage>(env, std::move(paths), direct_io);

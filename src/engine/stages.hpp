@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/engine.hpp"
+#include "engine/recycler.hpp"
 #include "storage/storage_env.hpp"
 
 namespace cairn::engine {
@@ -20,8 +21,10 @@ struct level_paths {
 // xxh3 of every region, then the header (with its own checksum) into the image.
 std::unique_ptr<stage> make_checksum_stage();
 // Writes the image to <scratch>/.../shard.<rank> (temp name, rename). Survives
-// a process crash, not a node loss: no fsync.
-std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths);
+// a process crash, not a node loss: no fsync. With a recycler, the temporary
+// is a retired shard of the same size when there is one (overwritten in place).
+std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths,
+                                        std::shared_ptr<local_recycler> recycler = nullptr);
 // Writes the image to the store with O_DIRECT where possible, fdatasync,
 // rename, fsync of the directory: durable before the level is reported.
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io);
@@ -38,8 +41,10 @@ std::unique_ptr<stage> make_hash_stage(uint64_t chunk_bytes, double quantum);
 // Writes `image` to `path` and, when `tree` is not empty, the tree file beside it
 // (tree first), each through a temporary name; `durable` adds the syncs. The
 // shard's rename comes last: a committed shard always has its tree.
+// tmp_exists: <path>.tmp is already there with exactly `size` bytes (a
+// recycled file) and is overwritten, not truncated.
 status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
-                        bool direct, bool durable, const std::string& tree = {});
+                        bool direct, bool durable, const std::string& tree = {}, bool tmp_exists = false);
 
 }  // namespace cairn::engine
 

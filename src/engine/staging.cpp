@@ -9,22 +9,57 @@
 
 namespace cairn::engine {
 
-status staging_pool::reserve(size_t slot_bytes, int slots) {
+status staging_pool::try_reserve(size_t need_bytes, size_t slot_bytes, int slots) {
+  {
+    std::lock_guard lk(mu_);
+    if (need_bytes <= slot_bytes_ && static_cast<int>(all_.size()) >= slots) return {};
+  }
+  return reserve(slot_bytes, slots, false);
+}
+
+size_t staging_pool::slot_bytes() const {
+  std::lock_guard lk(mu_);
+  return slot_bytes_;
+}
+
+status staging_pool::reserve(size_t slot_bytes, int slots, bool wait) {
+  // Buffers are mapped and faulted in outside the lock: acquire, release and
+  // has_free stay quick meanwhile (an engine task may be the one reserving).
   std::unique_lock lk(mu_);
-  if (slot_bytes > slot_bytes_) {
-    // Every slot must be free here: the caller drained the engine.
-    cv_.wait(lk, [&] { return free_.size() == all_.size(); });
-    all_.clear();
-    free_.clear();
-    slot_bytes_ = slot_bytes;
+  for (;;) {
+    const bool replace = slot_bytes > slot_bytes_;
+    const size_t size = replace ? slot_bytes : slot_bytes_;
+    const size_t have = replace ? 0 : all_.size();
+    if (static_cast<int>(have) >= slots) return {};
+    if (replace && free_.size() != all_.size()) {
+      if (!wait) return {};
+      cv_.wait(lk, [&] { return free_.size() == all_.size(); });
+      continue;
+    }
+    lk.unlock();
+    std::vector<std::unique_ptr<aligned_buffer>> made;
+    for (size_t i = have; i < static_cast<size_t>(slots); ++i) {
+      auto buf = aligned_buffer::allocate(size);
+      if (!buf) return buf.take_status();
+      made.push_back(std::make_unique<aligned_buffer>(std::move(buf).value()));
+    }
+    lk.lock();
+    // Another reserve may have changed the pool meanwhile: then look again.
+    if (replace ? (slot_bytes_ >= slot_bytes || free_.size() != all_.size()) : (slot_bytes_ != size || all_.size() != have))
+      continue;
+    if (replace) {
+      all_.clear();
+      free_.clear();
+      slot_bytes_ = size;
+    }
+    for (auto& b : made) {
+      free_.push_back(b.get());
+      all_.push_back(std::move(b));
+    }
+    lk.unlock();
+    cv_.notify_all();
+    return {};
   }
-  while (static_cast<int>(all_.size()) < slots) {
-    auto buf = aligned_buffer::allocate(slot_bytes_);
-    if (!buf) return buf.take_status();
-    all_.push_back(std::make_unique<aligned_buffer>(std::move(buf).value()));
-    free_.push_back(all_.back().get());
-  }
-  return {};
 }
 
 aligned_buffer* staging_pool::acquire(bool wait) {

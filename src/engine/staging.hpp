@@ -26,17 +26,22 @@ class staging_pool {
   // Slots of at least slot_bytes each; `slots` of them.
   staging_pool() = default;
 
-  // (Re)sizes the pool: frees slots smaller than slot_bytes (only when free)
-  // and allocates up to `slots` slots. Fails with no_space when memory cannot
-  // be mapped. Must not be called while slots are in use by a smaller layout
-  // (the client waits for the engine to go idle first).
-  status reserve(size_t slot_bytes, int slots);
+  // (Re)sizes the pool: frees slots smaller than slot_bytes (only when free:
+  // waits for them, or with `wait` false returns without change) and
+  // allocates up to `slots` slots. Fails with no_space when memory cannot be
+  // mapped. The client calls it for a larger layout only with the engine
+  // idle, so that no slot it waits for belongs to a job still queued.
+  status reserve(size_t slot_bytes, int slots, bool wait = true);
+  // reserve() ahead of need (from an engine task): does nothing when slots of
+  // need_bytes are there already, or when it would have to wait for a slot in
+  // use; else reserves slots of slot_bytes (>= need_bytes, with room to spare).
+  status try_reserve(size_t need_bytes, size_t slot_bytes, int slots);
 
   // Returns a free slot; blocks when `wait` is true, else returns nullptr.
   aligned_buffer* acquire(bool wait);
   void release(aligned_buffer* slot);
   bool has_free();
-  size_t slot_bytes() const { return slot_bytes_; }
+  size_t slot_bytes() const;
   int slots() const;
 
  private:

@@ -95,13 +95,13 @@ class TestKill:
                 assert not job.shard(lvl, 6, rank).exists()
             assert not local_tmp.exists() and not persistent_tmp.exists()
         elif level == "local":
-            assert local_tmp.is_file() and 0 < local_tmp.stat().st_size < full_size
+            # The temporary may be a recycled shard (full size, overwritten in
+            # place); the persistent write runs beside the local one.
+            assert local_tmp.is_file() and local_tmp.stat().st_size > 0
             assert not job.shard("local", 6, rank).exists()
-            assert not job.shard("persistent", 6, rank).exists() and not persistent_tmp.exists()
         elif level == "persistent":
             assert persistent_tmp.is_file() and 0 < persistent_tmp.stat().st_size < full_size
             assert not job.shard("persistent", 6, rank).exists()
-            assert job.shard("local", 6, rank).stat().st_size == full_size  # local comes first
         else:
             for r in range(nranks):
                 assert job.shard("persistent", 6, r).stat().st_size == full_size

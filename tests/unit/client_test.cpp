@@ -3,7 +3,10 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
+#include <set>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <vector>
 
@@ -222,6 +225,45 @@ TEST_F(client_test, retention_keeps_the_newest_versions_per_level) {
   auto env = storage::storage_env::posix();
   EXPECT_EQ(format::list_versions(env, scratch(), "unit", "ck"), (std::vector<int64_t>{6, 7}));
   EXPECT_EQ(format::list_versions(env, store(), "unit", "ck"), (std::vector<int64_t>{5, 6, 7}));
+}
+
+TEST_F(client_test, steady_state_local_shards_reuse_retired_files) {
+  setenv("CAIRN_KEEP_LOCAL", "2", 1);
+  std::vector<double> a(100000);
+  auto env = storage::storage_env::posix();
+  std::set<ino_t> inodes;
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("a", std::span<double>(a)));
+    for (int v = 0; v < 10; ++v) {
+      std::iota(a.begin(), a.end(), v * 0.5);
+      ASSERT_TRUE(c.checkpoint("ck", v));
+      ASSERT_TRUE(c.wait("ck", v, CAIRN_LEVEL_PERSISTENT));
+      struct stat st {};
+      ASSERT_EQ(::stat(format::shard_path(scratch(), "unit", "ck", v, 0).c_str(), &st), 0);
+      inodes.insert(st.st_ino);
+    }
+    ASSERT_TRUE(c.finalize(true));
+  }
+  // Ten versions, two kept: the retired files came back as new versions' files.
+  EXPECT_LE(inodes.size(), 5u);
+  EXPECT_EQ(format::list_versions(env, scratch(), "unit", "ck"), (std::vector<int64_t>{8, 9}));
+  // A recycled file restarts like any other, bit for bit.
+  std::vector<double> expect(a.size());
+  std::iota(expect.begin(), expect.end(), 9 * 0.5);
+  std::fill(a.begin(), a.end(), 0);
+  auto r = make_client();
+  ASSERT_TRUE(r.protect("a", std::span<double>(a)));
+  auto v = r.restart_test("ck");
+  ASSERT_TRUE(v) << v.error().to_string();
+  EXPECT_EQ(*v, 9);
+  ASSERT_TRUE(r.restart("ck", 9));
+  EXPECT_EQ(std::memcmp(a.data(), expect.data(), a.size() * sizeof(double)), 0);
+  // The new execution emptied the bin the previous one left.
+  auto bin = env->list(scratch() + "/recycle/unit");
+  ASSERT_TRUE(bin);
+  EXPECT_TRUE(bin->empty());
+  ASSERT_TRUE(r.finalize(true));
 }
 
 TEST_F(client_test, persistent_interval_flushes_every_kth_version) {

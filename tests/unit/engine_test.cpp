@@ -7,7 +7,9 @@
 
 #include "cairn.h"
 #include "engine/engine.hpp"
+#include "engine/recycler.hpp"
 #include "engine/staging.hpp"
+#include "storage/storage_env.hpp"
 
 namespace cairn::engine {
 namespace {
@@ -283,6 +285,54 @@ TEST(engine, normal_tasks_go_before_queued_stages_and_low_tasks_after) {
   size_t normal = 0;
   while (t.events[normal].first != "normal") ++normal;
   EXPECT_LE(normal, 1u);
+}
+
+TEST(recycler, only_files_this_process_wrote_are_binned_and_taken_by_exact_size) {
+  char tmpl[] = "/tmp/cairn-recycler-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto env = storage::storage_env::posix();
+  auto make = [&](const std::string& name, size_t bytes) {
+    std::string path = dir + "/" + name;
+    EXPECT_TRUE(env->write_atomic(path, std::string(bytes, 'x'), false));
+    return path;
+  };
+  local_recycler r(env, dir, "run", 3, 2);
+  std::string mine1 = make("a", 8192), mine2 = make("b", 8192), mine3 = make("c", 8192), theirs = make("d", 8192);
+  for (const auto& p : {mine1, mine2, mine3}) r.wrote(p, 8192);
+  ASSERT_TRUE(r.retire(theirs));  // not written here (it may be mapped by a restart): removed
+  EXPECT_FALSE(env->exists(theirs));
+  ASSERT_TRUE(r.retire(mine1));
+  ASSERT_TRUE(r.retire(mine2));
+  ASSERT_TRUE(r.retire(mine3));  // the bin holds two: removed
+  for (const auto& p : {mine1, mine2, mine3}) EXPECT_FALSE(env->exists(p));
+  auto bin = env->list(dir + "/recycle/run");
+  ASSERT_TRUE(bin);
+  EXPECT_EQ(bin->size(), 2u);
+  EXPECT_FALSE(r.take(4096, dir + "/new.tmp"));  // only the exact size
+  EXPECT_TRUE(r.take(8192, dir + "/new.tmp"));
+  EXPECT_TRUE(env->exists(dir + "/new.tmp"));
+  ASSERT_TRUE(r.clear());  // the other one (a crashed execution's leftovers)
+  bin = env->list(dir + "/recycle/run");
+  ASSERT_TRUE(bin);
+  EXPECT_TRUE(bin->empty());
+  EXPECT_FALSE(r.take(8192, dir + "/new2.tmp"));
+  ASSERT_TRUE(env->remove_tree(dir));
+}
+
+TEST(staging, reserving_ahead_never_waits_for_a_slot_in_use) {
+  staging_pool pool;
+  ASSERT_TRUE(pool.reserve(4096, 2));
+  aligned_buffer* held = pool.acquire(false);
+  ASSERT_NE(held, nullptr);
+  ASSERT_TRUE(pool.try_reserve(100000, 100000 + 4096, 2));  // would have to replace the held slot
+  EXPECT_EQ(pool.slot_bytes(), 4096u);
+  pool.release(held);
+  ASSERT_TRUE(pool.try_reserve(100000, 100000 + 4096, 2));
+  EXPECT_EQ(pool.slot_bytes(), 100000u + 4096);
+  EXPECT_EQ(pool.slots(), 2);
+  ASSERT_TRUE(pool.try_reserve(100000, 200000, 2));  // big enough already: unchanged
+  EXPECT_EQ(pool.slot_bytes(), 100000u + 4096);
 }
 
 TEST(staging, acquire_blocks_until_release_and_buffers_are_aligned) {
