@@ -326,6 +326,12 @@ status client_impl::start() {
     recycler_ = std::make_shared<engine::local_recycler>(env_, cfg_.scratch, cfg_.run, static_cast<uint32_t>(rank()));
     CAIRN_RETURN_IF_ERROR(recycler_->clear().with_context("local level (emptying the recycled files' bin)"));
   }
+  // The stages that write the persistent level write through the cap.
+  storage::storage_env* flush_env = env_;
+  if (cfg_.io_rate_limit > 0) {
+    rate_env_ = storage::make_rate_limited_env(env_, cfg_.io_rate_limit);
+    flush_env = rate_env_.get();
+  }
   if (aggregated() && !cfg_.agents.empty())
     return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
                                     "the persistent level themselves, a file per rank): choose one"};
@@ -335,7 +341,7 @@ status client_impl::start() {
     // lent image is complete only after the agents stage (or unlend).
     stages.add(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
     if (cfg_.agents_lend) stages.add(engine::make_unlend_stage());
-    stages.add(std::make_unique<agents_fallback_stage>(env_, cfg_.persistent, cfg_.direct_io));
+    stages.add(std::make_unique<agents_fallback_stage>(flush_env, cfg_.persistent, cfg_.direct_io));
     if (cfg_.local_enabled) stages.add(engine::make_local_stage(env_, paths, recycler_));
   } else {
     size_t local = image_done;
@@ -347,7 +353,7 @@ status client_impl::start() {
       o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
       CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
       // The leaders read their senders' node-local files: after the local level.
-      stages.add(aggregate::make_leaders_stage(env_, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
+      stages.add(aggregate::make_leaders_stage(flush_env, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
                                                              cfg_.local_enabled}, plane_),
                  {local});
 #else
@@ -360,9 +366,9 @@ status client_impl::start() {
       aggregate::stage_options o;
       o.strategy = cfg_.aggregate_strategy;
       o.direct_io = cfg_.direct_io;
-      stages.add(aggregate::make_self_write_stage(env_, paths, o), {image_done});
+      stages.add(aggregate::make_self_write_stage(flush_env, paths, o), {image_done});
     } else {
-      stages.add(engine::make_persistent_stage(env_, paths, cfg_.direct_io), {image_done});
+      stages.add(engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), {image_done});
     }
   }
   if (!cfg_.reference_run.empty()) {

@@ -237,6 +237,7 @@ class client_impl {
   config cfg_;
   storage::storage_env* env_;
   std::unique_ptr<storage::storage_env> fault_env_;
+  std::unique_ptr<storage::storage_env> rate_env_;  // io_rate_limit: the persistent stages write through it
   std::string host_;
   // Batch jobs: the job's end (Unix seconds) if known; the warning counter
   // at the last capture; what the last progress round agreed.

@@ -3,7 +3,11 @@
 
 #include <csignal>
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <mutex>
+#include <thread>
 
 #include "storage/storage_env.hpp"
 
@@ -132,7 +136,75 @@ class fault_env final : public storage_env {
   std::atomic<int> seen_{0};
 };
 
+// See make_rate_limited_env.
+class rate_limited_env final : public storage_env {
+ public:
+  rate_limited_env(storage_env* base, uint64_t bytes_per_s) : base_(base), rate_(static_cast<double>(bytes_per_s)) {}
+
+  // Blocks until `n` more bytes may be written: the bucket's clock advances
+  // by n / rate per chunk; a writer idle for a while gets no burst beyond one
+  // chunk.
+  void pace(size_t n) {
+    using clock = std::chrono::steady_clock;
+    clock::time_point start;
+    {
+      std::lock_guard lk(mu_);
+      const auto now = clock::now();
+      if (next_ < now) next_ = now;
+      start = next_;
+      next_ += std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(n / rate_));
+    }
+    std::this_thread::sleep_until(start);
+  }
+
+  class file final : public writable_file {
+   public:
+    file(rate_limited_env* env, std::unique_ptr<writable_file> f) : env_(env), f_(std::move(f)) {}
+    status write_at(uint64_t off, const void* d, size_t n) override {
+      constexpr size_t kChunk = size_t{8} << 20;  // a multiple of kDirectAlign
+      const auto* p = static_cast<const std::byte*>(d);
+      for (size_t done = 0; done < n;) {
+        const size_t len = std::min(kChunk, n - done);
+        env_->pace(len);
+        CAIRN_RETURN_IF_ERROR(f_->write_at(off + done, p + done, len));
+        done += len;
+      }
+      return {};
+    }
+    status sync() override { return f_->sync(); }
+    status close() override { return f_->close(); }
+    bool direct() const override { return f_->direct(); }
+
+   private:
+    rate_limited_env* env_;
+    std::unique_ptr<writable_file> f_;
+  };
+
+  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
+    CAIRN_ASSIGN_OR_RETURN(auto f, base_->create(path, want_direct, truncate));
+    return std::unique_ptr<writable_file>(new file(this, std::move(f)));
+  }
+  result<std::unique_ptr<readable_file>> open_read(const std::string& path) override { return base_->open_read(path); }
+  status rename(const std::string& from, const std::string& to) override { return base_->rename(from, to); }
+  status sync_dir(const std::string& dir) override { return base_->sync_dir(dir); }
+  status make_dirs(const std::string& dir) override { return base_->make_dirs(dir); }
+  status remove_file(const std::string& path) override { return base_->remove_file(path); }
+  status remove_dir(const std::string& dir) override { return base_->remove_dir(dir); }
+  result<std::vector<std::string>> list(const std::string& dir) override { return base_->list(dir); }
+  bool exists(const std::string& path) override { return base_->exists(path); }
+
+ private:
+  storage_env* base_;
+  const double rate_;
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point next_{};  // GUARDED_BY(mu_): when the next chunk may start
+};
+
 }  // namespace
+
+std::unique_ptr<storage_env> make_rate_limited_env(storage_env* base, uint64_t bytes_per_s) {
+  return std::make_unique<rate_limited_env>(base, bytes_per_s);
+}
 
 std::unique_ptr<storage_env> make_fault_env(storage_env* base, fault_spec spec) {
   return std::make_unique<fault_env>(base, std::move(spec));

@@ -111,6 +111,13 @@ struct fault_spec {
 };
 std::unique_ptr<storage_env> make_fault_env(storage_env* base, fault_spec spec);
 
+// Background write bandwidth cap (config key io_rate_limit): an env that
+// forwards to `base` but writes through its files in chunks of at most 8 MiB,
+// each started no earlier than the cap allows (one token bucket per env,
+// shared by every thread and file that writes through it). Reads and metadata
+// pass through unthrottled.
+std::unique_ptr<storage_env> make_rate_limited_env(storage_env* base, uint64_t bytes_per_s);
+
 std::string dirname_of(const std::string& path);
 std::string join(const std::string& a, const std::string& b);
 

@@ -134,6 +134,10 @@ const std::vector<key_def>& keys() {
          return parse_enum<staging_policy>("staging_policy", v, {{"block", staging_policy::block},
                                            {"eagain", staging_policy::eagain}}, &c.staging_policy); },
        [](const config& c) { return std::string(c.staging_policy == staging_policy::block ? "block" : "eagain"); }},
+      {"io_rate_limit", "persistent level write bandwidth cap per rank", [](config& c, const std::string& v) -> status {
+         auto r = parse_size(v);
+         if (!r) return bad_value("io_rate_limit", v, "bytes per second such as 200M or 1G, or 0 (no cap)");
+         c.io_rate_limit = *r; return {}; }, [](const config& c) { return std::to_string(c.io_rate_limit); }},
       {"direct_io", "O_DIRECT for the persistent level", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("direct_io", v); if (!r) return r.take_status(); c.direct_io = *r; return {}; },
        [](const config& c) { return std::string(c.direct_io ? "true" : "false"); }},

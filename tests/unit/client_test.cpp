@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -36,7 +37,7 @@ class client_test : public ::testing::Test {
   void TearDown() override {
     for (const char* k : {"CAIRN_PERSISTENT", "CAIRN_SCRATCH", "CAIRN_RUN", "CAIRN_MODE", "CAIRN_KEEP_LOCAL",
                           "CAIRN_KEEP_PERSISTENT", "CAIRN_PERSISTENT_INTERVAL", "CAIRN_FAULT_INJECT",
-                          "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_BOGUS", "CAIRN_TAGS", "CAIRN_CODE_VERSION"})
+                          "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_IO_RATE_LIMIT", "CAIRN_BOGUS", "CAIRN_TAGS", "CAIRN_CODE_VERSION"})
       unsetenv(k);
     ASSERT_TRUE(storage::storage_env::posix()->remove_tree(dir_));
   }
@@ -264,6 +265,20 @@ TEST_F(client_test, steady_state_local_shards_reuse_retired_files) {
   ASSERT_TRUE(bin);
   EXPECT_TRUE(bin->empty());
   ASSERT_TRUE(r.finalize(true));
+}
+
+TEST_F(client_test, io_rate_limit_paces_the_persistent_write) {
+  // 16 MiB and a header at 32 MiB/s: three chunks, the last started >= 0.5 s in.
+  setenv("CAIRN_IO_RATE_LIMIT", "32M", 1);
+  std::vector<double> a(2u << 20, 1.5);
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("a", std::span<double>(a)));
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c.checkpoint("ck", 1));
+  ASSERT_TRUE(c.wait("ck", 1, CAIRN_LEVEL_PERSISTENT));
+  EXPECT_GE(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.45);
+  ASSERT_TRUE(c.finalize(true));
+  unsetenv("CAIRN_IO_RATE_LIMIT");
 }
 
 TEST_F(client_test, persistent_interval_flushes_every_kth_version) {

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 
 #include "storage/geometry.hpp"
@@ -30,6 +31,24 @@ TEST_F(storage_test, write_atomic_replaces_and_reads_back) {
   ASSERT_TRUE(got);
   EXPECT_EQ(*got, "second");
   EXPECT_FALSE(env()->exists(p + ".tmp"));
+}
+
+TEST_F(storage_test, rate_limited_env_paces_writes_and_keeps_the_data) {
+  // 24 MiB at 48 MiB/s: three 8 MiB chunks, started at 0, 1/6 and 1/3 s.
+  auto limited = make_rate_limited_env(env(), 48ull << 20);
+  std::string data(24u << 20, '\0');
+  for (size_t i = 0; i < data.size(); i += 4096) data[i] = static_cast<char>(i >> 12);
+  std::string p = join(dir_, "paced");
+  auto t0 = std::chrono::steady_clock::now();
+  auto f = limited->create(p, false);
+  ASSERT_TRUE(f);
+  ASSERT_TRUE((*f)->write_at(0, data.data(), data.size()));
+  ASSERT_TRUE((*f)->close());
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(s, 0.33);  // never faster than the cap (a lower bound holds under any load)
+  auto back = env()->read_all(p);
+  ASSERT_TRUE(back);
+  EXPECT_TRUE(*back == data);
 }
 
 TEST_F(storage_test, direct_write_of_aligned_data_is_readable) {

@@ -49,6 +49,18 @@ TEST(config, file_then_environment_wins) {
   EXPECT_EQ(c->keep_persistent, 4);
 }
 
+TEST(config, io_rate_limit_is_a_bandwidth) {
+  auto d = config::load("", {});
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_EQ(d->io_rate_limit, 0u);
+  auto c = config::load("", {{"CAIRN_IO_RATE_LIMIT", "200M"}});
+  ASSERT_TRUE(c) << c.error().to_string();
+  EXPECT_EQ(c->io_rate_limit, 200ull << 20);
+  auto bad = config::load("", {{"CAIRN_IO_RATE_LIMIT", "fast"}});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message().find("io_rate_limit"), std::string::npos) << bad.error().message();
+}
+
 TEST(config, engine_scheduling_keys) {
   auto d = config::load("", {});
   ASSERT_TRUE(d) << d.error().to_string();
