@@ -21,7 +21,7 @@ STEPS = 10
 def launch(nranks, root, args, **cfg):
     env = harness.base_env()
     env.update({"CAIRN_PERSISTENT": str(root / "store"), "CAIRN_SCRATCH": str(root / "scratch"),
-                "CAIRN_RUN": "reshard"})
+                "CAIRN_RUN": "reshard", "CAIRN_KEEP_PERSISTENT": "0"})
     for k, v in cfg.items():
         env["CAIRN_" + k.upper()] = str(v)
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(nranks), str(APP), *map(str, args)]
@@ -58,16 +58,20 @@ def committed(root):
 def test_restart_on_another_rank_count_matches_uninterrupted_run(old, new, layout, reference, tmp_path):
     """Stopped on `old` ranks after the checkpoint of step 6, restarted on `new`
     ranks from version 6 (the node-local copies are gone, as on new nodes, for
-    the aggregated layout; kept and read where visible for file-per-process):
-    the final global array equals the uninterrupted run on `new` ranks."""
-    r = launch(old, tmp_path, ["block", STEPS, 6, tmp_path / "x"], persistent_layout=layout)
+    the aggregated layout; kept and read where visible for file-per-process,
+    with 512-byte hash-tree chunks so that partial reads are verified chunk by
+    chunk): the final global array equals the uninterrupted run on `new` ranks."""
+    cfg = {"persistent_layout": layout}
+    if layout == "file_per_process":
+        cfg["hash_chunk"] = 512
+    r = launch(old, tmp_path, ["block", STEPS, 6, tmp_path / "x"], **cfg)
     assert r.returncode == 0 and "stopped 6" in r.stdout, describe(r)
     assert committed(tmp_path) == [2, 4, 6]
     if layout == "aggregated":
         assert list((tmp_path / "store/runs/reshard/grid/v000000000006").glob("data.*"))
         shutil.rmtree(tmp_path / "scratch")
     out = tmp_path / "out.bin"
-    r = launch(new, tmp_path, ["block", STEPS, 0, out], persistent_layout=layout)
+    r = launch(new, tmp_path, ["block", STEPS, 0, out], **cfg)
     assert r.returncode == 0 and "restarted 6" in r.stdout, describe(r)
     assert f"written by {old} ranks, on {new} ranks" in r.stderr, describe(r)
     assert out.read_bytes() == reference("block", new)
@@ -109,13 +113,14 @@ def test_region_without_global_layout_is_a_clear_error_and_nothing_is_lost(refer
     2 ranks still restores version 6 and ends like the uninterrupted run."""
     r = launch(2, tmp_path, ["nolayout", STEPS, 6, tmp_path / "x"])
     assert r.returncode == 0 and "stopped 6" in r.stdout, describe(r)
-    before = {p: p.read_bytes() for p in (tmp_path / "store").rglob("*") if p.is_file() and "catalog" not in p.name}
+    ckpt = tmp_path / "store/runs/reshard/grid"
+    before = {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
     r = launch(3, tmp_path, ["nolayout", STEPS, 0, tmp_path / "y"])
     assert r.returncode == 3, describe(r)
     assert "restart_test: -11 " in r.stdout, describe(r)  # CAIRN_EUNUSABLE, not CAIRN_ENOTFOUND
     assert "region 'u' has no global layout" in r.stdout and "cairn_protect_block" in r.stdout, describe(r)
     assert "written by 2 ranks; this job has 3" in r.stdout, describe(r)
-    after = {p: p.read_bytes() for p in (tmp_path / "store").rglob("*") if p.is_file() and "catalog" not in p.name}
+    after = {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
     assert after == before
     out = tmp_path / "out.bin"
     r = launch(2, tmp_path, ["nolayout", STEPS, 0, out])
