@@ -3,6 +3,8 @@ halos, block-decomposed, written by N ranks and restored on M, must give the
 global array an uninterrupted run on M ranks computes, bit for bit. Drives
 tests/integration/reshard_app.c under real mpirun."""
 import functools
+import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -26,6 +28,15 @@ def launch(nranks, root, args, **cfg):
         env["CAIRN_" + k.upper()] = str(v)
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(nranks), str(APP), *map(str, args)]
     return subprocess.run(cmd, env=env, cwd=root, capture_output=True, text=True, timeout=120)
+
+
+def restartable(root, nranks):
+    """`cairn restartable` of the test's store for `nranks` ranks (None without the CLI)."""
+    cli = os.environ.get("CAIRN_TEST_CLI")
+    if not cli:
+        return None
+    return subprocess.run([cli, "restartable", str(root / "store"), "grid", "--ranks", str(nranks), "--json"],
+                          capture_output=True, text=True, timeout=60)
 
 
 def describe(r):
@@ -71,6 +82,12 @@ def test_restart_on_another_rank_count_matches_uninterrupted_run(old, new, layou
         assert list((tmp_path / "store/runs/reshard/grid/v000000000006").glob("data.*"))
         shutil.rmtree(tmp_path / "scratch")
     out = tmp_path / "out.bin"
+    cli = restartable(tmp_path, new)
+    if cli is not None:
+        assert cli.returncode == 0, describe(cli)
+        got = {v["version"]: (v["written_by"], v["restartable"], v["redistributed"])
+               for v in json.loads(cli.stdout)["versions"]}
+        assert got == {v: (old, True, True) for v in (2, 4, 6)}
     r = launch(new, tmp_path, ["block", STEPS, 0, out], **cfg)
     assert r.returncode == 0 and "restarted 6" in r.stdout, describe(r)
     assert f"written by {old} ranks, on {new} ranks" in r.stderr, describe(r)
@@ -122,6 +139,15 @@ def test_region_without_global_layout_is_a_clear_error_and_nothing_is_lost(refer
     assert "written by 2 ranks; this job has 3" in r.stdout, describe(r)
     after = {p: p.read_bytes() for p in ckpt.rglob("*") if p.is_file()}
     assert after == before
+    cli = restartable(tmp_path, 3)
+    if cli is not None:  # the CLI says the same, and exits 1: nothing usable on 3 ranks
+        assert cli.returncode == 1, describe(cli)
+        vs = json.loads(cli.stdout)["versions"]
+        assert [v["version"] for v in vs] == [6, 4, 2] and not any(v["restartable"] for v in vs)
+        assert all("region 'u' has no global layout" in v["why_not"] for v in vs)
+        cli = restartable(tmp_path, 2)
+        assert cli.returncode == 0 and all(v["restartable"] and not v["redistributed"]
+                                           for v in json.loads(cli.stdout)["versions"]), describe(cli)
     out = tmp_path / "out.bin"
     r = launch(2, tmp_path, ["nolayout", STEPS, 0, out])
     assert r.returncode == 0 and "restarted 6" in r.stdout, describe(r)
