@@ -63,35 +63,43 @@ def main():
     ap.add_argument("--layouts", default="file_per_process,aggregated")
     args = ap.parse_args()
     base = args.dir or tempfile.mkdtemp(prefix="cairn-reshard-bench.")
-    counts = [args.writers] + [int(x) for x in args.to.split(",") if x]
+    targets = [int(x) for x in args.to.split(",") if x]
     print(f"array {args.rows} x {args.cols} float64 ({args.rows * args.cols * 8 / 2**20:.0f} MiB), written by "
           f"{args.writers} ranks, hash_chunk {args.hash_chunk}, {args.rounds} rounds")
     for layout in args.layouts.split(","):
-        work = os.path.join(base, layout)
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-        launch(args, args.writers, "write", work, layout)
-        shutil.rmtree(os.path.join(work, "scratch"), ignore_errors=True)
-        times = {n: [] for n in counts}
+        # One store written by WRITERS ranks, and one per target count M
+        # written by M ranks: restart on M from the first (another count) is
+        # compared with restart on M from the second (the same count, the
+        # same bytes per rank).
+        stores = {}
+        for n in [args.writers] + targets:
+            work = os.path.join(base, layout, f"w{n}")
+            shutil.rmtree(work, ignore_errors=True)
+            os.makedirs(work)
+            launch(args, n, "write", work, layout)
+            shutil.rmtree(os.path.join(work, "scratch"), ignore_errors=True)
+            stores[n] = work
+        times = {(m, w): [] for m in targets for w in (args.writers, m)}
         last = {}
         for rnd in range(args.rounds):
-            order = counts if rnd % 2 == 0 else list(reversed(counts))
-            for n in order:
-                tmax, ranks = parse(launch(args, n, "restart", work, layout))
-                times[n].append(tmax)
-                last[n] = ranks
-                shutil.rmtree(os.path.join(work, "scratch"), ignore_errors=True)
-        same = statistics.median(times[args.writers])
+            cases = list(times)
+            for m, w in (cases if rnd % 2 == 0 else reversed(cases)):
+                tmax, ranks = parse(launch(args, m, "restart", stores[w], layout))
+                times[(m, w)].append(tmax)
+                last[(m, w)] = ranks
+                shutil.rmtree(os.path.join(stores[w], "scratch"), ignore_errors=True)
         print(f"\n{layout}")
-        print(f"{'ranks':>5}  {'median s':>9}  {'vs same':>7}  {'read/rank MiB (min-max)':>24}  "
+        print(f"{'restart on':>10}  {'written by':>10}  {'median s':>9}  {'ratio':>6}  {'read/rank MiB (min-max)':>24}  "
               f"{'needed/rank MiB':>15}  {'read/needed':>11}")
-        for n in counts:
-            med = statistics.median(times[n])
-            rd = [r[2] for r in last[n]]
-            nd = [r[3] for r in last[n]]
-            print(f"{n:>5}  {med:>9.4f}  {med / same:>7.2f}  "
-                  f"{min(rd) / 2**20:>10.2f} - {max(rd) / 2**20:<10.2f}  {statistics.mean(nd) / 2**20:>15.2f}  "
-                  f"{sum(rd) / sum(nd):>11.2f}")
+        for m in targets:
+            same = statistics.median(times[(m, m)])
+            for w in (m, args.writers):
+                med = statistics.median(times[(m, w)])
+                rd = [r[2] for r in last[(m, w)]]
+                nd = [r[3] for r in last[(m, w)]]
+                print(f"{m:>10}  {w:>10}  {med:>9.4f}  {med / same:>6.2f}  "
+                      f"{min(rd) / 2**20:>10.2f} - {max(rd) / 2**20:<10.2f}  {statistics.mean(nd) / 2**20:>15.2f}  "
+                      f"{sum(rd) / sum(nd):>11.2f}")
     if not args.dir:
         shutil.rmtree(base, ignore_errors=True)
 
