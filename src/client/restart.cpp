@@ -203,7 +203,8 @@ struct client_impl::reshard_state {
   // contiguous), verified; `key` records the protection it was read for.
   struct staged_block {
     std::string key;
-    std::vector<std::byte> bytes;
+    std::unique_ptr<std::byte[]> bytes;  // size bytes, not zeroed: every byte is written by reshard_read
+    size_t size = 0;
   };
   std::map<std::string, staged_block> staged;
   uint64_t bytes_read = 0, bytes_needed = 0;
@@ -318,7 +319,8 @@ status client_impl::reshard_read(const std::string& name, int64_t version) {
     const size_t es = format::type_size(r.type);
     auto& sb = rs.staged[rname];
     sb.key = protection_key(r);
-    sb.bytes.resize(r.count * es);
+    sb.size = r.count * es;
+    sb.bytes.reset(new std::byte[sb.size]);
     rs.bytes_needed += r.count * es;
     if (!rr.block) {
       // The same bytes on every old rank: spread the reads over them.
@@ -329,19 +331,37 @@ status client_impl::reshard_read(const std::string& name, int64_t version) {
     }
     const auto n_start = row_major(r.start, r.column_major), n_dims = row_major_dims(r);
     uint64_t covered = 0;
+    std::vector<std::pair<std::vector<uint64_t>, std::vector<uint64_t>>> boxes;  // old blocks that overlap
+    bool disjoint = true;
     for (uint32_t k = 0; k < old_n; ++k) {
       const format::region_desc* d = find_region(rs.old[k], rname);
       piece p{&r, d, {}};
-      covered += format::overlap_runs(row_major(d->start, rr.column_major), row_major(d->dims, rr.column_major), n_start,
-                              n_dims, es, &p.runs);
-      if (!p.runs.empty()) from[k].push_back(std::move(p));
+      auto o_start = row_major(d->start, rr.column_major), o_dims = row_major(d->dims, rr.column_major);
+      covered += format::overlap_runs(o_start, o_dims, n_start, n_dims, es, &p.runs);
+      if (p.runs.empty()) continue;
+      // The old blocks this rank reads must not overlap one another (then,
+      // with `covered`, every byte of the new block is written exactly once).
+      for (const auto& [bs, bd] : boxes) {
+        bool apart = false;
+        for (size_t i = 0; i < bs.size(); ++i)
+          apart |= o_start[i] >= bs[i] + bd[i] || bs[i] >= o_start[i] + o_dims[i];
+        disjoint &= apart;
+      }
+      boxes.push_back({std::move(o_start), std::move(o_dims)});
+      from[k].push_back(std::move(p));
     }
-    if (covered != r.count)
+    if (covered != r.count || !disjoint)
       return {errc::corruption, "region '" + rname + "' of '" + name + "' version " + std::to_string(version) +
-                                    ": the old blocks cover " + std::to_string(covered) + " of this rank's " +
-                                    std::to_string(r.count) + " elements"};
+                                    ": the old blocks " + (disjoint ? "cover " + std::to_string(covered) +
+                                                                          " of this rank's " +
+                                                                          std::to_string(r.count) + " elements"
+                                                                    : std::string("overlap one another"))};
   }
   const std::string vdir = format::version_dir(cfg_.persistent, cfg_.run, name, version);
+  // One read buffer for every piece, grown as needed (not zeroed: only the
+  // bytes read into it are used).
+  std::unique_ptr<std::byte[]> buf;
+  uint64_t buf_cap = 0;
   for (uint32_t k = 0; k < old_n; ++k) {
     if (from[k].empty()) continue;
     // Sources: the node-local copy where this node sees it, then the persistent level.
@@ -419,23 +439,27 @@ status client_impl::reshard_read(const std::string& name, int64_t version) {
                       units.end());
           // Read the units (contiguous ones at once) into a buffer spanning them.
           const uint64_t base = units.front().offset;
-          std::vector<std::byte> buf(units.back().offset + units.back().length - base);
+          const uint64_t span = units.back().offset + units.back().length - base;
+          if (span > buf_cap) {
+            buf.reset(new std::byte[span]);
+            buf_cap = span;
+          }
           for (size_t i = 0; i < units.size();) {
             size_t j = i + 1;
             uint64_t end = units[i].offset + units[i].length;
             while (j < units.size() && units[j].offset == end) end += units[j++].length;
-            CAIRN_RETURN_IF_ERROR(reader->read(units[i].offset, buf.data() + (units[i].offset - base),
+            CAIRN_RETURN_IF_ERROR(reader->read(units[i].offset, buf.get() + (units[i].offset - base),
                                                end - units[i].offset));
             i = j;
           }
           for (const check_unit& u : units)
-            if (util::xxh3(buf.data() + (u.offset - base), u.length) != u.hash)
+            if (util::xxh3(buf.get() + (u.offset - base), u.length) != u.hash)
               return {errc::corruption, src.where + ": region '" + d.name + "', " + u.what + " at image offset " +
                                             std::to_string(u.offset) + " (" + std::to_string(u.length) +
                                             " bytes): checksum mismatch"};
-          auto& out = rs.staged[p.r->name].bytes;
+          std::byte* out = rs.staged[p.r->name].bytes.get();
           for (const format::copy_run& run : p.runs)
-            std::memcpy(out.data() + run.dst, buf.data() + (d.offset + run.src - base), run.len);
+            std::memcpy(out + run.dst, buf.get() + (d.offset + run.src - base), run.len);
         }
         rs.bytes_read += reader->bytes_read();  // the header too
         return {};
@@ -463,12 +487,12 @@ status client_impl::restart_resharded(const std::string& name, int64_t version) 
   if (comm_->min(staged ? 1 : 0) == 0) CAIRN_RETURN_IF_ERROR(agree(reshard_read(name, version)));
   // Every rank's bytes are verified: now write the buffers.
   for (auto& [rname, r] : regions_) {
-    auto& bytes = reshard_->staged.at(rname).bytes;
+    auto& sb = reshard_->staged.at(rname);
     if (!r.mem_shape.empty())
-      copy_block(bytes.data(), static_cast<std::byte*>(r.ptr), format::type_size(r.type), row_major_dims(r),
+      copy_block(sb.bytes.get(), static_cast<std::byte*>(r.ptr), format::type_size(r.type), row_major_dims(r),
                  r.mem_shape, r.mem_start, false);
-    else if (!bytes.empty())
-      std::memcpy(r.ptr, bytes.data(), bytes.size());
+    else if (sb.size)
+      std::memcpy(r.ptr, sb.bytes.get(), sb.size);
   }
   if (rank() == 0)
     std::fprintf(stderr, "cairn: restored '%s' version %lld, written by %u ranks, on %d ranks (regions redistributed "
