@@ -106,8 +106,11 @@ int cairn_protect_shaped(cairn_t *c, const char *region, void *ptr, cairn_type_t
  * block starts at `mem_start` in it (e.g. a grid with halo cells); pass NULL for
  * both when the buffer is exactly the block. Only the block is checkpointed and
  * restored. The layout lets `cairn diff` compare runs with different rank
- * counts element by element. All arrays have ndims entries, in the storage order
- * of the data (fastest-varying last, or first when column_major != 0). */
+ * counts element by element, and lets a version be restored on another rank
+ * count: each rank then gets its block (same global shape, type and order) from
+ * the old blocks it overlaps (docs/design/reshard.md). All arrays have ndims
+ * entries, in the storage order of the data (fastest-varying last, or first
+ * when column_major != 0). */
 int cairn_protect_block(cairn_t *c, const char *region, void *ptr, cairn_type_t type, int ndims,
                         const uint64_t *global_shape, const uint64_t *start, const uint64_t *count,
                         const uint64_t *mem_shape, const uint64_t *mem_start, int column_major);
@@ -141,9 +144,14 @@ int cairn_wait(cairn_t *c, const char *name, int64_t version, unsigned level);
  * committed and intact (all checksums verified) at some level; the same on all
  * ranks. CAIRN_ENOTFOUND if the run has no checkpoint of `name`;
  * CAIRN_EUNUSABLE if it has some that this job cannot restore (written by
- * another rank count, every copy damaged, or checkpoint agents that may hold
- * them do not answer within agents_restart_wait), with a message that says
- * which and what to do. Neither changes anything on disk. */
+ * another rank count with a region that has no global layout and differs
+ * between ranks, every copy damaged, or checkpoint agents that may hold them
+ * do not answer within agents_restart_wait), with a message that says which
+ * and what to do. Neither changes anything on disk.
+ * A committed version written by another rank count is restartable when every
+ * region is a block (cairn_protect_block) or the same on every rank that wrote
+ * it (docs/design/reshard.md); when the regions are protected already, the
+ * bytes this rank needs are read and verified here. */
 int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
 
 /* As cairn_restart_test, for the newest restartable version at or below

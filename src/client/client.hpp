@@ -228,6 +228,21 @@ class client_impl {
   // not_found when none exists, unusable when some exist that this job
   // cannot use (another rank count, damaged copies), with what to do.
   status nothing_restartable(const std::string& name, const std::vector<int64_t>& cands, const status& newest_failure);
+  // Restart on another rank count (restart.cpp, docs/design/reshard.md).
+  // The version's MANIFEST when it was written by another rank count, else nullopt.
+  std::optional<format::manifest> other_rank_count(const std::string& name, int64_t version);
+  // Collective: reads every writing rank's header (rank 0 reads, broadcasts),
+  // checks them against the MANIFEST and that every region can be
+  // redistributed (a global layout, or the same bytes on every rank); sets
+  // reshard_. unusable, saying which region and why, otherwise.
+  status plan_reshard(const std::string& name, int64_t version, format::manifest m);
+  // Local: the protected regions against reshard_'s plan (EINVAL, buffers untouched).
+  status check_reshard_regions(const std::string& name, int64_t version);
+  // Local: reads and verifies, for every protected region, the bytes of the
+  // old blocks that overlap this rank's block into reshard_->staged.
+  status reshard_read(const std::string& name, int64_t version);
+  // Collective: cairn_restart of a version planned by plan_reshard.
+  status restart_resharded(const std::string& name, int64_t version);
   // Collective: every rank's status combined; the lowest failing rank's message wins.
   status agree(status mine);
   // Collective: the second half of agree() once the ranks agreed on `code` (< 0).
@@ -321,6 +336,9 @@ class client_impl {
   std::string restart_name_;
   int64_t restart_version_ = -1;
   format::shard_image restart_;  // the verified image of restart_version_
+  // Set instead of restart_ when restart_version_ was written by another rank count.
+  struct reshard_state;
+  std::shared_ptr<reshard_state> reshard_;
 
   // File mode.
   struct file_mode {

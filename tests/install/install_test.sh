@@ -55,6 +55,25 @@ if grep -q '^CAIRN_ENABLE_FORTRAN:BOOL=ON' "$build/CMakeCache.txt"; then
   fi
 fi
 
+# The drop-ins of other checkpoint libraries (compat/, built with MPI): their
+# headers and libraries are installed, and programs built with nothing but
+# -I<prefix>/include -L<prefix>/lib -lveloc-client / -lscr (as VELOC and SCR
+# applications are) link and run.
+if grep -q '^CAIRN_ENABLE_MPI:BOOL=ON' "$build/CMakeCache.txt"; then
+  for f in include/veloc.h include/scr.h lib/libveloc-client.so lib/libscr.so; do
+    [ -e "$prefix/$f" ] || { echo "install_test: missing $f in the installed tree" >&2; exit 1; }
+  done
+  mpicc -o "$tmp/veloc_consumer" "$src/tests/install/consumer_compat/veloc_consumer.c" \
+    -I"$prefix/include" -L"$prefix/lib" -lveloc-client
+  mpicc -o "$tmp/scr_consumer" "$src/tests/install/consumer_compat/scr_consumer.c" \
+    -I"$prefix/include" -L"$prefix/lib" -lscr
+  printf 'scratch = %s\npersistent = %s\nmode = sync\n' "$tmp/veloc-scratch" "$tmp/veloc-store" > "$tmp/veloc.cfg"
+  CAIRN_RUN=veloc "$tmp/veloc_consumer" "$tmp/veloc.cfg" | grep -q "veloc consumer: ok" ||
+    { echo "install_test: the VELOC consumer failed" >&2; exit 1; }
+  (cd "$tmp" && env -u CAIRN_PERSISTENT -u CAIRN_SCRATCH SCR_PREFIX="$tmp/scr" SCR_CACHE_BASE="$tmp/scr-cache" "$tmp/scr_consumer") |
+    grep -q "scr consumer: ok" || { echo "install_test: the SCR consumer failed" >&2; exit 1; }
+fi
+
 # The installed CLI sees what the consumers wrote.
 "$prefix/bin/cairn" ls "$tmp/store" | grep -q consumer || { echo "install_test: cairn ls does not list the checkpoint" >&2; exit 1; }
 echo "install_test: ok"

@@ -170,3 +170,30 @@ def test_killed_mpi4py_app_restarts_bit_identical(tmp_path):
     v, got = _kill_and_restart(tmp_path, cmd, _env(tmp_path), 2, seed)
     assert v >= 5 and v % 5 == 0
     assert got == want, f"seed {seed}: restarted from {v}, final grids differ from the uninterrupted run"
+
+
+BLOCK_APP = Path(__file__).resolve().parent / "block_app.py"
+
+
+@pytest.mark.parametrize("old,new", [(1, 1), (2, 3)])
+def test_protect_block_restores_on_another_rank_count(tmp_path, old, new):
+    """Checkpointer.protect_block (a block with halo rows): written by `old`
+    processes, restored by `new` (under mpirun with mpi4py when either is
+    more than one); every block holds its global indices, halos untouched."""
+    def launch(n, mode):
+        if n == 1 and old == 1:
+            cmd = [sys.executable, str(BLOCK_APP), mode]
+        else:
+            cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(n), sys.executable, str(BLOCK_APP),
+                   mode, "--mpi"]
+        return subprocess.run(cmd, env=_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT_S)
+    if old != new:
+        if os.environ.get("CAIRN_TEST_MPI", "1") in ("0", "OFF", "FALSE", "false", ""):
+            pytest.skip("built without MPI")
+        pytest.importorskip("mpi4py", reason="mpi4py is not installed (scripts/install-deps.sh installs it)")
+    w = launch(old, "write")
+    assert w.returncode == 0, w.stdout + w.stderr
+    r = launch(new, "restart")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(l for l in r.stdout.splitlines() if l.endswith(" ok")) == [f"rank {i} ok" for i in range(new)], \
+        r.stdout + r.stderr

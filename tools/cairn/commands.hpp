@@ -35,6 +35,19 @@ struct verify_options {
 };
 int cmd_verify(const verify_options& o);
 
+// cairn restartable STORE NAME --ranks N [--run RUN] [--json]: the committed
+// versions of NAME and whether a job of N ranks can restore each (as written,
+// or redistributed by the regions' global layouts), and why not. Exit 1 when
+// none can.
+struct restartable_options {
+  std::string store;
+  std::string name;
+  uint32_t ranks = 1;
+  std::string run;
+  bool json = false;
+};
+int cmd_restartable(const restartable_options& o);
+
 struct reindex_options {
   std::string store;
   bool json = false;

@@ -107,6 +107,18 @@ int run_cli(int argc, char** argv) {
   verify_cmd->add_option("--scratch", verify.scratch, "Node-local level directory: verify its shards too");
   verify_cmd->add_flag("--json", verify.json, "Machine-readable JSON on stdout (no progress on stderr)");
 
+  restartable_options restartable;
+  CLI::App* restartable_cmd = app.add_subcommand(
+      "restartable", "Which committed versions a job of N ranks can restart from (redistributed when the rank "
+                     "count differs), and why not");
+  restartable_cmd->add_option("STORE", restartable.store, "Store directory")->required();
+  restartable_cmd->add_option("NAME", restartable.name, "Checkpoint name")->required();
+  restartable_cmd->add_option("--ranks", restartable.ranks, "Rank count of the job that would restart")
+      ->required()
+      ->check(CLI::Range(1u, 1u << 30));
+  restartable_cmd->add_option("--run", restartable.run, "Run (needed when several runs have a checkpoint NAME)");
+  restartable_cmd->add_flag("--json", restartable.json, "Machine-readable JSON on stdout");
+
   reindex_options reindex;
   CLI::App* reindex_cmd = app.add_subcommand("reindex", "Rebuild the catalog (catalog.sqlite) from the manifests");
   reindex_cmd->add_option("STORE", reindex.store, "Store directory")->required();
@@ -292,6 +304,7 @@ int run_cli(int argc, char** argv) {
     return cmd_show(show);
   }
   if (*verify_cmd) return cmd_verify(verify);
+  if (*restartable_cmd) return cmd_restartable(restartable);
   if (*reindex_cmd) return cmd_reindex(reindex);
   if (*stats_cmd) return cmd_stats(stats);
   if (*gc_cmd) return cmd_gc(gc);

@@ -64,6 +64,9 @@ int cairn_init(const char *config_path, cairn_t **out);
 int cairn_protect(cairn_t *c, const char *region, void *ptr, size_t count, int type);
 int cairn_protect_shaped(cairn_t *c, const char *region, void *ptr, int type, int ndims,
                          const uint64_t *dims, int column_major);
+int cairn_protect_block(cairn_t *c, const char *region, void *ptr, int type, int ndims,
+                        const uint64_t *global_shape, const uint64_t *start, const uint64_t *count,
+                        const uint64_t *mem_shape, const uint64_t *mem_start, int column_major);
 int cairn_unprotect(cairn_t *c, const char *region);
 int cairn_checkpoint(cairn_t *c, const char *name, int64_t version);
 int cairn_test(cairn_t *c, const char *name, int64_t version, unsigned *levels_reached);
@@ -234,6 +237,37 @@ class Checkpointer:
                                           0 if c_order else 1)
         self._check(rc, "cairn_protect")
         self._regions[name] = array  # keeps it alive, and numpy refuses to resize it
+
+    def protect_block(self, name: str, array: np.ndarray, global_shape, start, count=None,
+                      mem_start=None) -> None:
+        """Registers `array` as holding a block of a global array of shape
+        `global_shape`: `count` elements (default: the whole array) starting
+        at `start` of the global array, at `mem_start` in `array` (default:
+        its origin; e.g. (1, 1) for one halo cell). Only the block is
+        checkpointed and restored, and a version can be restored on another
+        number of ranks (docs/design/reshard.md). Indices in the array's own
+        order (Fortran-ordered arrays: Fortran order)."""
+        self.protect(name, array)  # the array checks, then replaced by the block below
+        self._regions.pop(name, None)
+        n = array.ndim
+        count = tuple(array.shape) if count is None else tuple(count)
+        mem_start = (0,) * n if mem_start is None else tuple(mem_start)
+        for what, v in (("global_shape", global_shape), ("start", start), ("count", count),
+                        ("mem_start", mem_start)):
+            if len(tuple(v)) != n:
+                self._lib.cairn_unprotect(self._handle(), name.encode())
+                raise InvalidArgumentError(f"protect_block: region '{name}': {what} has {len(tuple(v))} entries; "
+                                           f"the array has {n} dimensions")
+        ffi, lib = self._ffi, self._lib
+        u = lambda v: ffi.new("uint64_t[]", [int(x) for x in v])  # noqa: E731
+        c_order = array.flags.c_contiguous
+        rc = lib.cairn_protect_block(self._handle(), name.encode(), ffi.cast("void *", array.ctypes.data),
+                                     _TYPES[array.dtype], n, u(global_shape), u(start), u(count),
+                                     u(array.shape), u(mem_start), 0 if c_order else 1)
+        if rc != 0:
+            lib.cairn_unprotect(self._handle(), name.encode())
+        self._check(rc, "cairn_protect_block")
+        self._regions[name] = array
 
     def unprotect(self, name: str) -> None:
         self._check(self._lib.cairn_unprotect(self._handle(), name.encode()), "cairn_unprotect")
