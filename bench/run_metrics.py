@@ -78,10 +78,10 @@ def overhead(args, work, scratch):
     runs = {"off": [], "on": []}
     for rep in range(args.reps):
         for setting in (("off", "on") if rep % 2 == 0 else ("on", "off")):
-            store, scr = os.path.join(work, "ov-store"), os.path.join(scratch, "ov-scratch")
-            mdir = os.path.join(work, "ov-metrics")
+            tag = f"{rep}-{setting}"
+            store, scr = os.path.join(work, f"ov-store{tag}"), os.path.join(scratch, f"ov-scratch{tag}")
+            mdir = os.path.join(work, f"ov-metrics{tag}")
             for d in (store, scr, mdir):
-                shutil.rmtree(d, ignore_errors=True)
                 os.makedirs(d)
             env = base_env()
             cmd = mpirun(args.ranks)
@@ -101,6 +101,8 @@ def overhead(args, work, scratch):
                 raise SystemExit(f"metrics on, but {mdir} holds {files}")
             runs[setting].append({"blocked_s": m["blocked_s"], "blocked_all_s": m["blocked_all_s"],
                                   "persistent_s": m["persistent_s"], "load1": load})
+            for d in (store, scr):
+                shutil.rmtree(d, ignore_errors=True)
             log(f"  rep {rep} metrics {setting:3}: blocked median {m['blocked_s'] * 1e3:.3f} ms, "
                 f"persistent {m['persistent_s'] * 1e3:.1f} ms, load {load:.1f}")
     res = {"runs": runs}
@@ -150,11 +152,19 @@ def committed(store, run, version):
     return os.path.exists(os.path.join(store, "runs", run, "ckpt", "v%012d" % version, "MANIFEST"))
 
 
+def in_catalog(store, run, version):
+    try:
+        with sqlite3.connect(os.path.join(store, "catalog.sqlite"), timeout=5) as db:
+            return db.execute("SELECT 1 FROM checkpoints WHERE run = ? AND version = ?", (run, version)).fetchone()
+    except sqlite3.Error:
+        return None
+
+
 def warning_once(args, work, scratch, rep, app):
     run = f"warn{rep}"
-    store, scr = os.path.join(work, "w-store"), os.path.join(scratch, "w-scratch")
+    # Fresh directories per run: the killed ranks may still be going away.
+    store, scr = os.path.join(work, f"w-store{rep}"), os.path.join(scratch, f"w-scratch{rep}")
     for d in (store, scr):
-        shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
     env = base_env()
     env.update(CAIRN_SCRATCH=scr, CAIRN_PERSISTENT=store, CAIRN_RUN=run, CAIRN_KEEP_PERSISTENT="0",
@@ -192,6 +202,11 @@ def warning_once(args, work, scratch, rep, app):
             if p.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("no warning checkpoint:\n" + open(out_path).read())
             time.sleep(0.01)
+        # Rank 0 indexes the version in the catalog after its commit: wait for the row.
+        while not in_catalog(store, run, version):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"version {version} never reached the catalog")
+            time.sleep(0.02)
     finally:
         try:
             os.killpg(p.pid, signal.SIGKILL)
@@ -213,7 +228,7 @@ def warning_once(args, work, scratch, rep, app):
 
 
 def warning(args, work, scratch):
-    app = os.path.join(args.build, "tests", "ckpt_app")
+    app = os.path.join(args.build, "tests", "apps", "ckpt_app")
     runs = []
     for rep in range(args.warning_reps):
         r = warning_once(args, work, scratch, rep, app)
@@ -244,6 +259,7 @@ def main():
     ap.add_argument("--scratch-parent", default="/dev/shm")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
 
     work = tempfile.mkdtemp(prefix="cairn-metrics-bench-", dir=args.dir)
     scratch = tempfile.mkdtemp(prefix="cairn-metrics-bench-", dir=args.scratch_parent)

@@ -147,7 +147,7 @@ std::string metrics_http_server::listen_address() const {
 void metrics_http_server::add_fds(std::vector<struct pollfd>* fds) {
   if (listen_fd_) fds->push_back({listen_fd_.get(), POLLIN, 0});
   for (auto& [fd, c] : clients_) {
-    fds->push_back({fd, static_cast<short>(c.answered ? POLLOUT : POLLIN), 0});
+    fds->push_back({fd, static_cast<short>(c.answered && !c.draining ? POLLOUT : POLLIN), 0});
   }
 }
 
@@ -184,7 +184,7 @@ bool metrics_http_server::on_readable(client& c, double now) {
   size_t end = c.in.find("\r\n\r\n");
   if (end == std::string::npos && c.in.size() <= kMaxRequest) return true;  // more to come
   ++requests_;
-  if (end == std::string::npos) {
+  if (end == std::string::npos || end + 4 > kMaxRequest) {
     c.out = reply(400, "Bad Request", "text/plain; charset=utf-8", "request head larger than 8 KiB\n", false);
   } else {
     c.out = http_response(std::string_view(c.in).substr(0, end + 2), render_);
@@ -207,7 +207,19 @@ bool metrics_http_server::on_writable(client& c, double now) {
     return false;
   }
   ::shutdown(c.fd.get(), SHUT_WR);
-  return false;
+  c.draining = true;
+  c.since = now;
+  return drain(c);
+}
+
+bool metrics_http_server::drain(client& c) {
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(c.fd.get(), buf, sizeof buf, 0);
+    if (n > 0) continue;
+    if (n < 0 && errno == EINTR) continue;
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // the peer closed (0) or failed: done
+  }
 }
 
 void metrics_http_server::on_events(const struct pollfd* fds, size_t n, double now) {
@@ -220,11 +232,11 @@ void metrics_http_server::on_events(const struct pollfd* fds, size_t n, double n
     auto it = clients_.find(fds[i].fd);
     if (it == clients_.end()) continue;
     client& c = it->second;
-    bool alive = c.answered ? on_writable(c, now) : on_readable(c, now);
+    bool alive = c.draining ? drain(c) : c.answered ? on_writable(c, now) : on_readable(c, now);
     if (!alive) clients_.erase(it);
   }
   for (auto it = clients_.begin(); it != clients_.end();) {
-    const double limit = it->second.answered ? kWriteTimeout : kRequestTimeout;
+    const double limit = it->second.answered && !it->second.draining ? kWriteTimeout : kRequestTimeout;
     if (now - it->second.since > limit) {
       it = clients_.erase(it);
     } else {

@@ -8,8 +8,9 @@
 // GET or HEAD /metrics -> 200 with the exposition; another path -> 404;
 // another method -> 405; a request line or header it cannot read, or a
 // request larger than 8 KiB -> 400. A connection that has not sent its whole
-// request within 5 s, or whose reader does not take the answer within 10 s,
-// is closed; at most 16 at once (more are closed on accept).
+// request within 5 s, whose reader does not take the answer within 10 s, or
+// that does not close within 5 s of the answer, is closed; at most 16 at once
+// (more are closed on accept).
 // Thread-safety: none; the service's thread owns it.
 #ifndef CAIRN_AGENTS_METRICS_HTTP_HPP
 #define CAIRN_AGENTS_METRICS_HTTP_HPP
@@ -87,12 +88,18 @@ class metrics_http_server : public poll_source {
     std::string in, out;
     size_t off = 0;
     bool answered = false;
-    double since = 0;  // accepted, then last write progress
+    // Answer sent and our side shut: what the peer still sends is read and
+    // dropped until it closes (a lingering close), so that closing with
+    // unread input does not reset the connection before the peer read the
+    // answer (a request over the limit).
+    bool draining = false;
+    double since = 0;  // accepted, then last write progress, then shut
   };
   void accept_all(double now);
   // False when the connection is done (answered and written, or failed).
   bool on_readable(client& c, double now);
   bool on_writable(client& c, double now);
+  bool drain(client& c);
 
   std::function<std::string()> render_;
   unique_fd listen_fd_;
