@@ -45,6 +45,8 @@ def wait_until(what, pred, timeout=20.0):
 class Deployment:
     """Controller + managers (each its own process group), killed at the end."""
 
+    metrics = False  # (subclasses that do not call __init__ get no endpoints)
+
     def __init__(self, root: Path, metrics: bool = False):
         """metrics: the controller and every manager serve GET /metrics on a
         port of their choice (metrics_url gives it)."""
