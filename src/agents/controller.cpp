@@ -1,6 +1,7 @@
 #include "agents/controller.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "agents/log.hpp"
 #include "util/clock.hpp"
@@ -27,12 +28,91 @@ result<node_report> parse_node_report(fields& f) {
 
 }  // namespace
 
+std::string controller_openmetrics(const controller_state& s) {
+  using labels = openmetrics_builder::labels;
+  struct node_sums {
+    uint64_t agents = 0, held = 0, reserved = 0;
+  };
+  std::map<std::string, node_sums> per_node;
+  std::map<uint64_t, uint64_t> per_app;
+  std::map<std::string, uint64_t> per_state;
+  for (const auto& [id, g] : s.agents()) {
+    node_sums& n = per_node[g.node];
+    ++n.agents;
+    n.held += g.memory_held;
+    n.reserved += g.reserve;
+    ++per_app[g.app];
+    ++per_state[g.state];
+  }
+  openmetrics_builder b;
+  b.family("cairn_controller_nodes", "gauge", "Agent nodes the controller knows, by state.");
+  std::map<std::string, uint64_t> node_states{{"up", 0}, {"recovering", 0}, {"leaving", 0}};
+  for (const auto& [id, n] : s.nodes()) ++node_states[n.leaving ? "leaving" : (n.reported ? "up" : "recovering")];
+  for (const auto& [st, count] : node_states) b.sample({{"state", st}}, count);
+
+  auto per_node_family = [&](const char* name, const char* help, auto get) {
+    b.family(name, "gauge", help);
+    for (const auto& [id, n] : s.nodes()) {
+      auto it = per_node.find(id);
+      b.sample(labels{{"node", id}}, get(n, it == per_node.end() ? node_sums{} : it->second));
+    }
+  };
+  using node = controller_state::node;
+  per_node_family("cairn_controller_node_capacity_agents", "Agents the node takes.",
+                  [](const node& n, const node_sums&) { return uint64_t{n.capacity}; });
+  per_node_family("cairn_controller_node_agents", "Agents assigned to the node.",
+                  [](const node&, const node_sums& a) { return a.agents; });
+  per_node_family("cairn_controller_node_memory_total_bytes", "The node's memory (MemTotal) as its manager last reported.",
+                  [](const node& n, const node_sums&) { return n.metrics.mem_total; });
+  per_node_family("cairn_controller_node_memory_available_bytes",
+                  "The node's available memory (MemAvailable) as its manager last reported.",
+                  [](const node& n, const node_sums&) { return n.metrics.mem_free; });
+  per_node_family("cairn_controller_node_memory_reserved_bytes", "Memory the controller reserved for the node's agents.",
+                  [](const node&, const node_sums& a) { return a.reserved; });
+  per_node_family("cairn_controller_node_memory_held_bytes", "Checkpoint memory the node's agents hold (last reports).",
+                  [](const node&, const node_sums& a) { return a.held; });
+  per_node_family("cairn_controller_node_bandwidth_bytes_per_second",
+                  "Bytes per second in use on the node (its manager's last report).",
+                  [](const node& n, const node_sums&) { return n.metrics.bw_in_use; });
+
+  b.family("cairn_controller_agents", "gauge",
+           "Agents by the state their manager last reported (assigned: not reported yet).");
+  for (const auto& [st, count] : per_state) b.sample({{"state", st}}, count);
+  b.family("cairn_controller_applications", "gauge", "Registered applications.");
+  b.sample({}, static_cast<uint64_t>(s.apps().size()));
+  b.family("cairn_controller_app_agents", "gauge", "Agents an application has.");
+  for (const auto& [id, a] : s.apps()) {
+    auto it = per_app.find(id);
+    b.sample({{"app", a.name}}, it == per_app.end() ? uint64_t{0} : it->second);
+  }
+  b.family("cairn_controller_app_target_agents", "gauge", "Agents an application should have (its target).");
+  for (const auto& [id, a] : s.apps()) b.sample({{"app", a.name}}, uint64_t{a.target});
+
+  const controller_state::decision_counts& d = s.decisions();
+  b.family("cairn_controller_agent_placements", "counter",
+           "Agents placed on a node, moved to another (node left or lost, migration) or removed, since start.");
+  b.sample({{"action", "placed"}}, d.agents_placed);
+  b.sample({{"action", "moved"}}, d.agents_moved);
+  b.sample({{"action", "removed"}}, d.agents_removed);
+  b.family("cairn_controller_nodes_removed", "counter", "Nodes removed since start: left gracefully or lost.");
+  b.sample({{"reason", "left"}}, d.nodes_left);
+  b.sample({{"reason", "lost"}}, d.nodes_lost);
+  b.family("cairn_controller_resize_requests", "counter",
+           "Requests to change an application's agent count, by outcome of the break-even rule.");
+  b.sample({{"outcome", "applied"}}, d.resize_applied);
+  b.sample({{"outcome", "refused"}}, d.resize_refused);
+  b.family("cairn_controller_expansions", "counter",
+           "Applications short of their target given agents where the break-even rule said so.");
+  b.sample({}, d.expansions);
+  return b.finish();
+}
+
 controller_service::controller_service(controller_options o)
     : opt_(std::move(o)),
       loop_(opt_.secret, opt_.limits),
       state_(opt_.policy, [this](const json& rec) { return journal_append(rec); }) {}
 
-controller_service::~controller_service() = default;
+controller_service::~controller_service() { loop_.attach(nullptr); }
 
 status controller_service::journal_append(const json& rec) {
   if (!journal_) return {};  // replaying: the records come from the journal
@@ -66,6 +146,13 @@ result<std::unique_ptr<controller_service>> controller_service::open(controller_
     }
   }
   CAIRN_RETURN_IF_ERROR(c->loop_.listen(c->opt_.listen));
+  if (c->opt_.metrics_listen) {
+    controller_service* self = c.get();
+    c->metrics_ = std::make_unique<metrics_http_server>([self]() { return controller_openmetrics(self->state_); });
+    CAIRN_RETURN_IF_ERROR(c->metrics_->listen(*c->opt_.metrics_listen));
+    c->loop_.attach(c->metrics_.get());
+    log_info("metrics at http://" + c->metrics_->listen_address() + "/metrics");
+  }
   log_info("listening on " + c->address() + " (strategy " + strategy_name(c->opt_.policy.strat) + ", distribution " +
            distribution_name(c->opt_.policy.dist) + ")");
   return c;

@@ -13,10 +13,12 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "agents/controller_state.hpp"
 #include "agents/journal.hpp"
+#include "agents/metrics_http.hpp"
 #include "agents/net.hpp"
 
 namespace cairn::agents {
@@ -28,13 +30,23 @@ struct controller_options {
   controller_policy policy;
   net_limits limits;
   uint64_t compact_after = 10000;  // records appended before the journal is rewritten
+  // Where GET /metrics is served (OpenMetrics text; metrics_http.hpp); none
+  // when unset.
+  std::optional<net_address> metrics_listen;
 };
+
+// The controller's OpenMetrics exposition (families in docs/design/metrics.md,
+// "Agents"): its nodes' memory and agents, applications, and the decisions
+// it made since it started.
+std::string controller_openmetrics(const controller_state& s);
 
 class controller_service : private service_loop::handler {
  public:
   static result<std::unique_ptr<controller_service>> open(controller_options o);
   ~controller_service() override;
   std::string address() const { return loop_.listen_address(); }
+  // The metrics endpoint's "host:port" (empty without one).
+  std::string metrics_address() const { return metrics_ ? metrics_->listen_address() : std::string(); }
   const controller_state& state() const { return state_; }
   // One round of the service loop (tests drive it step by step).
   void run_once(int timeout_ms);
@@ -52,6 +64,7 @@ class controller_service : private service_loop::handler {
 
   controller_options opt_;
   service_loop loop_;
+  std::unique_ptr<metrics_http_server> metrics_;
   std::unique_ptr<journal> journal_;
   controller_state state_;
   std::map<uint64_t, std::string> node_of_conn_;

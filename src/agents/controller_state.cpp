@@ -234,6 +234,11 @@ status controller_state::commit(const json& rec) {
   CAIRN_RETURN_IF_ERROR(journal_(rec));
   status st = apply(rec);
   if (!st) return status(errc::internal, "controller produced an invalid journal record: " + st.message());
+  const std::string op = rec.value("op", "");
+  if (op == "agent_add") ++decisions_.agents_placed;
+  else if (op == "agent_move") ++decisions_.agents_moved;
+  else if (op == "agent_remove") ++decisions_.agents_removed;
+  else if (op == "node_remove") ++(rec.value("reason", "") == "lost" ? decisions_.nodes_lost : decisions_.nodes_left);
   return {};
 }
 
@@ -559,6 +564,7 @@ result<controller_state::resize_decision> controller_state::app_resize(uint64_t 
     }
     if (!d.applied) {
       apps_.at(id).last_decision = "resize to " + std::to_string(count) + " refused: " + d.reason;
+      ++decisions_.resize_refused;
       return d;
     }
     CAIRN_RETURN_IF_ERROR(commit({{"op", "app_target"}, {"app", id}, {"target", count}}));
@@ -582,6 +588,7 @@ result<controller_state::resize_decision> controller_state::app_resize(uint64_t 
     }
   }
   apps_.at(id).last_decision = "resize to " + std::to_string(count) + ": " + d.reason;
+  ++decisions_.resize_applied;
   return d;
 }
 
@@ -633,6 +640,7 @@ status controller_state::fill_shortfalls() {
     if (!d.applied) continue;
     auto placed = add_agents(apps_.at(id), room);
     if (!placed) return placed.take_status();
+    ++decisions_.expansions;
     v = views();
   }
   return {};

@@ -94,6 +94,18 @@ class controller_state {
     nlohmann::json to_json() const;
   };
 
+  // Decisions this controller made since it started (volatile: not
+  // journaled, not counted when a journal is replayed); the /metrics
+  // endpoint's counters.
+  struct decision_counts {
+    uint64_t agents_placed = 0;   // agent_add records
+    uint64_t agents_moved = 0;    // agent_move records (node left or lost, migration)
+    uint64_t agents_removed = 0;  // agent_remove records (reduction, no room after a node went, app gone)
+    uint64_t nodes_left = 0, nodes_lost = 0;
+    uint64_t resize_applied = 0, resize_refused = 0;  // app_resize requests
+    uint64_t expansions = 0;      // shortfalls filled where the break-even rule said so
+  };
+
   using journal_fn = std::function<status(const nlohmann::json&)>;
 
   controller_state(controller_policy policy, journal_fn journal);
@@ -102,6 +114,7 @@ class controller_state {
   const std::map<std::string, node>& nodes() const { return nodes_; }
   const std::map<uint64_t, app>& apps() const { return apps_; }
   const std::map<uint64_t, agent>& agents() const { return agents_; }
+  const decision_counts& decisions() const { return decisions_; }
 
   // Applies one journal record (validated: invalid_argument/corruption for a
   // record that is malformed or refers to what does not exist). Used for
@@ -207,6 +220,7 @@ class controller_state {
   uint64_t next_agent_ = 1;
   uint64_t generation_ = 0;
   std::set<std::string> dirty_;
+  decision_counts decisions_;
 };
 
 }  // namespace cairn::agents

@@ -44,6 +44,7 @@ manager_service::manager_service(manager_options o)
     : opt_(std::move(o)), loop_(opt_.secret, opt_.limits), sampler_(opt_.proc_root, opt_.sys_root, opt_.nominal_power_w) {}
 
 manager_service::~manager_service() {
+  loop_.attach(nullptr);
   // Never leave children behind unwatched when destroyed without run().
   for (auto& [id, a] : agents_) {
     if (a.pid > 0) {
@@ -75,6 +76,13 @@ result<std::unique_ptr<manager_service>> manager_service::open(manager_options o
   }
   std::unique_ptr<manager_service> m(new manager_service(std::move(o)));
   CAIRN_RETURN_IF_ERROR(m->loop_.listen(m->opt_.listen));
+  if (m->opt_.metrics_listen) {
+    manager_service* self = m.get();
+    m->metrics_ = std::make_unique<metrics_http_server>([self]() { return self->openmetrics(); });
+    CAIRN_RETURN_IF_ERROR(m->metrics_->listen(*m->opt_.metrics_listen));
+    m->loop_.attach(m->metrics_.get());
+    log_info("metrics at http://" + m->metrics_->listen_address() + "/metrics");
+  }
   log_info("node " + m->opt_.node_id + " listening on " + m->address() + ", controller " +
            m->opt_.controller.to_string() + ", agents in " + m->opt_.run_dir +
            (m->opt_.agent_program.empty() ? " (no agent program: agents are recorded, not launched)"
@@ -232,20 +240,42 @@ void manager_service::apply_update(const node_update& u) {
   heartbeat_s_ = std::max(0.01, u.heartbeat_ms / 1000.0);
 }
 
-void manager_service::read_stats(agent_proc& a, double now) {
+result<agent_stats> parse_agent_stats(std::string_view text) {
+  if (text.size() > 65536) return status(errc::invalid_argument, "agent stats: larger than 64 KiB");
+  CAIRN_ASSIGN_OR_RETURN(json j, parse_payload(std::string(text)));
+  fields f(j, "agent stats");
+  agent_stats st;
+  f.u64("bytes_in", &st.bytes_in, false);
+  f.u64("bytes_out", &st.bytes_out, false);
+  f.u64("checkpoints", &st.checkpoints, false);
+  f.u64("memory_held", &st.memory_held, false);
+  f.u64("memory_budget", &st.memory_budget, false);
+  f.u64("cancelled", &st.cancelled, false);
+  f.str("endpoint", &st.endpoint, false, 1024);
+  for (auto [mode, t] : {std::pair<std::string, agent_stats::transfers*>{"pull", &st.pulls}, {"push", &st.pushes}}) {
+    f.u64((mode + "s").c_str(), &t->held, false);
+    f.u64((mode + "_bytes").c_str(), &t->bytes, false);
+    f.u64((mode + "_failures").c_str(), &t->failures, false);
+    f.num((mode + "_seconds").c_str(), &t->seconds, false);
+  }
+  if (!f.ok()) return f.error();
+  return st;
+}
+
+std::optional<agent_stats> manager_service::load_stats(const agent_proc& a) const {
   auto text = storage::storage_env::posix()->read_all(opt_.run_dir + "/agent-" + std::to_string(a.want.agent) + ".stats");
-  if (!text || text->size() > 65536) return;
-  auto j = parse_payload(*text);
-  if (!j) return;
-  fields f(*j, "agent stats");
-  uint64_t in = 0, out = 0, ck = 0, held = 0;
-  std::string endpoint;
-  f.u64("bytes_in", &in, false);
-  f.u64("bytes_out", &out, false);
-  f.u64("checkpoints", &ck, false);
-  f.u64("memory_held", &held, false);
-  f.str("endpoint", &endpoint, false, 1024);
-  if (!f.ok()) return;
+  if (!text) return std::nullopt;
+  auto st = parse_agent_stats(*text);
+  if (!st) return std::nullopt;
+  return std::move(st).value();
+}
+
+void manager_service::read_stats(agent_proc& a, double now) {
+  auto st = load_stats(a);
+  if (!st) return;
+  const uint64_t in = st->bytes_in, out = st->bytes_out, ck = st->checkpoints, held = st->memory_held;
+  const std::string endpoint = st->endpoint;
+  a.last = std::move(*st);
   if (a.has_stats && now > a.prev_t) {
     a.bw = static_cast<double>(in + out - std::min(in + out, a.prev_bytes)) / (now - a.prev_t);
     a.rate = static_cast<double>(ck - std::min(ck, a.prev_checkpoints)) / (now - a.prev_t);
@@ -383,6 +413,85 @@ json manager_service::local_status(double now) {
           {"agent_program", opt_.agent_program},
           {"metrics", to_json(last_metrics_)},
           {"agents", list}};
+}
+
+std::string manager_service::openmetrics() {
+  using labels = openmetrics_builder::labels;
+  const std::string& node = opt_.node_id;
+  // The agents' counters as their stats files say now (a scrape between
+  // heartbeats sees them fresh); the last reading of an agent not running.
+  struct row {
+    const agent_proc* a;
+    agent_stats st;
+  };
+  std::vector<row> rows;
+  std::map<std::string, uint64_t> states{{"starting", 0}, {"running", 0}, {"exited", 0}, {"failed", 0},
+                                         {"unlaunched", 0}};
+  uint64_t held = 0, reserved = 0;
+  for (const auto& [id, a] : agents_) {
+    std::optional<agent_stats> st = a.pid > 0 ? load_stats(a) : std::nullopt;
+    rows.push_back({&a, st ? std::move(*st) : a.last});
+    ++states[a.state];
+    held += rows.back().st.memory_held;
+    reserved += a.want.reserve;
+  }
+  openmetrics_builder b;
+  const labels nl{{"node", node}};
+  b.family("cairn_manager_connected", "gauge", "1 while the manager is registered with its controller.");
+  b.sample(nl, uint64_t{ctl_conn_ != 0 && registered_ ? 1u : 0u});
+  b.family("cairn_manager_capacity_agents", "gauge", "Agents the node takes (--capacity; 0: the controller's default).");
+  b.sample(nl, uint64_t{opt_.capacity});
+  b.family("cairn_manager_memory_total_bytes", "gauge", "The node's memory (MemTotal) at the last heartbeat.");
+  b.sample(nl, last_metrics_.mem_total);
+  b.family("cairn_manager_memory_available_bytes", "gauge", "The node's available memory (MemAvailable) at the last heartbeat.");
+  b.sample(nl, last_metrics_.mem_free);
+  b.family("cairn_manager_memory_held_bytes", "gauge", "Checkpoint memory the node's agents hold.");
+  b.sample(nl, held);
+  b.family("cairn_manager_memory_reserved_bytes", "gauge", "Memory the controller reserved for the node's agents.");
+  b.sample(nl, reserved);
+  b.family("cairn_manager_agents", "gauge", "The node's agents by state.");
+  for (const auto& [st, n] : states) b.sample({{"node", node}, {"state", st}}, n);
+
+  auto al = [&](const agent_proc& a) {
+    return labels{{"node", node}, {"agent", std::to_string(a.want.agent)}, {"app", a.want.app_name}};
+  };
+  auto per_agent = [&](const char* name, const char* type, const char* help, auto get) {
+    b.family(name, type, help);
+    for (const row& r : rows) b.sample(al(*r.a), get(r));
+  };
+  per_agent("cairn_agent_memory_held_bytes", "gauge", "Checkpoint memory the agent holds.",
+            [](const row& r) { return r.st.memory_held; });
+  per_agent("cairn_agent_memory_reserved_bytes", "gauge", "Memory the controller reserved for the agent.",
+            [](const row& r) { return r.a->want.reserve; });
+  per_agent("cairn_agent_memory_budget_bytes", "gauge", "The agent's memory budget (0: no limit).",
+            [](const row& r) { return r.st.memory_budget; });
+  per_agent("cairn_agent_restarts", "counter", "Times the manager restarted the agent after it exited.",
+            [](const row& r) { return static_cast<uint64_t>(r.a->restarts); });
+  auto per_mode = [&](const char* name, const char* help, auto get) {
+    b.family(name, "counter", help);
+    for (const row& r : rows) {
+      for (auto [mode, t] : {std::pair<const char*, const agent_stats::transfers*>{"pull", &r.st.pulls},
+                             {"push", &r.st.pushes}}) {
+        labels l = al(*r.a);
+        l.emplace_back("mode", mode);
+        b.sample(l, get(*t));
+      }
+    }
+  };
+  per_mode("cairn_agent_transfers", "Checkpoint images the agent received and holds (pull: pulled or lent; push: pushed).",
+           [](const agent_stats::transfers& t) { return t.held; });
+  per_mode("cairn_agent_transfer_bytes", "Bytes of those images.",
+           [](const agent_stats::transfers& t) { return t.bytes; });
+  per_mode("cairn_agent_transfer_seconds", "Seconds those transfers took (READY to held), summed.",
+           [](const agent_stats::transfers& t) { return t.seconds; });
+  per_mode("cairn_agent_transfer_failures", "Transfers not held: refused (memory), failed or cancelled.",
+           [](const agent_stats::transfers& t) { return t.failures; });
+  per_agent("cairn_agent_out_bytes", "counter", "Bytes the agent wrote to the store or sent back for restarts.",
+            [](const row& r) { return r.st.bytes_out; });
+  per_agent("cairn_agent_cancelled_transfers", "counter",
+            "Transfers the agent cancelled because their application was gone.",
+            [](const row& r) { return r.st.cancelled; });
+  return b.finish();
 }
 
 void manager_service::tick(double now) {

@@ -27,10 +27,13 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
 #include "agents/metrics.hpp"
+#include "agents/metrics_http.hpp"
 #include "agents/net.hpp"
 #include "agents/protocol.hpp"
 
@@ -51,13 +54,35 @@ struct manager_options {
   std::string proc_root = "/proc";
   std::string sys_root = "/sys";
   net_limits limits;
+  // Where GET /metrics is served (OpenMetrics text; metrics_http.hpp); none
+  // when unset.
+  std::optional<net_address> metrics_listen;
 };
+
+// What an agent's stats file says (the launch contract above); fields it
+// does not write are 0.
+struct agent_stats {
+  uint64_t bytes_in = 0, bytes_out = 0, checkpoints = 0, memory_held = 0, memory_budget = 0, cancelled = 0;
+  struct transfers {
+    uint64_t held = 0, bytes = 0, failures = 0;
+    double seconds = 0;
+  };
+  transfers pulls, pushes;
+  std::string endpoint;
+};
+// invalid_argument when the text is not a stats object.
+result<agent_stats> parse_agent_stats(std::string_view text);
 
 class manager_service : private service_loop::handler {
  public:
   static result<std::unique_ptr<manager_service>> open(manager_options o);
   ~manager_service() override;
   std::string address() const { return loop_.listen_address(); }
+  // The metrics endpoint's "host:port" (empty without one).
+  std::string metrics_address() const { return metrics_ ? metrics_->listen_address() : std::string(); }
+  // The OpenMetrics exposition of this node and its agents (families in
+  // docs/design/metrics.md, "Agents"); reads the agents' stats files.
+  std::string openmetrics();
   void run_once(int timeout_ms);
   // Serves until *stop; then leaves the controller and stops every agent.
   status run(const std::atomic<bool>* stop);
@@ -78,6 +103,7 @@ class manager_service : private service_loop::handler {
     double prev_t = 0, bw = 0, rate = 0;
     std::string endpoint;
     bool has_stats = false;
+    agent_stats last;  // the stats file as last read
   };
 
   explicit manager_service(manager_options o);
@@ -91,11 +117,13 @@ class manager_service : private service_loop::handler {
   void stop_agent(agent_proc& a, double now);
   void reap(double now);
   void read_stats(agent_proc& a, double now);
+  std::optional<agent_stats> load_stats(const agent_proc& a) const;
   std::vector<std::string> agent_argv(const agent_proc& a) const;
   nlohmann::json local_status(double now);
 
   manager_options opt_;
   service_loop loop_;
+  std::unique_ptr<metrics_http_server> metrics_;
   metrics_sampler sampler_;
   uint64_t ctl_conn_ = 0;       // 0 = not connected
   bool registered_ = false;

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "agents/log.hpp"
+#include "agents/metrics_http.hpp"
 #include "agents/protocol.hpp"
 #include "util/clock.hpp"
 #include "util/hex.hpp"
@@ -464,10 +465,13 @@ void service_loop::run_once(int timeout_ms, handler& h) {
     pfds.push_back({c->fd(), static_cast<short>(POLLIN | (c->wants_write() ? POLLOUT : 0)), 0});
     ids.push_back(id);
   }
+  const size_t own = pfds.size();
+  if (extra_ != nullptr) extra_->add_fds(&pfds);
   int n = ::poll(pfds.data(), pfds.size(), timeout_ms);
   if (n < 0 && errno != EINTR) log_error(std::string("poll: ") + std::strerror(errno));
   double now = util::now_s();
-  for (size_t i = 0; n > 0 && i < pfds.size(); ++i) {
+  if (extra_ != nullptr) extra_->on_events(pfds.data() + own, pfds.size() - own, now);
+  for (size_t i = 0; n > 0 && i < own; ++i) {
     if (pfds[i].revents == 0) continue;
     if (ids[i] == 0) {
       for (;;) {

@@ -150,6 +150,8 @@ class connection {
   bool rejected_ = false;
 };
 
+class poll_source;  // metrics_http.hpp
+
 // Serves a listening socket and outbound connections with poll().
 class service_loop {
  public:
@@ -172,9 +174,13 @@ class service_loop {
   // dispatches messages to h, writes, and enforces time limits.
   void run_once(int timeout_ms, handler& h);
   size_t connections() const { return conns_.size(); }
+  // Also polls `s` (not owned; it must outlive the loop or be detached with
+  // nullptr) in run_once: the metrics endpoint (metrics_http.hpp).
+  void attach(poll_source* s) { extra_ = s; }
 
  private:
   void drop(uint64_t id, handler& h);
+  poll_source* extra_ = nullptr;
   std::string secret_;
   net_limits lim_;
   unique_fd listen_fd_;

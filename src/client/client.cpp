@@ -1439,6 +1439,7 @@ status client_impl::wait(const std::string& name, int64_t version, unsigned leve
 status client_impl::finalize(bool wait_for_pending) {
   if (finalized_) return {};
   status first;
+  metrics_inline_ = true;  // the engine stops below: the textfile is written here from now on
   if (wait_for_pending) {
     while (!pending_.empty()) {
       version_record* rec = pending_.front();
@@ -1505,13 +1506,42 @@ void client_impl::write_metrics() {
   // One file per rank (run and rank in the name: the node exporter reads
   // every *.prom of the directory), replaced atomically; not synced, since a
   // metric is an observation, not state.
-  const std::string path = storage::join(cfg_.metrics_dir, "cairn_" + cfg_.run + "_" + std::to_string(rank()) + ".prom");
-  status st = metrics_dir_made_ ? status() : env_->make_dirs(cfg_.metrics_dir);
-  metrics_dir_made_ = st.is_ok();
-  if (st) st = env_->write_atomic(path, metrics::to_openmetrics({stats_}), false);
-  if (!st && !stats_warned_) {
-    stats_warned_ = true;
-    std::fprintf(stderr, "cairn: rank %d: warning: metrics not written (%s); checkpoints go on\n", rank(),
+  std::string path = storage::join(cfg_.metrics_dir, "cairn_" + cfg_.run + "_" + std::to_string(rank()) + ".prom");
+  bool submit = false;
+  {
+    std::lock_guard lk(textfile_->mu);
+    textfile_->latest = stats_;
+    submit = !textfile_->queued && !metrics_inline_;
+    textfile_->queued = textfile_->queued || submit;
+  }
+  if (metrics_inline_) {
+    textfile_->flush(env_, cfg_.metrics_dir, path, rank());
+  } else if (submit) {
+    // Never a failing status: a metric that cannot be written must not fail
+    // a checkpoint (the engine would latch it); flush reports it once.
+    engine_->submit_task([tf = textfile_, env = env_, dir = cfg_.metrics_dir, path = std::move(path), r = rank()] {
+      tf->flush(env, dir, path, r);
+      return status();
+    });
+  }
+}
+
+void client_impl::metrics_textfile::flush(storage::storage_env* env, const std::string& dir, const std::string& path,
+                                          int rank) {
+  std::lock_guard wl(write_mu);
+  std::optional<metrics::rank_metrics> m;
+  {
+    std::lock_guard lk(mu);
+    m.swap(latest);
+    queued = false;
+  }
+  if (!m) return;  // a later flush wrote it already
+  status st = dir_made ? status() : env->make_dirs(dir);
+  dir_made = st.is_ok();
+  if (st) st = env->write_atomic(path, metrics::to_openmetrics({*m}), false);
+  if (!st && !warned) {
+    warned = true;
+    std::fprintf(stderr, "cairn: rank %d: warning: metrics not written (%s); checkpoints go on\n", rank,
                  st.message().c_str());
   }
 }

@@ -268,11 +268,24 @@ class client_impl {
   // by the commit task (engine thread), read by the application thread.
   std::shared_ptr<std::atomic<double>> durable_s_ = std::make_shared<std::atomic<double>>(0.0);
   // Metrics (docs/design/metrics.md): this rank's counters, written to its
-  // textfile in metrics_dir after a progress round that changed them.
+  // textfile in metrics_dir after a progress round that changed them: the
+  // application thread copies them, an engine task renders and writes the
+  // newest copy (rounds that change them faster than the engine writes are
+  // coalesced into one write).
   metrics::rank_metrics stats_;
   bool stats_dirty_ = false;
-  bool stats_warned_ = false;  // a failed write was reported once
-  bool metrics_dir_made_ = false;  // metrics_dir exists: not looked up again on every write
+  struct metrics_textfile {
+    std::mutex mu;  // guards latest and queued
+    std::optional<metrics::rank_metrics> latest;  // a copy not written yet
+    bool queued = false;                           // an engine task will write `latest`
+    std::mutex write_mu;  // one writer at a time; guards the fields below
+    bool dir_made = false;  // metrics_dir exists: not looked up again on every write
+    bool warned = false;    // a failed write was reported once
+    // Writes `latest` if any (the engine task; at finalize the application thread).
+    void flush(storage::storage_env* env, const std::string& dir, const std::string& path, int rank);
+  };
+  std::shared_ptr<metrics_textfile> textfile_ = std::make_shared<metrics_textfile>();
+  bool metrics_inline_ = false;  // finalizing: the engine is stopping, the application thread writes
   void count_level(version_record& rec, unsigned level, bool failed);
   void write_metrics();
   // persistent_layout = aggregated: this rank's node (leader spread), the

@@ -45,8 +45,13 @@ def wait_until(what, pred, timeout=20.0):
 class Deployment:
     """Controller + managers (each its own process group), killed at the end."""
 
-    def __init__(self, root: Path):
+    metrics = False  # (subclasses that do not call __init__ get no endpoints)
+
+    def __init__(self, root: Path, metrics: bool = False):
+        """metrics: the controller and every manager serve GET /metrics on a
+        port of their choice (metrics_url gives it)."""
         self.root = root
+        self.metrics = metrics
         root.mkdir(parents=True, exist_ok=True)
         self.secret = root / "secret"
         self.secret.write_text(secrets.token_hex(32) + "\n")
@@ -60,7 +65,16 @@ class Deployment:
         """(Re)starts the controller on its journal."""
         self.start("controller", ["controller", "--listen", self.address, "--secret-file", self.secret,
                                   "--journal", self.root / "journal", "--heartbeat-interval", HEARTBEAT,
-                                  "--heartbeat-timeout", TIMEOUT, "--capacity", 2])
+                                  "--heartbeat-timeout", TIMEOUT, "--capacity", 2] + self.metrics_args())
+
+    def metrics_args(self):
+        return ["--metrics-listen", "127.0.0.1:0"] if self.metrics else []
+
+    def metrics_url(self, name: str) -> str:
+        """The /metrics URL of service `name` ("controller", "manager-NODE"), from its log."""
+        m = wait_until(f"the metrics endpoint of {name}",
+                       lambda: re.findall(r"metrics at (http://\S+/metrics)", self.log(name)))
+        return m[-1]
 
     def start(self, name, args):
         log = open(self.root / f"{name}.log", "ab")
@@ -73,7 +87,7 @@ class Deployment:
         unless memory_only; agent_args are added to every agent's command."""
         args = ["manager", "--controller", self.address, "--secret-file", self.secret, "--node-id", node,
                 "--capacity", 2, "--agent-program", AGENT, "--run-dir", self.root / f"run-{node}",
-                "--stop-grace", 10]
+                "--stop-grace", 10] + self.metrics_args()
         template = ["--agent-id", "{agent}", "--app", "{app_name}", "--stats-file", "{stats_file}"]
         if not memory_only:
             template += ["--persistent", "{store}"]

@@ -3,6 +3,7 @@
 // state and journal, metrics parsing, and the services over loopback.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,13 +12,16 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "agents/auth.hpp"
 #include "agents/controller.hpp"
 #include "agents/controller_state.hpp"
 #include "agents/journal.hpp"
+#include "agents/manager.hpp"
 #include "agents/metrics.hpp"
+#include "agents/metrics_http.hpp"
 #include "agents/net.hpp"
 #include "agents/placement.hpp"
 #include "agents/protocol.hpp"
@@ -1047,6 +1051,214 @@ TEST_F(agents_env, controller_serves_and_survives_bad_input) {
   ASSERT_EQ((*c2)->state().apps().size(), 1u);
   EXPECT_EQ((*c2)->state().apps().begin()->second.name, "heat");
   EXPECT_EQ((*c2)->state().apps().begin()->second.target, 2u);
+}
+
+// ---- the /metrics endpoints (metrics_http.hpp, docs/design/metrics.md "Agents")
+
+TEST(agents_openmetrics, builder_names_escapes_and_ends_with_eof) {
+  openmetrics_builder b;
+  b.family("cairn_x", "counter", "Help with a \\ and\na newline.");
+  b.sample({{"node", "a\"b\\c\nd"}, {"mode", "pull"}}, uint64_t{3});
+  b.family("cairn_y_seconds", "gauge", "A gauge.", "seconds");
+  b.sample({}, 0.25);
+  b.sample({{"k", "v"}}, std::nan(""));
+  EXPECT_EQ(b.finish(),
+            "# TYPE cairn_x counter\n"
+            "# HELP cairn_x Help with a \\\\ and\\na newline.\n"
+            "cairn_x_total{node=\"a\\\"b\\\\c\\nd\",mode=\"pull\"} 3\n"
+            "# TYPE cairn_y_seconds gauge\n"
+            "# UNIT cairn_y_seconds seconds\n"
+            "# HELP cairn_y_seconds A gauge.\n"
+            "cairn_y_seconds 0.25\n"
+            "cairn_y_seconds{k=\"v\"} NaN\n"
+            "# EOF\n");
+}
+
+TEST(agents_openmetrics, http_responses) {
+  int renders = 0;
+  auto render = [&] {
+    ++renders;
+    return std::string("# EOF\n");
+  };
+  std::string ok = http_response("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n", render);
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << ok;
+  EXPECT_NE(ok.find("\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"),
+            std::string::npos);
+  EXPECT_NE(ok.find("\r\nContent-Length: 6\r\n"), std::string::npos);
+  EXPECT_NE(ok.find("\r\nConnection: close\r\n"), std::string::npos);
+  EXPECT_EQ(ok.substr(ok.size() - 10), "\r\n\r\n# EOF\n");
+  // A query string, HTTP/1.0 and the absolute form name the same resource.
+  EXPECT_EQ(http_response("GET /metrics?x=1 HTTP/1.0\r\n", render).rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(http_response("GET http://h:1/metrics HTTP/1.1\r\n", render).rfind("HTTP/1.1 200", 0), 0u);
+  std::string head = http_response("HEAD /metrics HTTP/1.1\r\n", render);
+  EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u);
+  EXPECT_EQ(head.substr(head.size() - 4), "\r\n\r\n");  // no body, its length announced
+  EXPECT_NE(head.find("Content-Length: 6\r\n"), std::string::npos);
+  EXPECT_EQ(renders, 4);
+  EXPECT_EQ(http_response("GET / HTTP/1.1\r\n", render).rfind("HTTP/1.1 404", 0), 0u);
+  std::string post = http_response("POST /metrics HTTP/1.1\r\n", render);
+  EXPECT_EQ(post.rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_NE(post.find("\r\nAllow: GET, HEAD\r\n"), std::string::npos);
+  for (const char* bad : {"", "GET\r\n", "GET /metrics\r\n", "GET  /metrics HTTP/1.1\r\n", "GET /metrics SPDY/3\r\n",
+                          "GET /metrics HTTP/1.1 x\r\n"}) {
+    EXPECT_EQ(http_response(bad, render).rfind("HTTP/1.1 400", 0), 0u) << bad;
+  }
+  EXPECT_EQ(renders, 4);  // rendered only for a 200
+}
+
+TEST(agents_openmetrics, agent_stats_file) {
+  auto st = parse_agent_stats(
+      R"({"bytes_in": 10, "bytes_out": 4, "checkpoints": 2, "memory_held": 8, "memory_budget": 100, "cancelled": 1,
+          "endpoint": "ab", "pulls": 2, "pull_bytes": 10, "pull_seconds": 0.5, "pull_failures": 3, "pushes": 0,
+          "push_bytes": 0, "push_seconds": 0, "push_failures": 1, "workers": 4})");
+  ASSERT_TRUE(st) << st.error().to_string();
+  EXPECT_EQ(st->pulls.held, 2u);
+  EXPECT_EQ(st->pulls.bytes, 10u);
+  EXPECT_EQ(st->pulls.failures, 3u);
+  EXPECT_DOUBLE_EQ(st->pulls.seconds, 0.5);
+  EXPECT_EQ(st->pushes.failures, 1u);
+  EXPECT_EQ(st->memory_budget, 100u);
+  EXPECT_EQ(st->endpoint, "ab");
+  // An older agent's file (no transfer counters) reads as zeros.
+  auto old = parse_agent_stats(R"({"bytes_in": 1, "memory_held": 2})");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->pulls.held, 0u);
+  EXPECT_FALSE(parse_agent_stats(R"({"pulls": "two"})"));
+  EXPECT_FALSE(parse_agent_stats(R"({"pull_seconds": -1})"));
+  EXPECT_FALSE(parse_agent_stats("not json"));
+}
+
+TEST(agents_openmetrics, controller_counts_its_decisions_not_replayed_records) {
+  controller_policy p;
+  p.heartbeat_timeout_s = 5;
+  state_fixture f(p);
+  ASSERT_TRUE(f.state.node_register("a", "h:1", 4, metrics(1 << 30, 0), {}, 0));
+  ASSERT_TRUE(f.state.node_register("b", "h:2", 4, metrics(1 << 30, 10), {}, 0));
+  auto app = f.state.app_register("x", app_hints{.ranks = 8, .nodes = 2, .checkpoints = 5}, std::nullopt,
+                                  std::nullopt, std::nullopt);
+  ASSERT_TRUE(app);
+  EXPECT_EQ(f.state.decisions().agents_placed, 2u);
+  // Forced growth and a reduction: applied; then growth the break-even rule refuses.
+  ASSERT_TRUE(f.state.app_resize(*app, 3, true));
+  ASSERT_TRUE(f.state.app_resize(*app, 2, false));
+  EXPECT_EQ(f.state.decisions().resize_applied, 2u);
+  EXPECT_EQ(f.state.decisions().agents_placed, 3u);
+  EXPECT_EQ(f.state.decisions().agents_removed, 1u);
+  ASSERT_TRUE(f.state.app_progress(*app, 1, 10.0, 100.0));
+  auto refused = f.state.app_resize(*app, 3, false);  // t_probe 100 s, 4 checkpoints left: no
+  ASSERT_TRUE(refused);
+  EXPECT_FALSE(refused->applied);
+  EXPECT_EQ(f.state.decisions().resize_refused, 1u);
+  // b goes silent: its agent moves to a.
+  ASSERT_TRUE(f.state.node_heartbeat("a", metrics(1 << 30, 0), {}, 4));
+  EXPECT_EQ(f.state.expire(5.5), (strs{"b"}));
+  EXPECT_EQ(f.state.decisions().nodes_lost, 1u);
+  EXPECT_EQ(f.state.decisions().agents_moved, 1u);
+  ASSERT_TRUE(f.state.node_leave("a"));
+  EXPECT_EQ(f.state.decisions().nodes_left, 1u);
+  EXPECT_EQ(f.state.decisions().agents_removed, 3u);  // nowhere to go
+
+  std::string text = controller_openmetrics(f.state);
+  EXPECT_NE(text.find("\ncairn_controller_agent_placements_total{action=\"placed\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ncairn_controller_agent_placements_total{action=\"moved\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\ncairn_controller_agent_placements_total{action=\"removed\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("\ncairn_controller_nodes_removed_total{reason=\"lost\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\ncairn_controller_resize_requests_total{outcome=\"refused\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("\ncairn_controller_app_target_agents{app=\"x\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("\ncairn_controller_app_agents{app=\"x\"} 0\n"), std::string::npos);
+  EXPECT_EQ(text.substr(text.size() - 6), "# EOF\n");
+
+  // A controller that replays the journal made none of those decisions.
+  controller_state r(controller_policy{}, [](const json&) { return status(); });
+  for (const auto& rec : f.records) ASSERT_TRUE(r.apply(rec)) << rec.dump();
+  EXPECT_EQ(r.decisions().agents_placed, 0u);
+  EXPECT_EQ(r.decisions().nodes_lost, 0u);
+}
+
+// A request on a raw blocking socket; the whole answer once the server closed.
+std::string http_get(const net_address& a, const std::string& request) {
+  auto fd = connect_tcp(a, 2000);
+  if (!fd) return "connect: " + fd.error().to_string();
+  ::fcntl(fd->get(), F_SETFL, ::fcntl(fd->get(), F_GETFL) & ~O_NONBLOCK);
+  struct timeval tv {10, 0};
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(fd->get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  for (size_t off = 0; off < request.size();) {
+    ssize_t n = ::send(fd->get(), request.data() + off, request.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return "send: " + std::string(std::strerror(errno));
+    off += static_cast<size_t>(n);
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::recv(fd->get(), buf, sizeof buf, 0);
+    if (n == 0) return out;
+    if (n < 0) return out + "(recv: " + std::strerror(errno) + ")";
+    out.append(buf, static_cast<size_t>(n));
+  }
+}
+
+TEST_F(agents_env, controller_and_manager_serve_metrics_on_their_loop) {
+  controller_options o;
+  o.listen = {"127.0.0.1", 0};
+  o.secret = kSecret;
+  o.journal_path = dir_ + "/journal";
+  o.metrics_listen = net_address{"127.0.0.1", 0};
+  auto c = controller_service::open(o);
+  ASSERT_TRUE(c) << c.error().to_string();
+  auto maddr = parse_address((*c)->metrics_address());
+  ASSERT_TRUE(maddr) << (*c)->metrics_address();
+  manager_options mo;
+  mo.controller = *parse_address((*c)->address());
+  mo.secret = kSecret;
+  mo.node_id = "n1";
+  mo.capacity = 3;
+  mo.run_dir = dir_ + "/run";
+  mo.metrics_listen = net_address{"127.0.0.1", 0};
+  auto m = manager_service::open(mo);
+  ASSERT_TRUE(m) << m.error().to_string();
+  auto mgr_addr = parse_address((*m)->metrics_address());
+  ASSERT_TRUE(mgr_addr);
+  std::atomic<bool> stop{false};
+  std::thread t([&] {
+    while (!stop) {
+      (*c)->run_once(10);
+      (*m)->run_once(10);
+    }
+  });
+  const double until = util::now_s() + 10;
+  std::string text;
+  while (util::now_s() < until) {
+    text = http_get(*maddr, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    if (text.find("cairn_controller_nodes{state=\"up\"} 1\n") != std::string::npos) break;
+    ::usleep(50000);
+  }
+  EXPECT_EQ(text.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << text;
+  EXPECT_NE(text.find("cairn_controller_node_capacity_agents{node=\"n1\"} 3\n"), std::string::npos) << text;
+  std::string mt = http_get(*mgr_addr, "GET /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_NE(mt.find("\r\n\r\n# TYPE cairn_manager_connected gauge\n"), std::string::npos) << mt;
+  EXPECT_NE(mt.find("cairn_manager_capacity_agents{node=\"n1\"} 3\n"), std::string::npos) << mt;
+  // A request split over several sends, one too large, and one in pieces
+  // after a silent connection: each answered, the service goes on.
+  EXPECT_EQ(http_get(*maddr, "GET /nothing HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  std::string big = http_get(*maddr, "GET /metrics HTTP/1.1\r\nX: " + std::string(9000, 'a') + "\r\n\r\n");
+  EXPECT_EQ(big.rfind("HTTP/1.1 400", 0), 0u) << big;
+  auto idle = connect_tcp(*maddr, 2000);  // silent: must not block the others
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(http_get(*maddr, "GET /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 200", 0), 0u);
+  // The control plane still answers.
+  auto st = control_call(*parse_address((*c)->address()), kSecret, "admin", ctl_type::status, json::object(), 5000);
+  ASSERT_TRUE(st) << st.error().to_string();
+  EXPECT_EQ((*st)["nodes"].size(), 1u);
+  stop = true;
+  t.join();
+  // A metrics address that cannot be bound fails the open with what is wrong.
+  controller_options o2 = o;
+  o2.journal_path = dir_ + "/journal2";
+  o2.metrics_listen = *maddr;  // in use by the first controller
+  auto c2 = controller_service::open(o2);
+  ASSERT_FALSE(c2);
+  EXPECT_NE(c2.error().message().find("metrics endpoint"), std::string::npos) << c2.error().to_string();
 }
 
 }  // namespace

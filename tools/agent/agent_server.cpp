@@ -111,6 +111,15 @@ struct agent_server::impl {
   uint64_t bytes_out = 0;   // images written back or read for restarts
   uint64_t checkpoints = 0;  // versions held
   uint64_t cancelled = 0;   // transfers cancelled because their application was gone
+  // Transfers into the agent by mode (pull: modes pull and lend; push):
+  // held, their bytes and seconds (READY to held), and those not held
+  // (refused, failed, cancelled).
+  struct transfer_counts {
+    uint64_t held = 0, bytes = 0, failures = 0;
+    double seconds = 0;
+  };
+  transfer_counts pulls, pushes;
+  transfer_counts& counts_of(transfer_mode mode) { return mode == transfer_mode::push ? pushes : pulls; }
   clock_type::time_point stats_due{};  // serving thread only
 
   // Workers: each serves one job at a time with lanes of its own, so a
@@ -296,6 +305,7 @@ struct agent_server::impl {
       std::lock_guard lk(state_mu);
       if (status st = fits_budget(m.length); !st) {
         agent_log("%s not held: %s", describe(m).c_str(), st.message().c_str());
+        ++counts_of(m.mode).failures;
         (void)reply(peer, m, answer, st);
         return;
       }
@@ -313,6 +323,7 @@ struct agent_server::impl {
     std::unique_lock lk(state_mu);
     auto buf = take_buffer(m.length);
     if (!buf) {
+      ++pushes.failures;
       lk.unlock();
       (void)reply(peer, m, data_msg::push_target, buf.error().with_context("agent memory for " + describe(m)));
       return;
@@ -321,6 +332,7 @@ struct agent_server::impl {
     p.buffer = std::move(buf).value();
     auto mr = ctx->register_memory(p.buffer.data(), m.length, fabric::kRemoteWrite);
     if (!mr) {
+      ++pushes.failures;
       lk.unlock();
       (void)reply(peer, m, data_msg::push_target, mr.error());
       return;
@@ -347,6 +359,10 @@ struct agent_server::impl {
     if (m.mode == transfer_mode::lend) {
       auto l = decode_lent(m.text);
       if (!l) {
+        {
+          std::lock_guard lk(state_mu);
+          ++pulls.failures;
+        }
         (void)reply(j.peer, m, data_msg::held, l.error());
         return;
       }
@@ -357,6 +373,7 @@ struct agent_server::impl {
       std::unique_lock lk(state_mu);
       auto buf = take_buffer(m.length);
       if (!buf) {
+        ++pulls.failures;
         lk.unlock();  // never reply under state_mu (reply takes jobs_mu; the order is jobs_mu, state_mu)
         (void)reply(j.peer, m, data_msg::held, buf.error().with_context("agent memory for " + describe(m)));
         return;
@@ -379,6 +396,7 @@ struct agent_server::impl {
     std::unique_lock lk(state_mu);
     in_flight_bytes -= v->image.size();
     if (!h) {
+      ++pulls.failures;
       if (spare.size() < kSpareBuffers) spare.push_back(std::move(v->image));
       lk.unlock();
       const errc code = h.error().code();
@@ -408,6 +426,9 @@ struct agent_server::impl {
     v->transfer_s = secs;
     bytes_in += m.length;
     ++checkpoints;
+    ++pulls.held;
+    pulls.bytes += m.length;
+    pulls.seconds += secs;
     agent_log("held %s (%.1f MB/s)", describe(v->header).c_str(), m.length / 1e6 / std::max(secs, 1e-9));
     hold(v);
     lk.unlock();
@@ -436,6 +457,8 @@ struct agent_server::impl {
     p.mr = fabric::memory_region();  // no more writes from the rank
     if (m.code != 0) {
       agent_log("%s not held: the rank's push failed: %s", describe(m).c_str(), m.text.c_str());
+      std::lock_guard lk(state_mu);
+      ++pushes.failures;
       return;
     }
     format::shard_header expect;
@@ -448,6 +471,10 @@ struct agent_server::impl {
                                         "image pushed for " + describe(p.request), &expect);
     if (!h) {
       agent_log("%s not held: %s", describe(p.request).c_str(), h.error().to_string().c_str());
+      {
+        std::lock_guard lk(state_mu);
+        ++pushes.failures;
+      }
       (void)reply(j.peer, m, data_msg::held, h.error());
       return;
     }
@@ -463,6 +490,9 @@ struct agent_server::impl {
       std::lock_guard lk(state_mu);
       bytes_in += v->header.file_size;
       ++checkpoints;
+      ++pushes.held;
+      pushes.bytes += v->header.file_size;
+      pushes.seconds += v->transfer_s;
       hold(v);
     }
     agent_log("held %s (pushed)", describe(v->header).c_str());
@@ -667,6 +697,13 @@ struct agent_server::impl {
       j = {{"bytes_in", bytes_in},         {"bytes_out", bytes_out},        {"checkpoints", checkpoints},
            {"memory_held", memory_held()}, {"memory_budget", cfg.memory_budget}, {"cancelled", cancelled},
            {"endpoint", fabric::to_hex(ctx->name())}, {"provider", ctx->properties().provider}};
+      for (const auto& [mode, c] : {std::pair<const char*, const transfer_counts*>{"pull", &pulls}, {"push", &pushes}}) {
+        const std::string k(mode);
+        j[k + "s"] = c->held;
+        j[k + "_bytes"] = c->bytes;
+        j[k + "_seconds"] = c->seconds;
+        j[k + "_failures"] = c->failures;
+      }
     }
     {
       std::lock_guard lk(jobs_mu);

@@ -44,7 +44,9 @@ struct agent_config {
   int compress_threads = 0;    // zstd worker threads per region; 0: the writer thread alone
   double push_timeout_s = 60;  // a push or a restore by read must finish within this
   // Counters for the manager (src/agents/manager.hpp launch contract): JSON
-  // {bytes_in, bytes_out, checkpoints, memory_held, endpoint}, replaced
+  // {bytes_in, bytes_out, checkpoints, memory_held, memory_budget, endpoint,
+  // pulls, pull_bytes, pull_seconds, pull_failures, pushes, push_bytes,
+  // push_seconds, push_failures, ...}, replaced
   // atomically after every request and once a second. Empty: none.
   std::string stats_file;
 };

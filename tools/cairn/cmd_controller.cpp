@@ -44,6 +44,14 @@ int cmd_controller(const controller_cli_options& o) {
     return kExitUsage;
   }
   agents::controller_options co;
+  if (!o.metrics_listen.empty()) {
+    auto ml = agents::parse_address(o.metrics_listen);
+    if (!ml) {
+      print_error(ml.error().with_context("--metrics-listen"));
+      return kExitUsage;
+    }
+    co.metrics_listen = *ml;
+  }
   co.listen = *listen;
   co.secret = std::move(*secret);
   co.journal_path = o.journal;

@@ -25,6 +25,14 @@ int cmd_manager(const manager_cli_options& o) {
     return kExitUsage;
   }
   agents::manager_options mo;
+  if (!o.metrics_listen.empty()) {
+    auto ml = agents::parse_address(o.metrics_listen);
+    if (!ml) {
+      print_error(ml.error().with_context("--metrics-listen"));
+      return kExitUsage;
+    }
+    mo.metrics_listen = *ml;
+  }
   mo.controller = *ctl;
   mo.listen = *listen;
   mo.secret = std::move(*secret);

@@ -115,6 +115,7 @@ struct controller_cli_options {
   uint32_t nodes_per_agent = 1;
   double transfer_fraction = 0.1;
   double probe_cost = 2.5;
+  std::string metrics_listen;  // empty: no /metrics endpoint
   bool verbose = false;
 };
 // Runs until SIGTERM/SIGINT. Exit 2 without a secret or journal, 1 on failure.
@@ -131,6 +132,7 @@ struct manager_cli_options {
   std::string run_dir;
   double nominal_power = 200;
   double stop_grace = 3;
+  std::string metrics_listen;  // empty: no /metrics endpoint
   bool verbose = false;
 };
 int cmd_manager(const manager_cli_options& o);

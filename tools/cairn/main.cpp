@@ -10,6 +10,7 @@
 //              [--region R ...] [--mismatches-only] [--scratch-a DIR] [--scratch-b DIR] [--json]
 //   cairn controller --journal F [--listen ADDR:PORT] [--secret-file F] [--strategy S] [--distribution D] ...
 //   cairn manager --node-id NAME [--controller ADDR:PORT] [--listen ADDR:PORT] [--secret-file F] [--capacity N] ...
+//     (controller and manager: [--metrics-listen ADDR:PORT] serves GET /metrics)
 //   cairn agents status|register|unregister|resize|migrate [--controller ADDR:PORT] [--secret-file F] [--json]
 //
 // Exit status: 0 success; 1 failure (verify: a problem was found; diff: the
@@ -222,6 +223,8 @@ int run_cli(int argc, char** argv) {
   ctl_cmd->add_option("--probe-cost", ctl.probe_cost,
                       "Seconds an agent change costs the application until it reports its own (t_probe)")
       ->capture_default_str()->check(CLI::Range(0.0, 1e6));
+  ctl_cmd->add_option("--metrics-listen", ctl.metrics_listen,
+                      "Serve GET /metrics (OpenMetrics text) on HOST:PORT (port 0: any); default: no endpoint");
   ctl_cmd->add_flag("--verbose", ctl.verbose, "Log connections too");
 
   manager_cli_options mgr;
@@ -245,6 +248,8 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(1.0, 1e6));
   mgr_cmd->add_option("--stop-grace", mgr.stop_grace, "Seconds between SIGTERM and SIGKILL of an agent")
       ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+  mgr_cmd->add_option("--metrics-listen", mgr.metrics_listen,
+                      "Serve GET /metrics (OpenMetrics text) on HOST:PORT (port 0: any); default: no endpoint");
   mgr_cmd->add_flag("--verbose", mgr.verbose, "Log connections too");
 
   agents_cli_options ag;
