@@ -35,6 +35,8 @@ struct io_measurement {
   bool direct = false, durable = false;
   double bandwidth = 0;  // bytes per second, all writers together
   double write_s = 0;    // wall seconds of the best round (slowest writer)
+  std::string fs;        // file system (storage::detect_geometry): "tmpfs", "ext4", ...
+  double commit_s = 0;   // durable only: one small durable write (write_atomic), best round
 };
 // Writes ranks files of bytes_per_rank into a temporary directory under
 // `dir` (which must exist), removed afterwards also on error. direct and

@@ -105,13 +105,17 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
     }
     p.stages.push_back(c);
   }
+  if (b.commit_s > 0) p.stages.push_back({"commit", "io", 2 * b.commit_s});  // MANIFEST + catalog
   for (const auto& c : p.stages) {
-    // Only every persistent_interval-th checkpoint writes the persistent level.
-    double k = c.stage == "persistent" && s.local ? std::max(1, s.persistent_interval) : 1;
+    // Only every persistent_interval-th checkpoint writes (and commits) the persistent level.
+    double k = (c.stage == "persistent" || c.stage == "commit") && s.local ? std::max(1, s.persistent_interval) : 1;
     p.sync_s += c.seconds / k;
   }
   p.sync_io_only_s = node / b.persistent_io;
-  p.async_s = p.m_cpu * node / bm_cpu;
+  for (const auto& ps : passes) {
+    if (!ps.cpu) continue;
+    p.async_s += ps.stage == "local" && b.local_in_memory ? node / b.local_io : ps.traffic * node / bm_cpu;
+  }
   p.async_paper_s = p.m * node / b.memory;
   p.blocked_async_s = p.stages.front().seconds;
   return p;

@@ -50,6 +50,14 @@ struct bandwidths {
   double memory_cpu = 0;     // B_M over CPU seconds (robust to other load)
   double local_io = 0;       // B_IO of the local level, ranks_per_node writers
   double persistent_io = 0;  // B_IO of the persistent level, ranks_per_node writers
+  // The local level is memory (tmpfs): its write is all CPU (copy, page
+  // allocation), so thread mode's CPU cost counts it at local_io, not as two
+  // passes at B_M.
+  bool local_in_memory = false;
+  // Seconds of one small durable write in the persistent directory (temporary
+  // name, fdatasync, rename, directory fsync); 0 = not measured. A version's
+  // commit is two: the MANIFEST and the catalog's transaction.
+  double commit_s = 0;
 };
 
 struct workload {
@@ -67,9 +75,11 @@ struct prediction {
   std::vector<stage_cost> stages;  // in engine order
   double m = 0;                    // every memory pass
   double m_cpu = 0;                // the passes a CPU makes
-  double sync_s = 0;               // t_O,s per checkpoint: every stage in a row
+  double sync_s = 0;               // t_O,s per checkpoint: every stage in a row (and the commit)
   double sync_io_only_s = 0;       // the paper's pure S/B_IO (the persistent write)
-  double async_s = 0;              // t_O,a per checkpoint: m_cpu S_node / B_M(cpu)
+  // t_O,a per checkpoint: m_cpu S_node / B_M(cpu), with the local write at
+  // S_node / B_IO,local when the local level is memory (local_in_memory)
+  double async_s = 0;
   double async_paper_s = 0;        // m S_node / B_M (the paper's, every pass)
   double blocked_async_s = 0;      // capture alone (what thread mode blocks)
   // The cost the application sees per checkpoint in the shape's mode.

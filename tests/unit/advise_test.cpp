@@ -97,6 +97,24 @@ TEST(Predict, PerStageAndPaperCosts) {
   EXPECT_NEAR(predict(s, w, b)->sync_s, 0.2147483648 - 0.134217728 * 0.75, 1e-12);
 }
 
+TEST(Predict, TmpfsLocalLevelAndCommit) {
+  engine_shape s;
+  workload w{64ull << 20, 2};
+  bandwidths b{10e9, 10e9, 5e9, 1e9};
+  b.local_in_memory = true;  // the local write is CPU at B_IO,local, not 2 passes at B_M
+  b.commit_s = 0.005;
+  auto p = predict(s, w, b);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->stages.size(), 6u);
+  EXPECT_EQ(p->stages[5].stage, "commit");
+  EXPECT_NEAR(p->stages[5].seconds, 0.01, 1e-12);  // MANIFEST + catalog: two small durable writes
+  EXPECT_NEAR(p->sync_s, 0.2147483648 + 0.01, 1e-12);
+  EXPECT_NEAR(p->async_s, 4 * 0.0134217728 + 0.0268435456, 1e-12);
+  s.sync = true;
+  s.persistent_interval = 2;  // the commit too comes with every 2nd version only
+  EXPECT_NEAR(predict(s, w, b)->sync_s, 0.2147483648 - 0.134217728 / 2 + 0.005, 1e-12);
+}
+
 TEST(Predict, MissingBandwidthIsAnError) {
   engine_shape s;
   auto p = predict(s, {1 << 20, 1}, {10e9, 0, 0, 1e9});

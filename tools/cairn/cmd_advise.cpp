@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "format/run_info.hpp"
 #include "history/catalog.hpp"
+#include "storage/geometry.hpp"
 #include "output.hpp"
 #include "store_scan.hpp"
 #include "util/config.hpp"
@@ -68,10 +69,15 @@ result<run_costs> load_run(const std::string& store, const std::string& run) {
     return status(errc::not_found, "run '" + run + "' has no committed version in the catalog of " + store +
                                        " (if it has checkpoints, run `cairn reindex " + store + "`)");
   uint64_t bytes = 0;
+  double commit_sum = 0;
   for (const auto& v : versions) {
     CAIRN_ASSIGN_OR_RETURN(auto shards, cat->list_shards(run, v.name, v.version));
     rc.mode = v.mode;
     ++rc.versions;
+    // The commit: from the last shard durable to the MANIFEST committed.
+    double durable = 0;
+    for (const auto& s : shards) durable = std::max(durable, s.persistent_at);
+    if (durable > 0 && v.committed_at > durable) commit_sum += v.committed_at - durable;
     for (const auto& s : shards) {
       ++rc.shards;
       bytes += s.size;
@@ -84,6 +90,7 @@ result<run_costs> load_run(const std::string& store, const std::string& run) {
   }
   if (rc.shards == 0) return status(errc::not_found, "run '" + run + "' has no shard rows in the catalog");
   for (auto& [k, v] : rc.stage_s) v /= static_cast<double>(rc.shards);
+  rc.stage_s["commit"] = commit_sum / static_cast<double>(rc.versions);
   rc.mean_bytes = bytes / static_cast<uint64_t>(rc.shards);
   return rc;
 }
@@ -184,25 +191,32 @@ status run_advise(const advise_options& o, json* out) {
     bw.memory_cpu = m.bandwidth_cpu;
     sources_j["memory"] = "measured";
   }
+  std::string local_fs;
   if (shape.local) {
     if (!o.local_bandwidth.empty()) {
       CAIRN_ASSIGN_OR_RETURN(bw.local_io, parse_bandwidth(o.local_bandwidth, "--local-bandwidth"));
       sources_j["local"] = "given";
+      if (auto g = storage::detect_geometry(scratch)) local_fs = g->fs;
     } else {
       CAIRN_RETURN_IF_ERROR(check_directory(scratch, "local level directory (--scratch)"));
       CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_io(storage::storage_env::posix(), scratch, false, false, mo));
       bw.local_io = m.bandwidth;
+      local_fs = m.fs;
       sources_j["local"] = "measured";
     }
+    bw.local_in_memory = local_fs == "tmpfs";
   }
+  if (o.commit_s < 0) return {errc::invalid_argument, "--commit-seconds must not be negative"};
   if (!o.persistent_bandwidth.empty()) {
     CAIRN_ASSIGN_OR_RETURN(bw.persistent_io, parse_bandwidth(o.persistent_bandwidth, "--persistent-bandwidth"));
+    bw.commit_s = o.commit_s;
     sources_j["persistent"] = "given";
   } else {
     CAIRN_RETURN_IF_ERROR(check_directory(persistent, "persistent level directory (STORE)"));
     CAIRN_ASSIGN_OR_RETURN(auto m,
                            advise::measure_io(storage::storage_env::posix(), persistent, shape.direct_io, true, mo));
     bw.persistent_io = m.bandwidth;
+    bw.commit_s = m.commit_s;
     sources_j["persistent"] = "measured";
   }
 
@@ -218,17 +232,20 @@ status run_advise(const advise_options& o, json* out) {
   auto costs = [&](auto stage) {
     double mem = stage("capture") + stage("checksum") + stage("hash");
     double local = mem + stage("local");
-    double cost = shape.sync ? local + stage("persistent") / k : local;
-    return std::array<double, 3>{cost, shape.local ? local : 0.0, shape.sync ? stage("persistent") : 0.0};
+    double persistent = stage("persistent") + stage("commit");
+    double cost = shape.sync ? local + persistent / k : local;
+    return std::array<double, 3>{cost, shape.local ? local : 0.0, shape.sync ? persistent : 0.0};
   };
   auto predicted = costs(stage_pred);
-  double cost = shape.sync ? p.sync_s : p.async_s;
+  const double cost_pred = shape.sync ? p.sync_s : p.async_s;
+  double cost = cost_pred;
   double local_cost = predicted[1], persistent_cost = predicted[2];
   std::string cost_source = "predicted";
   json run_j;
   if (rc) {
     auto stage_meas = [&](const std::string& s) { return rc->stage_s.count(s) ? rc->stage_s.at(s) : 0.0; };
     auto measured = costs(stage_meas);
+    // Thread mode: the blocked capture and the CPU passes, as the prediction counts them.
     cost = measured[0];
     local_cost = measured[1];
     persistent_cost = measured[2];
@@ -239,7 +256,7 @@ status run_advise(const advise_options& o, json* out) {
       stages.push_back({{"stage", c.stage}, {"bound", c.bound}, {"predicted_s", c.seconds}, {"measured_s", m},
                         {"ratio", m > 0 ? c.seconds / m : 0.0}});
     }
-    double pred_cost = shape.sync ? p.sync_s : predicted[0];
+    double pred_cost = cost_pred;
     run_j = {{"run", rc->run}, {"mode", rc->mode}, {"versions", rc->versions}, {"shards", rc->shards},
              {"nranks", rc->nranks}, {"nodes", rc->nodes}, {"mean_shard_bytes", rc->mean_bytes},
              {"executions", rc->executions}, {"stages", stages}, {"measured_cost_s", measured[0]},
@@ -264,7 +281,8 @@ status run_advise(const advise_options& o, json* out) {
   j["workload"] = {{"bytes_per_rank", w.bytes_per_rank}, {"ranks_per_node", w.ranks_per_node},
                    {"bytes_per_node", w.bytes_per_rank * static_cast<uint64_t>(w.ranks_per_node)}};
   j["bandwidths"] = {{"memory", bw.memory}, {"memory_cpu", bw.memory_cpu}, {"local_io", bw.local_io},
-                     {"persistent_io", bw.persistent_io}, {"source", sources_j}};
+                     {"persistent_io", bw.persistent_io}, {"local_fs", local_fs},
+                     {"local_in_memory", bw.local_in_memory}, {"commit_s", bw.commit_s}, {"source", sources_j}};
   j["model"] = {{"m", p.m}, {"m_cpu", p.m_cpu}, {"passes", passes}, {"stages", stages},
                 {"sync_s", p.sync_s}, {"sync_io_only_s", p.sync_io_only_s}, {"async_s", p.async_s},
                 {"async_paper_s", p.async_paper_s}, {"blocked_async_s", p.blocked_async_s}};

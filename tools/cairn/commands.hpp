@@ -105,6 +105,7 @@ struct advise_options {
   double crash_fraction = 0.85;
   int reps = 3;
   std::string memory_bandwidth, local_bandwidth, persistent_bandwidth;  // given: not measured
+  double commit_s = 0;  // with persistent_bandwidth: one small durable write's seconds (0: commit not modelled)
   bool json = false;
 };
 int cmd_advise(const advise_options& o);

@@ -200,6 +200,8 @@ int run_cli(int argc, char** argv) {
   adv_cmd->add_option("--memory-bandwidth", adv.memory_bandwidth, "B_M in bytes/s of memory traffic (skips its measurement)");
   adv_cmd->add_option("--local-bandwidth", adv.local_bandwidth, "B_IO of the local level in bytes/s (skips its measurement)");
   adv_cmd->add_option("--persistent-bandwidth", adv.persistent_bandwidth, "B_IO of the persistent level in bytes/s (skips its measurement)");
+  adv_cmd->add_option("--commit-seconds", adv.commit_s,
+                      "With --persistent-bandwidth: seconds of one small durable write there (the commit; default 0)");
   adv_cmd->add_flag("--json", adv.json, "Machine-readable JSON on stdout (progress stays on stderr)");
 
   // ---- agents control plane ----
