@@ -101,7 +101,9 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
     } else if (ps.stage == "persistent") {
       c = {ps.stage, "io", node / b.persistent_io};
     } else {
-      c.seconds = ps.traffic * node / b.memory;
+      // Memory passes are CPU-bound: at the CPU-accounted bandwidth, which
+      // other load on the cores does not distort (docs/design/advise.md).
+      c.seconds = ps.traffic * node / bm_cpu;
     }
     p.stages.push_back(c);
   }
@@ -116,7 +118,7 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
     if (!ps.cpu) continue;
     p.async_s += ps.stage == "local" && b.local_in_memory ? node / b.local_io : ps.traffic * node / bm_cpu;
   }
-  p.async_paper_s = p.m * node / b.memory;
+  p.async_paper_s = p.m * node / bm_cpu;
   p.blocked_async_s = p.stages.front().seconds;
   return p;
 }
@@ -148,6 +150,7 @@ result<interval_advice> advise_interval(double cost_s, double mtbf_s, double loc
     if (persistent_write_s > 0)
       a.persistent_interval = std::max(a.persistent_interval,
                                        static_cast<int>(std::ceil(persistent_write_s / a.local_interval_s)));
+    a.persistent_interval_s = a.persistent_interval * a.local_interval_s;
   } else {
     a.persistent_interval_s = a.daly_s;
     a.persistent_interval = 1;

@@ -47,7 +47,7 @@ double passes_m(const std::vector<pass>& passes, bool cpu_only = false);
 // Measured bandwidths of one node, bytes per second (0 = not measured).
 struct bandwidths {
   double memory = 0;         // B_M, memory traffic of the node (wall clock)
-  double memory_cpu = 0;     // B_M over CPU seconds (robust to other load)
+  double memory_cpu = 0;     // B_M over CPU seconds (robust to other load); used when > 0
   double local_io = 0;       // B_IO of the local level, ranks_per_node writers
   double persistent_io = 0;  // B_IO of the persistent level, ranks_per_node writers
   // The local level is memory (tmpfs): its write is all CPU (copy, page

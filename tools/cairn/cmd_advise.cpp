@@ -239,7 +239,8 @@ status run_advise(const advise_options& o, json* out) {
   auto predicted = costs(stage_pred);
   const double cost_pred = shape.sync ? p.sync_s : p.async_s;
   double cost = cost_pred;
-  double local_cost = predicted[1], persistent_cost = predicted[2];
+  // Thread mode: a local checkpoint costs the application t_O,a as a whole.
+  double local_cost = shape.sync ? predicted[1] : (shape.local ? p.async_s : 0.0), persistent_cost = predicted[2];
   std::string cost_source = "predicted";
   json run_j;
   if (rc) {
