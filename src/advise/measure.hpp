@@ -35,6 +35,10 @@ struct io_measurement {
   bool direct = false, durable = false;
   double bandwidth = 0;  // bytes per second, all writers together
   double write_s = 0;    // wall seconds of the best round (slowest writer)
+  // The same over the slowest writer's CPU seconds: for a memory-backed level
+  // (tmpfs) the write is all CPU, and this is its cost without other load.
+  double bandwidth_cpu = 0;
+  double write_cpu_s = 0;
   std::string fs;        // file system (storage::detect_geometry): "tmpfs", "ext4", ...
   double commit_s = 0;   // durable only: one small durable write (write_atomic), best round
 };

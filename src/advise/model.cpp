@@ -88,6 +88,9 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
     return status(errc::invalid_argument, "the local level's write bandwidth is missing: measure it (or local_enabled = false)");
   if (!(b.persistent_io > 0)) return status(errc::invalid_argument, "the persistent level's write bandwidth is missing");
   const double bm_cpu = b.memory_cpu > 0 ? b.memory_cpu : b.memory;
+  // A memory-backed local level is written by the CPU alone: its CPU-accounted
+  // bandwidth is its cost without other load on the cores.
+  const double local_bw = b.local_in_memory && b.local_io_cpu > 0 ? b.local_io_cpu : b.local_io;
   const double S = static_cast<double>(w.bytes_per_rank);
   const double node = S * w.ranks_per_node;  // S_node
   prediction p;
@@ -97,7 +100,7 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
   for (const auto& ps : passes) {
     stage_cost c{ps.stage, "memory", 0};
     if (ps.stage == "local") {
-      c = {ps.stage, "io", node / b.local_io};
+      c = {ps.stage, "io", node / local_bw};
     } else if (ps.stage == "persistent") {
       c = {ps.stage, "io", node / b.persistent_io};
     } else {
@@ -116,7 +119,7 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
   p.sync_io_only_s = node / b.persistent_io;
   for (const auto& ps : passes) {
     if (!ps.cpu) continue;
-    p.async_s += ps.stage == "local" && b.local_in_memory ? node / b.local_io : ps.traffic * node / bm_cpu;
+    p.async_s += ps.stage == "local" && b.local_in_memory ? node / local_bw : ps.traffic * node / bm_cpu;
   }
   p.async_paper_s = p.m * node / bm_cpu;
   p.blocked_async_s = p.stages.front().seconds;

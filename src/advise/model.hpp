@@ -54,6 +54,7 @@ struct bandwidths {
   // allocation), so thread mode's CPU cost counts it at local_io, not as two
   // passes at B_M.
   bool local_in_memory = false;
+  double local_io_cpu = 0;   // B_IO,local over CPU seconds; used for a memory-backed level when > 0
   // Seconds of one small durable write in the persistent directory (temporary
   // name, fdatasync, rename, directory fsync); 0 = not measured. A version's
   // commit is two: the MANIFEST and the catalog's transaction.

@@ -195,12 +195,14 @@ status run_advise(const advise_options& o, json* out) {
   if (shape.local) {
     if (!o.local_bandwidth.empty()) {
       CAIRN_ASSIGN_OR_RETURN(bw.local_io, parse_bandwidth(o.local_bandwidth, "--local-bandwidth"));
+      bw.local_io_cpu = bw.local_io;
       sources_j["local"] = "given";
       if (auto g = storage::detect_geometry(scratch)) local_fs = g->fs;
     } else {
       CAIRN_RETURN_IF_ERROR(check_directory(scratch, "local level directory (--scratch)"));
       CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_io(storage::storage_env::posix(), scratch, false, false, mo));
       bw.local_io = m.bandwidth;
+      bw.local_io_cpu = m.bandwidth_cpu;
       local_fs = m.fs;
       sources_j["local"] = "measured";
     }
@@ -281,7 +283,7 @@ status run_advise(const advise_options& o, json* out) {
                         {"scratch", scratch}, {"persistent", persistent}};
   j["workload"] = {{"bytes_per_rank", w.bytes_per_rank}, {"ranks_per_node", w.ranks_per_node},
                    {"bytes_per_node", w.bytes_per_rank * static_cast<uint64_t>(w.ranks_per_node)}};
-  j["bandwidths"] = {{"memory", bw.memory}, {"memory_cpu", bw.memory_cpu}, {"local_io", bw.local_io},
+  j["bandwidths"] = {{"memory", bw.memory}, {"memory_cpu", bw.memory_cpu}, {"local_io", bw.local_io}, {"local_io_cpu", bw.local_io_cpu},
                      {"persistent_io", bw.persistent_io}, {"local_fs", local_fs},
                      {"local_in_memory", bw.local_in_memory}, {"commit_s", bw.commit_s}, {"source", sources_j}};
   j["model"] = {{"m", p.m}, {"m_cpu", p.m_cpu}, {"passes", passes}, {"stages", stages},
