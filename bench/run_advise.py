@@ -120,7 +120,8 @@ def main():
                     wall = mm["blocked_s"] + mm["background_cpu_s"]
                 stages = {}
                 for st in model["model"]["stages"]:
-                    got = mm.get("stage_%s_s" % st["stage"], 0.0)
+                    key = "commit_latency_s" if st["stage"] == "commit" else "stage_%s_s" % st["stage"]
+                    got = mm.get(key, 0.0)
                     stages[st["stage"]] = {"predicted_s": st["seconds"], "measured_s": got,
                                            "ratio": st["seconds"] / got if got > 0 else None}
                 row["modes"][mode] = {"predicted_s": predicted, "measured_s": measured, "measured_as": what,
