@@ -104,26 +104,33 @@ result<io_measurement> measure_io(storage::storage_env* env, const std::string& 
   best.dir = dir;
   best.direct = direct;
   best.durable = durable;
-  for (int rep = 0; rep < o.reps; ++rep) {
-    tell(o, std::string(durable ? "persistent" : "local") + " level " + dir + ": write round " +
-                std::to_string(rep + 1) + "/" + std::to_string(o.reps));
+  // As the engine does it per checkpoint: write the new version's file (in a
+  // new version directory) and remove a retired version's (retention). Round
+  // 0 only writes the first "retired" version and is not timed.
+  auto version_path = [&](int round, int i) {
+    return storage::join(storage::join(tmp, "v" + std::to_string(round)),
+                         format::shard_file_name(static_cast<uint32_t>(i)));
+  };
+  for (int rep = 0; rep <= o.reps; ++rep) {
+    tell(o, std::string(durable ? "persistent" : "local") + " level " + dir + ": " +
+                (rep == 0 ? std::string("first version") : "write round " + std::to_string(rep) + "/" + std::to_string(o.reps)));
     std::vector<double> wall(o.ranks), cpu(o.ranks);
     std::vector<status> st(o.ranks);
     std::barrier sync(o.ranks);
     std::vector<std::thread> ts;
     for (int i = 0; i < o.ranks; ++i) {
       ts.emplace_back([&, i] {
-        const std::string path = storage::join(tmp, format::shard_file_name(static_cast<uint32_t>(i)));
-        (void)env->remove_file(path);  // a new file each round, as each version's shard is
         sync.arrive_and_wait();
         double t0 = util::now_s(), c0 = thread_cpu_s();
-        st[i] = engine::write_shard_file(env, path, bufs[i].data(), file_bytes, direct, durable);
+        st[i] = engine::write_shard_file(env, version_path(rep, i), bufs[i].data(), file_bytes, direct, durable);
+        if (st[i] && rep > 0) st[i] = env->remove_file(version_path(rep - 1, i));
         cpu[i] = thread_cpu_s() - c0;
         wall[i] = util::now_s() - t0;
       });
     }
     for (auto& t : ts) t.join();
     for (auto& s : st) CAIRN_RETURN_IF_ERROR(s.with_context("measuring the write bandwidth of " + dir));
+    if (rep == 0) continue;
     double w = *std::max_element(wall.begin(), wall.end());
     double c = *std::max_element(cpu.begin(), cpu.end());
     if (best.write_s == 0 || w < best.write_s) best.write_s = w;

@@ -42,7 +42,9 @@ struct io_measurement {
   std::string fs;        // file system (storage::detect_geometry): "tmpfs", "ext4", ...
   double commit_s = 0;   // durable only: one small durable write (write_atomic), best round
 };
-// Writes ranks files of bytes_per_rank into a temporary directory under
+// Per round, each of `ranks` writers writes a new version's file and removes
+// the previous round's (the retention of a retired version), as the engine
+// does per checkpoint. Files of bytes_per_rank, in a temporary directory under
 // `dir` (which must exist), removed afterwards also on error. direct and
 // durable as the stage: local (false, false), persistent (direct_io, true).
 result<io_measurement> measure_io(storage::storage_env* env, const std::string& dir, bool direct, bool durable,
