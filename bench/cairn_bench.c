@@ -17,6 +17,9 @@
  *   per mode (--modes, default "thread,sync"; CAIRN_MODE is set per handle):
  *     first_blocked_s  the first cairn_checkpoint (allocates staging); excluded
  *     blocked_s        time inside cairn_checkpoint, median over --checkpoints
+ *     blocked_cpu_s    CPU time of the application thread inside cairn_checkpoint,
+ *                      mean per checkpoint (busiest rank): blocked_s without the
+ *                      waits for a core on a loaded machine (and for I/O)
  *     local_s          from the start of cairn_checkpoint until
  *                      cairn_wait(LOCAL) returns
  *     persistent_s     from the start of cairn_checkpoint until
@@ -318,6 +321,7 @@ typedef struct mode_result {
   int local_enabled;
   double background_cpu; /* CPU seconds of cairn's threads per checkpoint (max over ranks) */
   double background_cpu_all; /* the same, summed over ranks */
+  double blocked_cpu; /* CPU seconds of the application thread inside cairn_checkpoint, mean per checkpoint (max over ranks) */
   double *blocked, *local, *persistent;
   double *protected_; /* agents only: until cairn_wait(PROTECTED) returned */
   int protected_failed; /* versions some rank's agent did not take (agents only) */
@@ -376,6 +380,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
    * in RUSAGE_SELF): the CPU that cairn's background work takes from the
    * application's cores. The main thread's fill and waits are excluded. */
   const double self0 = cpu_s(RUSAGE_SELF), main0 = cpu_s(RUSAGE_THREAD);
+  double blocked_cpu_sum = 0; /* the application thread's CPU inside cairn_checkpoint */
   cairn_io_counters_t io0, io1;
   cairn_io_counters(&io0);
   int done = 0;
@@ -392,9 +397,11 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
       nanosleep(&ts, NULL);
     }
     MPI_Barrier(MPI_COMM_WORLD);
+    const double c0 = cpu_s(RUSAGE_THREAD);
     t0 = MPI_Wtime();
     check("cairn_checkpoint", cairn_checkpoint(c, name, v));
     double t1 = MPI_Wtime();
+    blocked_cpu_sum += cpu_s(RUSAGE_THREAD) - c0;
     /* CAIRN_ENOTFOUND: the local level is off (CAIRN_LOCAL_ENABLED=false). */
     int lrc = cairn_wait(c, name, v, CAIRN_LEVEL_LOCAL);
     if (lrc != CAIRN_ENOTFOUND) check("cairn_wait(LOCAL)", lrc);
@@ -423,6 +430,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   check("cairn_finalize", cairn_finalize(&c, 1));
   const double background = (cpu_s(RUSAGE_SELF) - self0) - (cpu_s(RUSAGE_THREAD) - main0);
   out->background_cpu = gmax(background / n);
+  out->blocked_cpu = gmax(blocked_cpu_sum / n);
   double per = background / n;
   MPI_Allreduce(MPI_IN_PLACE, &per, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   out->background_cpu_all = per;
@@ -660,6 +668,7 @@ int main(int argc, char **argv) {
         printf("%s\"%s\": {\"first_blocked_s\": %.6g, \"background_cpu_s\": %.6g", m ? ", " : "", r->mode,
                r->first_blocked, r->background_cpu);
         printf(", \"background_cpu_all_s\": %.6g", r->background_cpu_all);
+        printf(", \"blocked_cpu_s\": %.6g", r->blocked_cpu);
         printf(", \"checkpoints\": %d", r->n);
         printf(", \"blocked_s\": %.6g, \"local_s\": %.6g, \"persistent_s\": %.6g", median(r->blocked, r->n),
                median(r->local, r->n), median(r->persistent, r->n));

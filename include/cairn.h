@@ -251,6 +251,26 @@ int cairn_should_checkpoint(cairn_t *c, int *yes);
  * the end has passed). */
 int cairn_time_left(cairn_t *c, double *seconds);
 
+/* The checkpoint interval that minimises lost time (docs/design/advise.md),
+ * from this rank's measured cost per checkpoint so far and the configuration
+ * key mtbf (CAIRN_MTBF: the job's mean time between failures, seconds).
+ * The cost is the mean over this execution's checkpoints whose stages have
+ * all run: in sync mode the time cairn_checkpoint blocked (every stage); in
+ * thread mode the capture plus the checksum, hash-tree and local stages (the
+ * passes that take memory bandwidth and CPU from the application). Local: no
+ * communication; ranks may differ slightly, so an application that decides
+ * collectively uses one rank's answer. CAIRN_EINVAL when mtbf is not set (or
+ * advice is NULL); CAIRN_EAGAIN when no checkpoint has finished its stages
+ * yet (call it after a cairn_wait, or later). */
+typedef struct cairn_advice {
+  double interval_s;    /* Daly's higher-order optimum: seconds between checkpoints */
+  double young_s;       /* Young's first-order sqrt(2 C M) */
+  double cost_s;        /* C: the measured cost per checkpoint (mean) */
+  double mtbf_s;        /* M: the configured mtbf */
+  int64_t checkpoints;  /* checkpoints C was measured over */
+} cairn_advice_t;
+int cairn_advice(cairn_t *c, cairn_advice_t *advice);
+
 /* Rank and size of the handle's communicator (0 and 1 for cairn_init). */
 int cairn_rank(const cairn_t *c);
 int cairn_size(const cairn_t *c);

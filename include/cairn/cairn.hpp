@@ -59,6 +59,8 @@ class client {
   // Batch jobs: see cairn_should_checkpoint (collective) and cairn_time_left.
   result<bool> should_checkpoint();
   result<double> time_left();
+  // See cairn_advice (local).
+  result<cairn_advice_t> advice();
 
   status set_code_version(std::string_view code_version);
   status tag(std::string_view key, std::string_view value);

@@ -96,6 +96,7 @@ result<uint64_t> client::restart_region_size(std::string_view r) {
 }
 result<int> client::probe() { CAIRN_IMPL_OR_FAIL(); return impl_->probe(); }
 result<bool> client::should_checkpoint() { CAIRN_IMPL_OR_FAIL(); return impl_->should_checkpoint(); }
+result<cairn_advice_t> client::advice() { CAIRN_IMPL_OR_FAIL(); return impl_->advice(); }
 result<double> client::time_left() { CAIRN_IMPL_OR_FAIL(); return impl_->time_left(); }
 status client::restart(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart(std::string(n), v); }
 status client::set_code_version(std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->set_code_version(std::string(v)); }
@@ -352,6 +353,16 @@ int cairn_time_left(cairn_t* c, double* seconds) {
     CAIRN_CHECK_HANDLE(c);
     if (seconds == nullptr) return {errc::invalid_argument, "cairn_time_left: seconds is NULL"};
     CAIRN_ASSIGN_OR_RETURN(*seconds, c->client.time_left());
+    return {};
+  });
+}
+
+int cairn_advice(cairn_t* c, cairn_advice_t* advice) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (advice == nullptr) return {errc::invalid_argument, "cairn_advice: advice is NULL"};
+    *advice = cairn_advice_t{};
+    CAIRN_ASSIGN_OR_RETURN(*advice, c->client.advice());
     return {};
   });
 }

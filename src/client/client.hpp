@@ -134,6 +134,10 @@ class client_impl {
   // persistent level, as agreed at the last collective call (0: none yet).
   double time_to_durable() const { return agreed_durable_s_; }
 
+  // cairn_advice (docs/design/advise.md): Daly's and Young's intervals from
+  // this rank's measured cost per finished checkpoint and cfg().mtbf. Local.
+  result<cairn_advice_t> advice();
+
   // Run identity (RUN file, written by rank 0).
   status set_code_version(const std::string& v);
   status tag(const std::string& key, const std::string& value);

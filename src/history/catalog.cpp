@@ -62,6 +62,7 @@ CREATE TABLE shards(
   captured_at      REAL NOT NULL,
   capture_s        REAL NOT NULL,
   checksum_s       REAL NOT NULL,
+  hash_s           REAL NOT NULL,
   local_s          REAL NOT NULL,
   persistent_s     REAL NOT NULL,
   persistent_at    REAL NOT NULL,
@@ -506,11 +507,11 @@ status catalog_impl::write_version(const version_data& v) {
     const format::shard_entry& e = m.shards[i];
     CAIRN_RETURN_IF_ERROR(
         run_sql("INSERT INTO shards(run, name, version, rank, file, size, header_checksum, host,"
-                " captured_at, capture_s, checksum_s, local_s, persistent_s, persistent_at)"
-                " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                " captured_at, capture_s, checksum_s, hash_s, local_s, persistent_s, persistent_at)"
+                " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                 m.run, m.name, m.version, e.rank, m.aggregated ? std::string() : format::shard_file_name(e.rank),
                 e.size, hex(e.header_checksum),
-                e.host, e.captured_at, e.capture_s, e.checksum_s, e.local_s, e.persistent_s, e.persistent_at));
+                e.host, e.captured_at, e.capture_s, e.checksum_s, e.hash_s, e.local_s, e.persistent_s, e.persistent_at));
     for (const auto& r : v.headers[i].regions) {
       const format::region_tree* rt = v.trees[i] ? v.trees[i]->find(r.name) : nullptr;
       std::optional<std::string> exact_root, tolerant_root;
@@ -697,7 +698,7 @@ result<std::vector<shard_row>> catalog_impl::list_shards(const std::string& run,
                                                          int64_t version) {
   CAIRN_ASSIGN_OR_RETURN(statement * st,
                          query("SELECT rank, file, size, header_checksum, host, captured_at, capture_s, checksum_s,"
-                               " local_s, persistent_s, persistent_at FROM shards"
+                               " hash_s, local_s, persistent_s, persistent_at FROM shards"
                                " WHERE run = ?1 AND name = ?2 AND version = ?3 ORDER BY rank",
                                run, name, version));
   reset_on_exit guard(st);
@@ -706,7 +707,8 @@ result<std::vector<shard_row>> catalog_impl::list_shards(const std::string& run,
     CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
     if (!row) break;
     out.push_back({static_cast<uint32_t>(st->i64(0)), st->text(1), static_cast<uint64_t>(st->i64(2)), st->text(3),
-                   st->text(4), st->f64(5), st->f64(6), st->f64(7), st->f64(8), st->f64(9), st->f64(10)});
+                   st->text(4), st->f64(5), st->f64(6), st->f64(7), st->f64(8), st->f64(9), st->f64(10),
+                   st->f64(11)});
   }
   return out;
 }

@@ -25,7 +25,7 @@
 namespace cairn::history {
 
 // Version of the catalog schema, kept in `PRAGMA user_version`.
-inline constexpr int kCatalogSchemaVersion = 2;
+inline constexpr int kCatalogSchemaVersion = 3;
 
 // Rows as the query methods return them (see docs/format/catalog.md for the
 // meaning of each column). Checksums are 16 lower-case hex digits.
@@ -57,6 +57,7 @@ struct shard_row {
   double captured_at = 0;
   double capture_s = 0;
   double checksum_s = 0;
+  double hash_s = 0;  // 0 when hash_trees is off
   double local_s = 0;
   double persistent_s = 0;
   double persistent_at = 0;

@@ -260,6 +260,9 @@ const std::vector<key_def>& keys() {
       {"deadline_margin", "seconds added to the time to durable", [](config& c, const std::string& v) {
          return parse_double("deadline_margin", v, &c.deadline_margin); },
        [](const config& c) { std::ostringstream os; os << c.deadline_margin; return os.str(); }},
+      {"mtbf", "the job's mean time between failures in seconds (cairn_advice; 0: unknown)",
+       [](config& c, const std::string& v) { return parse_double("mtbf", v, &c.mtbf); },
+       [](const config& c) { std::ostringstream os; os << c.mtbf; return os.str(); }},
       {"deadline_factor", "factor on the measured time to durable", [](config& c, const std::string& v) {
          return parse_double("deadline_factor", v, &c.deadline_factor); },
        [](const config& c) { std::ostringstream os; os << c.deadline_factor; return os.str(); }},

@@ -92,6 +92,9 @@ struct config {
   std::string deadline;          // Unix seconds, or "+S" seconds after init
   double deadline_margin = 10;   // seconds added to the time to durable
   double deadline_factor = 2;    // times the measured time to durable
+  // The job's mean time between failures, seconds (cairn_advice,
+  // docs/design/advise.md); 0 = unknown.
+  double mtbf = 0;
   // Metrics (docs/design/metrics.md): directory of each rank's OpenMetrics
   // textfile; empty = off.
   std::string metrics_dir;

@@ -102,6 +102,7 @@ typedef struct options {
   int wait_protected;                 /* --wait-protected */
   int wait_captured;                  /* --wait-captured */
   int on_warning;                     /* --on-warning */
+  int advice;                         /* --advice: print cairn_advice before the first and after the last checkpoint */
 } options_t;
 
 typedef struct state {
@@ -116,6 +117,15 @@ typedef struct state {
 static int g_mpi = 0; /* MPI initialised and used */
 #endif
 static int g_rank = 0, g_size = 1;
+
+static void print_advice(cairn_t *c, const char *when) {
+  cairn_advice_t a;
+  int rc = cairn_advice(c, &a);
+  printf("rank %d advice %s rc=%d interval=%.9g young=%.9g cost=%.9g mtbf=%.9g checkpoints=%lld msg=%s\n", g_rank,
+         when, rc, a.interval_s, a.young_s, a.cost_s, a.mtbf_s, (long long)a.checkpoints,
+         rc != CAIRN_OK && cairn_last_error() ? cairn_last_error() : "");
+  fflush(stdout);
+}
 
 static void finish_mpi(void) {
 #ifndef CKPT_NO_MPI
@@ -193,6 +203,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
     else if (!strcmp(a, "--wait-protected")) o->wait_protected = 1;
     else if (!strcmp(a, "--wait-captured")) o->wait_captured = 1;
     else if (!strcmp(a, "--on-warning")) o->on_warning = 1;
+    else if (!strcmp(a, "--advice")) o->advice = 1;
     else fail("unknown option '%s'", a);
 #undef TAKE
     if (i >= argc) fail("option '%s' needs a value", a);
@@ -539,6 +550,7 @@ int main(int argc, char **argv) {
 
   if (o.on_warning) print_nodes();
   int warned_once = 0;
+  if (o.advice) print_advice(c, "before");
   while (st.step < o.steps) {
     state_step(&st, o.variant);
     sleep_ms(o.sleep_ms);
@@ -606,6 +618,7 @@ int main(int argc, char **argv) {
     }
   }
 
+  if (o.advice) print_advice(c, "after");
   rc = cairn_finalize(&c, 1);
   if (rc != CAIRN_OK) {
     if (!o.keep_going) cairn_fail("cairn_finalize", rc);

@@ -99,6 +99,30 @@ struct diff_options {
 // in common); 2 bad arguments, unknown store, run, checkpoint or region.
 int cmd_diff(const diff_options& o);
 
+// cairn advise [STORE] [--run RUN] [--mtbf S | --node-mtbf S --nodes N | --mtbf-from-run] ...:
+// paper 001's overhead model (docs/design/advise.md): measures B_M and each
+// level's B_IO, predicts the synchronous and asynchronous cost per
+// checkpoint, recommends the interval (Young, Daly) and persistent_interval;
+// with --run, puts the prediction beside the run's measured stage costs.
+struct advise_options {
+  std::string store;        // persistent level (default: the configuration's)
+  std::string scratch;      // local level (default: the configuration's)
+  std::string config_file;  // configuration the job will use (default: the run's, else env)
+  std::string run;          // compare with this run's measured costs
+  std::string bytes;        // per rank, K/M/G suffixes (default: the run's, else 64M)
+  int ranks_per_node = 0;   // 0: the run's, else 1
+  double mtbf = 0, node_mtbf = 0;
+  int64_t nodes = 0;
+  bool mtbf_from_run = false;
+  bool mtbf_given = false, node_mtbf_given = false;  // given at all (0 or negative is an error)
+  double crash_fraction = 0.85;
+  int reps = 3;
+  std::string memory_bandwidth, local_bandwidth, persistent_bandwidth;  // given: not measured
+  double commit_s = 0;  // with persistent_bandwidth: one small durable write's seconds (0: commit not modelled)
+  bool json = false;
+};
+int cmd_advise(const advise_options& o);
+
 // ---- agents control plane (src/agents; docs/design/agents.md) ----
 struct controller_cli_options {
   std::string listen = "127.0.0.1:7420";

@@ -8,6 +8,8 @@
 //   cairn gc STORE --keep N [--run R] [--dry-run] [--json]
 //   cairn diff STORE RUN_A RUN_B [--name N] [--abs E] [--rel E] [--ulps N]
 //              [--region R ...] [--mismatches-only] [--scratch-a DIR] [--scratch-b DIR] [--json]
+//   cairn advise [STORE] [--run RUN] [--mtbf S | --node-mtbf S --nodes N | --mtbf-from-run]
+//                [--scratch DIR] [--config F] [--bytes B] [--ranks-per-node N] [--json] ...
 //   cairn controller --journal F [--listen ADDR:PORT] [--secret-file F] [--strategy S] [--distribution D] ...
 //   cairn manager --node-id NAME [--controller ADDR:PORT] [--listen ADDR:PORT] [--secret-file F] [--capacity N] ...
 //     (controller and manager: [--metrics-listen ADDR:PORT] serves GET /metrics)
@@ -189,6 +191,32 @@ int run_cli(int argc, char** argv) {
       "regions that cannot be compared, unreadable shards, or no version in common; 2 bad arguments or an\n"
       "unknown store, run, checkpoint or region (the message lists those that exist).");
 
+  advise_options adv;
+  CLI::App* adv_cmd = app.add_subcommand(
+      "advise", "Measure memory and I/O bandwidth, predict the cost per checkpoint (paper 001's model) and "
+                "recommend the checkpoint interval (Young, Daly); with --run, compare with the run's measured costs");
+  adv_cmd->add_option("STORE", adv.store, "Store directory: the persistent level (default: the configuration's)");
+  adv_cmd->add_option("--run", adv.run, "Compare with this run's measured stage costs (catalog) and use its configuration");
+  adv_cmd->add_option("--scratch", adv.scratch, "Node-local level directory (default: the configuration's)");
+  adv_cmd->add_option("--config", adv.config_file, "Configuration file the job will use (default: the run's, else CAIRN_* and defaults)");
+  adv_cmd->add_option("--bytes", adv.bytes, "Checkpoint bytes per rank, K/M/G suffixes (default: the run's mean shard, else 64M)");
+  adv_cmd->add_option("--ranks-per-node", adv.ranks_per_node, "Ranks per node that will checkpoint at once (default: the run's, else 1)")
+      ->check(CLI::Range(1, 1024));
+  auto* mtbf_opt = adv_cmd->add_option("--mtbf", adv.mtbf, "The job's mean time between failures, seconds");
+  auto* node_mtbf_opt = adv_cmd->add_option("--node-mtbf", adv.node_mtbf, "One node's mean time between failures, seconds (with --nodes)");
+  adv_cmd->add_option("--nodes", adv.nodes, "The job's node count (with --node-mtbf)");
+  adv_cmd->add_flag("--mtbf-from-run", adv.mtbf_from_run, "The run's own failure rate: its wall time over its restarts (needs --run)");
+  adv_cmd->add_option("--crash-fraction", adv.crash_fraction,
+                      "Share of failures the local level survives (process crashes), for the levels' frequencies")
+      ->capture_default_str();
+  adv_cmd->add_option("--reps", adv.reps, "Measurement rounds (best of)")->capture_default_str()->check(CLI::Range(1, 100));
+  adv_cmd->add_option("--memory-bandwidth", adv.memory_bandwidth, "B_M in bytes/s of memory traffic (skips its measurement)");
+  adv_cmd->add_option("--local-bandwidth", adv.local_bandwidth, "B_IO of the local level in bytes/s (skips its measurement)");
+  adv_cmd->add_option("--persistent-bandwidth", adv.persistent_bandwidth, "B_IO of the persistent level in bytes/s (skips its measurement)");
+  adv_cmd->add_option("--commit-seconds", adv.commit_s,
+                      "With --persistent-bandwidth: seconds of one small durable write there (the commit; default 0)");
+  adv_cmd->add_flag("--json", adv.json, "Machine-readable JSON on stdout (progress stays on stderr)");
+
   // ---- agents control plane ----
   controller_cli_options ctl;
   CLI::App* ctl_cmd = app.add_subcommand("controller", "Run the agents controller (one per deployment)");
@@ -315,6 +343,11 @@ int run_cli(int argc, char** argv) {
   if (*gc_cmd) return cmd_gc(gc);
   if (*diff_cmd) return cmd_diff(diff);
   if (*geo_cmd) return cmd_geometry(geo);
+  if (*adv_cmd) {
+    adv.mtbf_given = mtbf_opt->count() > 0;
+    adv.node_mtbf_given = node_mtbf_opt->count() > 0;
+    return cmd_advise(adv);
+  }
   if (*ctl_cmd) return cmd_controller(ctl);
   if (*mgr_cmd) return cmd_manager(mgr);
   if (*ag_cmd) {
