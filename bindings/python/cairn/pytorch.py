@@ -12,7 +12,7 @@ and an optimizer. Needs torch (CPU tensors); imported only when used.
             if step % 100 == 0:
                 saver.save(cairn.pytorch.training_state(model, optimizer, step=step), step)
 
-How a save is made: every tensor of the (nested) state is protected in place
+How a save is made (docs/format/torch_state.md): every tensor of the (nested) state is protected in place
 (its CPU memory, viewed as a numpy array without a copy) and the structure
 with every non-tensor value is encoded as JSON into one more region; then
 cairn_checkpoint captures them all. With mode = thread (the default) that
@@ -30,6 +30,7 @@ InvalidArgumentError naming it: move the state to the CPU first.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -83,7 +84,15 @@ class _Encoder:
                     raise InvalidArgumentError(f"{_where(path)}: key {k!r} of type {type(k).__name__}: cairn.pytorch "
                                                "saves dicts with str or int keys")
                 items.append([k, self.encode(x, path + [k])])
-            return {"dict": items}
+            if not isinstance(v, OrderedDict):
+                return {"dict": items}
+            # A module's state_dict: an OrderedDict whose _metadata (module
+            # versions) load_state_dict reads.
+            out = {"dict": items, "ordered": True}
+            meta = getattr(v, "_metadata", None)
+            if meta is not None:
+                out["metadata"] = self.encode(dict(meta), path + ["_metadata"])
+            return out
         if isinstance(v, tuple):
             return {"tuple": [self.encode(x, path + [i]) for i, x in enumerate(v)]}
         if isinstance(v, list):
@@ -117,7 +126,12 @@ def _decode(v, tensors):
             t = tensors[v["tensor"]]
             return t.requires_grad_(True) if v.get("requires_grad") and t.is_floating_point() else t
         if "dict" in v:
-            return {k: _decode(x, tensors) for k, x in v["dict"]}
+            if not v.get("ordered"):
+                return {k: _decode(x, tensors) for k, x in v["dict"]}
+            out = OrderedDict((k, _decode(x, tensors)) for k, x in v["dict"])
+            if "metadata" in v:
+                out._metadata = OrderedDict(_decode(v["metadata"], tensors))
+            return out
         if "tuple" in v:
             return tuple(_decode(x, tensors) for x in v["tuple"])
         if "list" in v:
