@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
