@@ -18,7 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch): cairn.pytorch untested")
+try:
+    import torch
+except Exception as e:  # absent, or a wheel whose CUDA libraries are missing
+    pytest.skip(f"PyTorch cannot be imported ({type(e).__name__}: {e}); pip install torch to test cairn.pytorch",
+                allow_module_level=True)
 
 import cairn  # noqa: E402
 import cairn.pytorch  # noqa: E402
