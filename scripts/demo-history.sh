@@ -25,6 +25,8 @@ done
 # The package from this checkout; the CLI it runs for diffs (not a CAIRN_*
 # variable: those are the runtime's configuration keys).
 export PYTHONPATH=$root/bindings/python${PYTHONPATH:+:$PYTHONPATH} PYCAIRN_CLI=$cli
+# The library the package reads stores with (cairn.open).
+export PYCAIRN_LIBRARY=${PYCAIRN_LIBRARY:-$build/src/libcairn.so}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out=${DEMO_OUT:-$build/demo-history}
 rm -rf "$out" && mkdir -p "$out"

@@ -41,18 +41,18 @@ if ! .venv/bin/python -c "import prometheus_client" 2>/dev/null; then
 fi
 
 # The analysis package (bindings/python, imported as `cairn`) with numpy,
-# matplotlib, xxhash and zstandard (compressed shards), installed editable so
+# matplotlib, xxhash and cffi (the package reads stores through libcairn), installed editable so
 # that .venv always runs this checkout's code. Skipped when .venv already
 # imports this checkout's package.
 if ! .venv/bin/python - "$PWD/bindings/python" 2>/dev/null <<'PY'
 import os, sys
-import numpy, matplotlib, xxhash, zstandard, cairn
+import numpy, matplotlib, xxhash, cffi, cairn
 root = os.path.realpath(sys.argv[1])
 sys.exit(0 if os.path.realpath(cairn.__file__).startswith(root + os.sep) else 1)
 PY
 then
   echo "install-deps: installing the cairn Python package (bindings/python) into .venv"
-  .venv/bin/pip install -q --disable-pip-version-check numpy matplotlib xxhash zstandard
+  .venv/bin/pip install -q --disable-pip-version-check numpy matplotlib xxhash cffi
   .venv/bin/pip install -q --disable-pip-version-check -e bindings/python
 fi
 

@@ -83,8 +83,8 @@ result<std::unique_ptr<storage::readable_file>> open_container_image(storage::st
     const std::string path = storage::join(version_dir, d.name);
     CAIRN_ASSIGN_OR_RETURN(auto f, env->open_read(path));
     if (f->size() < d.size)
-      return status(errc::corruption, path + " has " + std::to_string(f->size()) + " bytes, the manifest says " +
-                                          std::to_string(d.size) + " (truncated; restart uses an older version)");
+      return status(errc::corruption, path + ": has " + std::to_string(f->size()) + " bytes, the manifest says " +
+                                          std::to_string(d.size) + " (truncated); restart uses an older version");
     files.emplace(e.file, std::move(f));
   }
   return std::unique_ptr<storage::readable_file>(new container_image(

@@ -1,5 +1,6 @@
 """cairn: checkpoints from Python (cairn.Checkpointer, over libcairn: see
-checkpointer.py) and read-only analysis of cairn checkpoint stores.
+checkpointer.py; PyTorch state dicts: cairn.pytorch) and read-only analysis
+of cairn checkpoint stores, read by libcairn's reader (include/cairn_store.h).
 
     import cairn
     s = cairn.open("cairn-store")
@@ -15,8 +16,8 @@ checkpointer.py) and read-only analysis of cairn checkpoint stores.
 `python -m cairn.report STORE RUN_A RUN_B --out DIR` (or `cairn-report`) writes
 PNG plots and a text summary of a diff.
 
-Every region read is checked against its checksum (xxh3-64); damaged data raise
-CorruptionError, never reach the caller.
+Every region read is checked against its checksum (xxh3-64) by libcairn;
+damaged data raise CorruptionError, never reach the caller.
 """
 from ._format import TYPES, RegionInfo, ShardHeader
 from ._hash import xxh3_64

@@ -26,22 +26,20 @@ under the same name, before the next checkpoint. Every failure raises a
 cairn.CairnError subclass (InvalidArgumentError, NotFoundError, ...) whose
 message is the C library's: what failed, where, and what to do.
 
-The library is found through PYCAIRN_LIBRARY (a path to libcairn.so), else the
-system's library path (ctypes.util.find_library), else this checkout's build/.
+The library is found as _clib.py says: PYCAIRN_LIBRARY (a path to
+libcairn.so), a copy bundled in the wheel, the system's library path, this
+checkout's build/.
 """
 from __future__ import annotations
 
-import ctypes.util
 import os
 import tempfile
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from .errors import (AgainError, CairnError, CairnIOError, CancelledError, CorruptionError, DivergedError,
-                     ExistsError, InvalidArgumentError, NoSpaceError, NotFoundError, NotSupportedError,
-                     UnusableError)
+from ._clib import ERRORS, library_path, load
+from .errors import CairnError, InvalidArgumentError, NotFoundError, NotSupportedError
 
 LEVEL_CAPTURED = 0x1
 LEVEL_LOCAL = 0x2
@@ -54,65 +52,9 @@ _TYPES = {np.dtype(np.int8): 1, np.dtype(np.int16): 2, np.dtype(np.int32): 3, np
           np.dtype(np.uint8): 5, np.dtype(np.uint16): 6, np.dtype(np.uint32): 7, np.dtype(np.uint64): 8,
           np.dtype(np.float32): 9, np.dtype(np.float64): 10}
 
-_ERRORS = {-1: InvalidArgumentError, -2: NotFoundError, -3: CorruptionError, -4: CairnIOError, -5: NoSpaceError,
-           -6: AgainError, -7: CancelledError, -8: NotSupportedError, -10: DivergedError, -11: UnusableError,
-           -12: ExistsError}
-
-_CDEF = """
-typedef struct cairn cairn_t;
-int cairn_init(const char *config_path, cairn_t **out);
-int cairn_protect(cairn_t *c, const char *region, void *ptr, size_t count, int type);
-int cairn_protect_shaped(cairn_t *c, const char *region, void *ptr, int type, int ndims,
-                         const uint64_t *dims, int column_major);
-int cairn_protect_block(cairn_t *c, const char *region, void *ptr, int type, int ndims,
-                        const uint64_t *global_shape, const uint64_t *start, const uint64_t *count,
-                        const uint64_t *mem_shape, const uint64_t *mem_start, int column_major);
-int cairn_unprotect(cairn_t *c, const char *region);
-int cairn_checkpoint(cairn_t *c, const char *name, int64_t version);
-int cairn_test(cairn_t *c, const char *name, int64_t version, unsigned *levels_reached);
-int cairn_wait(cairn_t *c, const char *name, int64_t version, unsigned level);
-int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
-int cairn_restart(cairn_t *c, const char *name, int64_t version);
-int cairn_finalize(cairn_t **c, int wait_for_pending);
-const char *cairn_strerror(int code);
-const char *cairn_last_error(void);
-int cairn_rank(const cairn_t *c);
-int cairn_size(const cairn_t *c);
-"""
-
-_lib = None
-_ffi = None
-
-
-def _library_path() -> str:
-    p = os.environ.get("PYCAIRN_LIBRARY")
-    if p:
-        return p
-    found = ctypes.util.find_library("cairn")
-    if found:
-        return found
-    local = Path(__file__).resolve().parents[3] / "build" / "src" / "libcairn.so"
-    if local.is_file():
-        return str(local)
-    raise NotSupportedError("libcairn not found: set PYCAIRN_LIBRARY to the path of libcairn.so "
-                            "(build/src/libcairn.so in a build tree, lib/libcairn.so where cairn is installed)")
-
-
-def _load():
-    """cffi over libcairn, loaded once. cairn_init_mpi is declared with the
-    size of the MPI library's MPI_Comm as mpi4py reports it (a pointer in Open
-    MPI, an int in MPICH)."""
-    global _lib, _ffi
-    if _lib is None:
-        try:
-            import cffi
-        except ImportError as e:  # pragma: no cover - install-deps.sh installs it
-            raise NotSupportedError("the writer API needs cffi: pip install cffi") from e
-        ffi = cffi.FFI()
-        ffi.cdef(_CDEF)
-        _lib = (ffi, ffi.dlopen(_library_path()))
-        _ffi = ffi
-    return _lib
+_ERRORS = ERRORS
+_library_path = library_path
+_load = load
 
 
 def _mpi_init(ffi, path, comm, cfg, out):

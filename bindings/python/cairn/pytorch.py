@@ -1,0 +1,262 @@
+"""PyTorch state dicts through cairn: asynchronous save, restore into a model
+and an optimizer. Needs torch (CPU tensors); imported only when used.
+
+    import cairn, cairn.pytorch
+    with cairn.Checkpointer(comm, config={"mode": "thread"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "train")
+        state = saver.load()                       # None when there is no checkpoint
+        if state is not None:
+            cairn.pytorch.restore_training(state, model, optimizer)
+        for step in range(...):
+            ...training step...
+            if step % 100 == 0:
+                saver.save(cairn.pytorch.training_state(model, optimizer, step=step), step)
+
+How a save is made (docs/format/torch_state.md): every tensor of the (nested) state is protected in place
+(its CPU memory, viewed as a numpy array without a copy) and the structure
+with every non-tensor value is encoded as JSON into one more region; then
+cairn_checkpoint captures them all. With mode = thread (the default) that
+capture is a memory copy into cairn's staging memory, and the save returns:
+the training step may modify the parameters at once while cairn writes the
+copy in the background (wait() or Checkpointer.wait for durability).
+
+What a state may hold: dicts (str or int keys), lists, tuples, None, bool,
+int, float, str, and torch tensors on the CPU in strided layout (any dtype;
+non-contiguous tensors are copied to a contiguous one first, which the
+capture then copies again). A tensor on another device, a sparse or
+quantized tensor, or a value of another type is refused with
+InvalidArgumentError naming it: move the state to the CPU first.
+"""
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from .errors import InvalidArgumentError, NotFoundError, NotSupportedError
+
+STATE_REGION = "__cairn_state__"
+STATE_FORMAT = 1
+_PREFIX = "t"
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise NotSupportedError("cairn.pytorch needs PyTorch: pip install torch") from e
+    return torch
+
+
+def _as_array(t) -> np.ndarray:
+    """A numpy view of the contiguous CPU tensor t, sharing its memory: its own
+    dtype and shape where numpy and cairn have that dtype, else its bytes."""
+    torch = _torch()
+    if t.dtype in (torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+        return t.detach().numpy()
+    return t.detach().reshape(-1).view(torch.uint8).numpy()
+
+
+def _where(path: List[Any]) -> str:
+    return "state" + "".join(f"[{p!r}]" for p in path)
+
+
+class _Encoder:
+    """The structure of a state as JSON, tensors replaced by references to regions."""
+
+    def __init__(self):
+        self.tensors: List[Any] = []
+
+    def encode(self, v, path):
+        torch = _torch()
+        if isinstance(v, torch.Tensor):
+            return self._tensor(v, path)
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, (int, float)):
+            return v
+        if isinstance(v, dict):
+            items = []
+            for k, x in v.items():
+                if not isinstance(k, (str, int)) or isinstance(k, bool):
+                    raise InvalidArgumentError(f"{_where(path)}: key {k!r} of type {type(k).__name__}: cairn.pytorch "
+                                               "saves dicts with str or int keys")
+                items.append([k, self.encode(x, path + [k])])
+            if not isinstance(v, OrderedDict):
+                return {"dict": items}
+            # A module's state_dict: an OrderedDict whose _metadata (module
+            # versions) load_state_dict reads.
+            out = {"dict": items, "ordered": True}
+            meta = getattr(v, "_metadata", None)
+            if meta is not None:
+                out["metadata"] = self.encode(dict(meta), path + ["_metadata"])
+            return out
+        if isinstance(v, tuple):
+            return {"tuple": [self.encode(x, path + [i]) for i, x in enumerate(v)]}
+        if isinstance(v, list):
+            return {"list": [self.encode(x, path + [i]) for i, x in enumerate(v)]}
+        raise InvalidArgumentError(f"{_where(path)}: a value of type {type(v).__name__} cannot be saved: cairn.pytorch "
+                                   "saves tensors, dicts, lists, tuples, None, bool, int, float and str")
+
+    def _tensor(self, t, path):
+        torch = _torch()
+        if t.device.type != "cpu":
+            raise InvalidArgumentError(
+                f"{_where(path)}: tensor on device '{t.device}': cairn.pytorch captures CPU tensors in place; copy "
+                "the state to the CPU first (for example with .cpu() on each tensor, or save from a CPU model)")
+        if t.layout != torch.strided or t.is_quantized:
+            raise InvalidArgumentError(f"{_where(path)}: tensor of layout {t.layout}"
+                                       f"{' (quantized)' if t.is_quantized else ''}: cairn.pytorch saves dense "
+                                       "tensors; convert it (.to_dense(), .dequantize()) first")
+        if t.is_conj() or t.is_neg():
+            t = t.resolve_conj().resolve_neg()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        ref = {"tensor": len(self.tensors), "dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+               "requires_grad": bool(t.requires_grad)}
+        self.tensors.append(t)
+        return ref
+
+
+def _decode(v, tensors):
+    if isinstance(v, dict):
+        if "tensor" in v:
+            t = tensors[v["tensor"]]
+            return t.requires_grad_(True) if v.get("requires_grad") and t.is_floating_point() else t
+        if "dict" in v:
+            if not v.get("ordered"):
+                return {k: _decode(x, tensors) for k, x in v["dict"]}
+            out = OrderedDict((k, _decode(x, tensors)) for k, x in v["dict"])
+            if "metadata" in v:
+                out._metadata = OrderedDict(_decode(v["metadata"], tensors))
+            return out
+        if "tuple" in v:
+            return tuple(_decode(x, tensors) for x in v["tuple"])
+        if "list" in v:
+            return [_decode(x, tensors) for x in v["list"]]
+        raise ValueError(f"unknown entry {sorted(v)}")
+    return v
+
+
+def _tensor_refs(v, out):
+    if isinstance(v, dict):
+        if "tensor" in v:
+            out.append(v)
+        else:
+            for x in v.get("dict", []):
+                _tensor_refs(x[1], out)
+            for key in ("tuple", "list"):
+                for x in v.get(key, []):
+                    _tensor_refs(x, out)
+    return out
+
+
+class StateSaver:
+    """Saves and loads nested state dicts of tensors as checkpoint `name` of a
+    cairn.Checkpointer. save() and load() are collective under MPI (every rank
+    saves its own state). The Checkpointer's other protected arrays, if any,
+    are saved and restored with it."""
+
+    def __init__(self, checkpointer, name: str):
+        self.ck = checkpointer
+        self.name = name
+        self._protected: List[str] = []   # tensor regions of the last save or load
+
+    def _set_regions(self, arrays: Dict[str, np.ndarray]) -> None:
+        for r in self._protected:
+            if r not in arrays:
+                self.ck.unprotect(r)
+        for r, a in arrays.items():
+            self.ck.protect(r, a)
+        self._protected = list(arrays)
+
+    def save(self, state, version: int) -> None:
+        """Captures `state` as `version` and returns once it is copied (mode
+        thread) or written (mode sync). The tensors may change as soon as it
+        returns."""
+        enc = _Encoder()
+        tree = enc.encode(state, [])
+        arrays = {}
+        for i, t in enumerate(enc.tensors):
+            if t.numel() > 0:
+                arrays[f"{_PREFIX}{i:06d}"] = _as_array(t)
+        meta = json.dumps({"format": "cairn-torch-state", "format_version": STATE_FORMAT, "state": tree},
+                          separators=(",", ":")).encode()
+        arrays[STATE_REGION] = np.frombuffer(bytearray(meta), dtype=np.uint8)
+        self._set_regions(arrays)
+        self.ck.checkpoint(self.name, int(version))
+
+    def wait(self, version: int, level: Optional[int] = None) -> None:
+        """Blocks until `version` reached `level` (default: persistent) on every rank."""
+        if level is None:
+            self.ck.wait(self.name, int(version))
+        else:
+            self.ck.wait(self.name, int(version), level)
+
+    def latest(self) -> Optional[int]:
+        return self.ck.latest(self.name)
+
+    def load(self, version: Optional[int] = None):
+        """The state saved as `version` (default: the newest restorable one),
+        with new CPU tensors, or None when there is none (and no version was
+        asked for). Every checksum is verified before anything is returned."""
+        torch = _torch()
+        if version is None:
+            version = self.latest()
+            if version is None:
+                return None
+        version = int(version)
+        ck = self.ck
+        ffi, lib = ck._ffi, ck._lib
+        ck._check(lib.cairn_restart_begin(ck._handle(), self.name.encode(), version), "cairn_restart_begin")
+        ok = False
+        try:
+            size = ffi.new("uint64_t *")
+            rc = lib.cairn_restart_region_size(ck._handle(), STATE_REGION.encode(), size)
+            if rc == -2:
+                raise NotFoundError(f"checkpoint '{self.name}' version {version} was not saved by cairn.pytorch "
+                                    f"(it has no region '{STATE_REGION}')")
+            ck._check(rc, "cairn_restart_region_size")
+            meta = np.zeros(int(size[0]), dtype=np.uint8)
+            self._set_regions({STATE_REGION: meta})
+            ck._check(lib.cairn_restart(ck._handle(), self.name.encode(), version), "cairn_restart")
+            doc = json.loads(meta.tobytes().decode("utf-8"))
+            if doc.get("format") != "cairn-torch-state" or doc.get("format_version") != STATE_FORMAT:
+                raise NotSupportedError(f"checkpoint '{self.name}' version {version}: state format "
+                                        f"{doc.get('format')!r} {doc.get('format_version')!r} is not readable by "
+                                        "this cairn.pytorch; upgrade cairn")
+            refs = sorted(_tensor_refs(doc["state"], []), key=lambda r: r["tensor"])
+            tensors, arrays = {}, {STATE_REGION: meta}
+            for r in refs:
+                t = torch.empty(r["shape"], dtype=getattr(torch, r["dtype"]))
+                tensors[r["tensor"]] = t
+                if t.numel() > 0:
+                    arrays[f"{_PREFIX}{r['tensor']:06d}"] = _as_array(t)
+            self._set_regions(arrays)
+            ck._check(lib.cairn_restart(ck._handle(), self.name.encode(), version), "cairn_restart")
+            ok = True
+        finally:
+            rc = lib.cairn_restart_end(ck._handle(), 1 if ok else 0)
+            if ok:
+                ck._check(rc, "cairn_restart_end")
+        return _decode(doc["state"], tensors)
+
+
+def training_state(model, optimizer=None, **extra) -> dict:
+    """{"model": model.state_dict(), "optimizer": optimizer.state_dict(), "extra": extra}."""
+    state = {"model": model.state_dict(), "extra": dict(extra)}
+    if optimizer is not None:
+        state["optimizer"] = optimizer.state_dict()
+    return state
+
+
+def restore_training(state: dict, model, optimizer=None) -> dict:
+    """Loads a training_state into model (and optimizer); returns its extra values."""
+    model.load_state_dict(state["model"])
+    if optimizer is not None:
+        if "optimizer" not in state:
+            raise InvalidArgumentError("the saved state has no optimizer state (saved without an optimizer)")
+        optimizer.load_state_dict(state["optimizer"])
+    return state.get("extra", {})

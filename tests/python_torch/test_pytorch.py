@@ -1,0 +1,213 @@
+"""cairn.pytorch (bindings/python/cairn/pytorch.py): a model's and an
+optimizer's state dicts saved asynchronously and loaded back bit for bit,
+nested and non-tensor values kept, bad input refused with a clear error, and
+a training loop SIGKILLed at a random moment and restarted bit-identical,
+without MPI and under mpirun with mpi4py.
+
+Needs PyTorch: skipped when `import torch` fails (scripts/install-deps.sh
+does not install it: the PyPI wheel for Linux brings several GB of CUDA
+libraries)."""
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+try:
+    import torch
+except Exception as e:  # absent, or a wheel whose CUDA libraries are missing
+    pytest.skip(f"PyTorch cannot be imported ({type(e).__name__}: {e}); pip install torch to test cairn.pytorch",
+                allow_module_level=True)
+
+import cairn  # noqa: E402
+import cairn.pytorch  # noqa: E402
+
+TRAIN = Path(__file__).resolve().parent / "train.py"
+TIMEOUT_S = 180
+
+
+def _model(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 10), torch.nn.ReLU(), torch.nn.Linear(10, 3))
+
+
+def _train(model, opt, steps, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x = torch.randn(16, 6, generator=g)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+
+
+def _same(a, b, path="state"):
+    """a and b equal bit for bit (tensors: dtype, shape, bytes), with the same types."""
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        raw = lambda t: t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
+        assert raw(a) == raw(b), path
+    elif isinstance(a, dict):
+        assert list(a) == list(b), path
+        for k in a:
+            _same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _same(x, y, f"{path}[{i}]")
+    else:
+        assert a == b or (a != a and b != b), path
+
+
+def _clone(v):
+    if isinstance(v, torch.Tensor):
+        return v.detach().clone()
+    if isinstance(v, dict):
+        out = type(v)((k, _clone(x)) for k, x in v.items())
+        if hasattr(v, "_metadata"):
+            out._metadata = v._metadata
+        return out
+    if isinstance(v, (list, tuple)):
+        return type(v)(_clone(x) for x in v)
+    return v
+
+
+def test_state_dict_round_trip_is_bit_identical_and_async(store_env):
+    model = _model(1)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    _train(model, opt, 3)
+    extra = {"epoch": 4, "name": "run-α", "none": None, "flag": True, "nan": float("nan"), "tuple": (1, 2.5, "x"),
+             "by_int": {0: "zero", 7: [1, 2]}, "nested": {"a": {"b": [torch.arange(5, dtype=torch.int16)]}},
+             "bf16": torch.linspace(0, 1, 9, dtype=torch.bfloat16), "f16": torch.ones(2, 2, dtype=torch.float16),
+             "bool": torch.tensor([True, False, True]), "scalar": torch.tensor(3.25, dtype=torch.float64),
+             "empty": torch.zeros(0, 4), "strided": torch.arange(24.).reshape(4, 6)[:, ::2],
+             "rng": torch.get_rng_state()}
+    state = cairn.pytorch.training_state(model, opt, **extra)
+    want = _clone(state)
+    with cairn.Checkpointer(config={"mode": "thread"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "train")
+        assert saver.load() is None
+        saver.save(state, 3)
+        # The save returned after the capture: the training step may change
+        # the parameters and the optimizer state at once.
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1000.0)
+        _train(model, opt, 2)
+        saver.wait(3)
+        got = saver.load()
+        assert ck.latest("train") == 3
+    _same(want, got)
+    # Into a fresh model and optimizer: the same parameters, and training
+    # continues identically.
+    m2 = _model(99)
+    o2 = torch.optim.AdamW(m2.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    assert cairn.pytorch.restore_training(got, m2, o2)["epoch"] == 4
+    m3 = _model(1)
+    o3 = torch.optim.AdamW(m3.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    _train(m3, o3, 3)
+    _train(m2, o2, 5, seed=5)
+    _train(m3, o3, 5, seed=5)
+    for a, b in zip(m2.parameters(), m3.parameters()):
+        assert torch.equal(a, b)
+
+
+def test_unsupported_input_is_refused_and_nothing_is_lost(store_env):
+    model = _model(2)
+    with cairn.Checkpointer(config={"mode": "sync"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "s")
+        saver.save({"model": model.state_dict()}, 1)
+        with pytest.raises(cairn.InvalidArgumentError, match=r"state\['w'\]: tensor on device 'meta'.*to the CPU"):
+            saver.save({"w": torch.empty(3, device="meta")}, 2)
+        with pytest.raises(cairn.InvalidArgumentError, match=r"state\['sp'\]: tensor of layout torch.sparse_coo"):
+            saver.save({"sp": torch.eye(3).to_sparse()}, 2)
+        with pytest.raises(cairn.InvalidArgumentError, match=r"state\['obj'\]: a value of type set cannot be saved"):
+            saver.save({"obj": {1, 2}}, 2)
+        with pytest.raises(cairn.InvalidArgumentError, match="key .* of type tuple"):
+            saver.save({(1, 2): 3}, 2)
+        # Version 1 is intact and still the newest.
+        assert saver.latest() == 1
+        got = saver.load()
+    _same({"model": model.state_dict()}, got)
+    assert got["model"]._metadata == model.state_dict()._metadata  # module versions kept
+
+
+def test_load_of_a_version_not_saved_by_the_helper_says_so(store_env):
+    a = np.arange(4.0)
+    with cairn.Checkpointer(config={"mode": "sync"}) as ck:
+        ck.protect("a", a)
+        ck.checkpoint("plain", 1)
+        ck.unprotect("a")
+        with pytest.raises(cairn.NotFoundError, match="not saved by cairn.pytorch"):
+            cairn.pytorch.StateSaver(ck, "plain").load(1)
+
+
+# ---- kill and restart -----------------------------------------------------------
+
+def _env(root):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(CAIRN_PERSISTENT=str(root / "store"), CAIRN_SCRATCH=str(root / "scratch"), CAIRN_RUN="train",
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_mpi_yield_when_idle="1",
+               OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = str(Path(cairn.__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _outputs(root, nranks):
+    return [(root / "out" / f"params.{r}.bin").read_bytes() for r in range(nranks)]
+
+
+def _kill_and_restart(root, launcher, nranks, seed):
+    mpi = ["--mpi"] if launcher else []
+    ref = root / "ref"
+    (ref / "out").mkdir(parents=True)
+    r = subprocess.run(launcher + [sys.executable, str(TRAIN), *mpi, "--steps", "60", "--every", "1000",
+                                   "--out", str(ref / "out")],
+                       env=_env(ref), capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert r.returncode == 0 and "starting from scratch" in r.stdout, r.stdout + r.stderr
+    want = _outputs(ref, nranks)
+    (root / "out").mkdir()
+    cmd = launcher + [sys.executable, str(TRAIN), *mpi, "--steps", "60", "--every", "5", "--out", str(root / "out")]
+    out = root / "first.out"
+    rng = random.Random(seed)
+    with open(out, "w") as f:
+        p = subprocess.Popen(cmd + ["--sleep-ms", "20"], env=_env(root), cwd=root, stdout=f, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while "checkpoint version" not in out.read_text():
+            assert p.poll() is None, f"seed {seed}: ended early\n{out.read_text()}"
+            assert time.monotonic() < deadline, f"seed {seed}: no checkpoint\n{out.read_text()}"
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.8))
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=TIMEOUT_S)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert "done" not in out.read_text(), f"seed {seed}: the run ended before the kill"
+    second = subprocess.run(cmd, env=_env(root), cwd=root, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert second.returncode == 0, f"seed {seed}\n{second.stdout}\n{second.stderr}"
+    lines = [ln for ln in second.stdout.splitlines() if ln.startswith("restarted from version ")]
+    assert len(lines) == 1, f"seed {seed}: not restarted\n{second.stdout}"
+    v = int(lines[0].rsplit(" ", 1)[1])
+    assert v >= 5 and v % 5 == 0
+    assert _outputs(root, nranks) == want, f"seed {seed}: restarted from {v}, parameters differ from the straight run"
+
+
+def test_killed_training_restarts_bit_identical(tmp_path):
+    _kill_and_restart(tmp_path, [], 1, int(os.environ.get("CAIRN_TEST_SEED", "13")) * 10 + 3)
+
+
+def test_killed_mpi4py_training_restarts_bit_identical(tmp_path):
+    if os.environ.get("CAIRN_TEST_MPI", "1") in ("0", "OFF", "FALSE", "false", ""):
+        pytest.skip("built without MPI")
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (scripts/install-deps.sh installs it)")
+    launcher = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2"]
+    _kill_and_restart(tmp_path, launcher, 2, int(os.environ.get("CAIRN_TEST_SEED", "13")) * 10 + 9)
