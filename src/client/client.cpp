@@ -321,6 +321,9 @@ status client_impl::start() {
   if (aggregated() && !cfg_.agents.empty())
     return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
                                     "the persistent level themselves, a file per rank): choose one"};
+  if (redundancy_on() && !cfg_.agents.empty())
+    return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " does not combine with checkpoint agents (both "
+                                    "are level L2): choose one"};
   if (!cfg_.agents.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
     stages.push_back(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));

@@ -213,14 +213,14 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
       redundancy::geometry g;
       g.kind = *redundancy::parse_scheme((*desc)["scheme"].get<std::string>());
       g.k = static_cast<uint32_t>((*desc)["pset"].size());
-      g.m = (*desc)["m"];
+      g.m = (*desc)["m"].get<uint32_t>();
       std::vector<uint32_t> set;
       std::vector<uint64_t> sizes, hcs;
       std::vector<std::string> nodes;
       for (size_t i = 0; i < g.k; ++i) {
-        set.push_back((*desc)["pset"][i]);
-        sizes.push_back((*desc)["sizes"][i]);
-        nodes.push_back((*desc)["nodes"][i]);
+        set.push_back((*desc)["pset"][i].get<uint32_t>());
+        sizes.push_back((*desc)["sizes"][i].get<uint64_t>());
+        nodes.push_back((*desc)["nodes"][i].get<std::string>());
         uint64_t h = 0;
         util::parse_hex64((*desc)["hcs"][i].get<std::string>(), &h);
         hcs.push_back(h);
@@ -265,7 +265,7 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
           const uint64_t from = static_cast<uint64_t>(g.chunk_of(c, s)) * cb;
           const uint64_t n = sizes[c] > from ? std::min(cb, sizes[c] - from) : 0;
           const json& e = all[set[c]];
-          avail.push_back({t, set[c], e["saddr"].get<uint64_t>() + from, e["skey"], n});
+          avail.push_back({t, set[c], e["saddr"].get<uint64_t>() + from, e["skey"].get<uint64_t>(), n});
         }
         std::string bad_parity;
         for (uint32_t r = 0; r < holders.size(); ++r) {
@@ -275,8 +275,8 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
           for (const auto& b : e["blocks"])
             if (b[0].get<uint32_t>() == s && b[1].get<uint32_t>() == r) {
               if (b[4].get<bool>())
-                avail.push_back({d + r, set[holders[r]], e["paddr"].get<uint64_t>() + b[2].get<uint64_t>(), e["pkey"],
-                                 b[3].get<uint64_t>()});
+                avail.push_back({d + r, set[holders[r]], e["paddr"].get<uint64_t>() + b[2].get<uint64_t>(),
+                                 e["pkey"].get<uint64_t>(), b[3].get<uint64_t>()});
               else
                 bad_parity += std::string(bad_parity.empty() ? "" : ", ") + "rank " + std::to_string(set[holders[r]]);
             }
