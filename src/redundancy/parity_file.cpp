@@ -82,32 +82,32 @@ result<parity_header> decode_parity_header(std::span<const std::byte> bytes, con
   parity_header h;
   try {
     auto j = nlohmann::json::parse(text, text + len);
-    h.run = j.at("run");
-    h.name = j.at("name");
-    h.version = j.at("version");
-    h.nranks = j.at("nranks");
+    h.run = j.at("run").get<std::string>();
+    h.name = j.at("name").get<std::string>();
+    h.version = j.at("version").get<int64_t>();
+    h.nranks = j.at("nranks").get<uint32_t>();
     auto kind = parse_scheme(j.at("scheme").get<std::string>());
     if (!kind) return bad(kind.error().message());
     h.geo.kind = *kind;
-    h.geo.k = j.at("k");
-    h.geo.m = j.at("m");
-    h.position = j.at("position");
+    h.geo.k = j.at("k").get<uint32_t>();
+    h.geo.m = j.at("m").get<uint32_t>();
+    h.position = j.at("position").get<uint32_t>();
     h.written_at = j.value("written_at", 0.0);
     for (const auto& m : j.at("set")) {
       member x;
-      x.rank = m.at("rank");
-      x.node = m.at("node");
-      x.size = m.at("size");
+      x.rank = m.at("rank").get<uint32_t>();
+      x.node = m.at("node").get<std::string>();
+      x.size = m.at("size").get<uint64_t>();
       if (!util::parse_hex64(m.at("header_checksum").get<std::string>(), &x.header_checksum))
         return bad("bad header_checksum");
       h.set.push_back(std::move(x));
     }
     for (const auto& b : j.at("blocks")) {
       block x;
-      x.stripe = b.at("stripe");
-      x.row = b.at("row");
-      x.offset = b.at("offset");
-      x.length = b.at("length");
+      x.stripe = b.at("stripe").get<uint32_t>();
+      x.row = b.at("row").get<uint32_t>();
+      x.offset = b.at("offset").get<uint64_t>();
+      x.length = b.at("length").get<uint64_t>();
       if (!util::parse_hex64(b.at("checksum").get<std::string>(), &x.checksum)) return bad("bad block checksum");
       h.blocks.push_back(x);
     }

@@ -54,10 +54,14 @@ def cfg(scheme, **extra):
 
 def first_run(job, scheme, steps=7, **extra):
     res = job.run("--steps", steps, "--every", 2, "--bytes", NBYTES, "--wait-protected", **cfg(scheme, **extra)).ok()
-    for v in range(2, steps + 1, 2):
+    versions = list(range(2, steps + 1, 2))
+    for v in versions:
         for r in range(job.nranks):
             assert f"rank {r} protected {v} rc=0" in res.stdout, res.describe()
+    for v in versions[-2:]:  # keep_local = 2: older versions were removed with their parity
+        for r in range(job.nranks):
             assert job.parity(r, v).is_file(), f"no parity file of rank {r} version {v}"
+    assert not job.local_dir(0, versions[0]).exists()
     if "persistent_interval" not in extra:
         assert job.committed() == []
     return res
