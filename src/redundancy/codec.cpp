@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
 
 namespace cairn::redundancy {
@@ -34,11 +35,16 @@ codec::codec(const geometry& g) : kind_(g.kind), d_(g.d()), m_(g.m) {
 void codec::encode(uint32_t row, const unsigned char* const* data, unsigned char* out, size_t len) const {
   for (size_t at = 0; at < len; at += kMaxCall) {
     const size_t n = std::min(kMaxCall, len - at);
-    if (kind_ != scheme::rs) {
-      if (d_ == 1) {
-        std::memcpy(out + at, data[0] + at, n);
-        continue;
-      }
+    if (kind_ != scheme::rs && d_ == 1) {
+      std::memcpy(out + at, data[0] + at, n);
+      continue;
+    }
+    // xor_gen's vector code needs 32-byte aligned vectors (the stage's
+    // buffers are page aligned); anything else takes the GF(2^8) path, whose
+    // all-ones row is the same XOR.
+    bool aligned = n % 32 == 0 && reinterpret_cast<uintptr_t>(out + at) % 32 == 0;
+    for (uint32_t t = 0; t < d_; ++t) aligned &= reinterpret_cast<uintptr_t>(data[t] + at) % 32 == 0;
+    if (kind_ != scheme::rs && aligned) {
       // xor_gen: the last vector is the destination.
       std::vector<void*> v(d_ + 1);
       for (uint32_t t = 0; t < d_; ++t) v[t] = const_cast<unsigned char*>(data[t]) + at;
