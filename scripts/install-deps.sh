@@ -12,6 +12,8 @@ packages=(build-essential cmake ninja-build pkg-config git
           libfabric-dev libfabric-bin
           libsodium-dev
           libzstd-dev
+          # erasure coding of the node-loss redundancy level (src/redundancy)
+          libisal-dev
           # the single-host CephFS of the tests (tests/support_py/cephfs.py)
           ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr
           # the single-host Slurm of the tests (tests/support_py/slurm.py)

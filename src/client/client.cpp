@@ -28,6 +28,7 @@
 #include "format/commit.hpp"
 #include "format/shard_io.hpp"
 #include "format/tree.hpp"
+#include "redundancy/parity_file.hpp"
 #include "util/clock.hpp"
 #include "util/cpu.hpp"
 #include "util/hash.hpp"
@@ -335,6 +336,9 @@ status client_impl::start() {
   if (aggregated() && !cfg_.agents.empty())
     return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
                                     "the persistent level themselves, a file per rank): choose one"};
+  if (redundancy_on() && !cfg_.agents.empty())
+    return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " does not combine with checkpoint agents (both "
+                                    "are level L2): choose one"};
   if (!cfg_.agents.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
     // A chain: the fallback writes only what the agents did not take, and a
@@ -346,6 +350,9 @@ status client_impl::start() {
   } else {
     size_t local = image_done;
     if (cfg_.local_enabled) local = stages.add(engine::make_local_stage(env_, paths, recycler_), {image_done});
+    // Redundancy encodes from the image but follows the local level: a
+    // protected version's shards are on their nodes (rebuild reads them).
+    if (redundancy_on()) CAIRN_RETURN_IF_ERROR(start_redundancy(paths, &stages, local));
     if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
 #ifdef CAIRN_HAVE_FABRIC
       aggregate::data_plane_options o;
@@ -438,8 +445,8 @@ status client_impl::install_fault() {
       return bad("bad number in '" + kv + "'");
     }
   }
-  if (level != "local" && level != "persistent" && level != "capture" && level != "transfer")
-    return bad("level must be local, persistent, capture or transfer");
+  if (level != "local" && level != "persistent" && level != "capture" && level != "transfer" && level != "redundancy")
+    return bad("level must be local, persistent, capture, transfer or redundancy");
   if (spec.action != "error" && spec.action != "kill") return bad("action must be error or kill");
   if (only_rank >= 0 && only_rank != rank()) {
     kill_capture_version_ = -1;
@@ -447,6 +454,14 @@ status client_impl::install_fault() {
   }
   if (level == "capture") {
     if (spec.action != "kill" || kill_capture_version_ < 0) return bad("level=capture needs action=kill and a version");
+    return {};
+  }
+  if (level == "redundancy") {
+    // A rank killed in the middle of encoding a version (after `after` windows).
+    if (spec.action != "kill" || kill_capture_version_ < 0) return bad("level=redundancy needs action=kill and a version");
+    kill_redundancy_version_ = kill_capture_version_;
+    kill_redundancy_after_ = spec.after;
+    kill_capture_version_ = -1;
     return {};
   }
   if (level == "transfer") {
@@ -907,6 +922,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   ++count_[name];
   unsigned wanted = CAIRN_LEVEL_CAPTURED;
   if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
+  if (redundancy_on() && count_[name] % cfg_.redundancy_interval == 0) wanted |= CAIRN_LEVEL_PROTECTED;
   if (agents_) wanted |= CAIRN_LEVEL_PROTECTED;  // the agents (or the fallback) write the persistent level
   else if (to_persistent) wanted |= CAIRN_LEVEL_PERSISTENT;
   ++checkpoints_taken_;
@@ -1263,7 +1279,16 @@ void client_impl::on_durable(version_record& rec) {
 void client_impl::on_level_complete(version_record& rec, unsigned level) {
   rec.global_done |= level;
   count_level(rec, level, false);
-  if (level == CAIRN_LEVEL_PROTECTED) return;  // the agents keep their own versions
+  if (level == CAIRN_LEVEL_PROTECTED) {
+    // The agents keep their own versions; redundancy's live beside the
+    // node-local shards, which retention may now remove below this one.
+    if (redundancy_on()) {
+      auto [it, fresh] = newest_protected_.emplace(rec.name, rec.version);
+      if (!fresh) it->second = std::max(it->second, rec.version);
+      schedule_retention(rec.name, CAIRN_LEVEL_LOCAL);
+    }
+    return;
+  }
   if (level == CAIRN_LEVEL_LOCAL) rec.local_done_at = util::wall_s();
   auto& list = complete_[{rec.name, level}];
   list.push_back(rec.version);
@@ -1278,6 +1303,12 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
   // Versions older than the keep-th newest version complete on every rank go.
   int64_t threshold = list[list.size() - static_cast<size_t>(keep)];
   list.erase(list.begin(), list.end() - keep);
+  if (level == CAIRN_LEVEL_LOCAL && redundancy_on()) {
+    // Never below the newest protected version: a node lost while a newer
+    // one is encoded still has a version to rebuild.
+    auto it = newest_protected_.find(name);
+    threshold = std::min(threshold, it == newest_protected_.end() ? INT64_MIN : it->second);
+  }
   const std::string run = cfg_.run;
   const uint32_t me = static_cast<uint32_t>(rank());
   if (level == CAIRN_LEVEL_LOCAL) {
@@ -1289,6 +1320,7 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
         const std::string shard = storage::join(dir, format::shard_file_name(me));
         CAIRN_RETURN_IF_ERROR(recycler_ ? recycler_->retire(shard) : env_->remove_file(shard));
         CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::tree_file_name(me))));
+        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, redundancy::parity_file_name(me))));
         (void)env_->remove_dir(dir);  // fails while other ranks' shards remain
       }
       return {};

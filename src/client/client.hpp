@@ -25,6 +25,7 @@
 #include "engine/engine.hpp"
 #include "engine/recycler.hpp"
 #include "engine/staging.hpp"
+#include "engine/stages.hpp"
 #include "format/manifest.hpp"
 #include "format/run_info.hpp"
 #include "format/shard.hpp"
@@ -36,6 +37,9 @@
 
 namespace cairn::aggregate {
 class data_plane;
+}
+namespace cairn::redundancy {
+class plane;
 }
 
 namespace cairn {
@@ -219,7 +223,9 @@ class client_impl {
   // Restart: loads and verifies this rank's shard of (name, version) into
   // restart_ from the fastest intact level (a node-local shard verified where
   // it lies, mapped, not copied). Local.
-  status load_shard(const std::string& name, int64_t version);
+  // local / others: which levels to try (redundancy tries the node-local
+  // shard first, then rebuilds, then the rest).
+  status load_shard(const std::string& name, int64_t version, bool local = true, bool others = true);
   // Collective: agree on the newest version all ranks can load intact.
   result<int64_t> agree_restartable(const std::string& name, int64_t max_version);
   std::vector<int64_t> local_candidates(const std::string& name);
@@ -297,6 +303,19 @@ class client_impl {
   // at init.
   bool aggregated() const { return cfg_.persistent_layout == persistent_layout::aggregated; }
   status start_aggregation();
+  // Node-loss redundancy (client_redundancy.cpp, docs/design/redundancy.md).
+  // Collective: forms this rank's set, opens and introduces the data plane,
+  // adds the stage to the graph after stage `after`.
+  status start_redundancy(const engine::level_paths& paths, engine::stage_graph* stages, size_t after);
+  bool redundancy_on() const { return cfg_.redundancy != "none"; }
+  // Collective: every version some rank holds at the node-local level (a
+  // lost rank may get it rebuilt).
+  std::vector<int64_t> redundancy_candidates(const std::string& name);
+  // Collective, when some rank's node-local shard of (name, version) is
+  // missing or corrupt (`mine`: this rank's verified into restart_): lost
+  // ranks rebuild theirs from their set's survivors into the node-local
+  // directory and load it. Returns this rank's outcome.
+  status rebuild_from_redundancy(const std::string& name, int64_t version, bool mine);
   // Collective: persistent_layout = auto becomes aggregated on CephFS and
   // Lustre (rank 0 detects), file per process elsewhere; invalid_argument on
   // every rank when ranks would lay the level out differently.
@@ -319,6 +338,11 @@ class client_impl {
   std::string fs_name_;
   uint32_t aggregate_files_ = 1;
   std::shared_ptr<aggregate::data_plane> plane_;  // aggregate_strategy = leaders (libfabric builds)
+  std::shared_ptr<redundancy::plane> redundancy_plane_;  // redundancy != none
+  std::string redundancy_scheme_;                        // e.g. "xor(k=4, m=1)"
+  std::map<std::string, int64_t> newest_protected_;      // per name: local retention keeps it and above
+  int64_t kill_redundancy_version_ = -1;                 // test hook (fault_inject level=redundancy)
+  int kill_redundancy_after_ = 0;
   engine::staging_pool pool_;
   std::mutex staging_mu_;
   std::pair<uint64_t, int> staging_wanted_;  // GUARDED_BY(staging_mu_): prepare_staging's newest layout

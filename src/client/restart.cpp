@@ -51,6 +51,8 @@ status read_verified(result<std::unique_ptr<storage::readable_file>> file, const
 std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
   const uint32_t me = static_cast<uint32_t>(rank());
   std::set<int64_t> out;
+  if (redundancy_on())
+    for (int64_t v : redundancy_candidates(name)) out.insert(v);
   if (cfg_.local_enabled) {
     for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name))
       if (env_->exists(format::shard_path(cfg_.scratch, cfg_.run, name, v, me))) out.insert(v);
@@ -75,7 +77,7 @@ std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
   return {out.begin(), out.end()};
 }
 
-status client_impl::load_shard(const std::string& name, int64_t version) {
+status client_impl::load_shard(const std::string& name, int64_t version, bool local, bool others) {
   const uint32_t me = static_cast<uint32_t>(rank());
   const uint32_t n = static_cast<uint32_t>(size());
   restart_version_ = -1;
@@ -91,8 +93,9 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
     auto m = format::read_manifest(env_, mpath);
     if (m && m->nranks == n) committed = std::move(m).value();
   }
-  if (cfg_.local_enabled) {
+  if (cfg_.local_enabled && local) {
     std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
+    if (!others && !env_->exists(path)) return {errc::not_found, path + ": missing"};
     if (env_->exists(path)) {
       const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
       status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, &restart_);
@@ -101,12 +104,14 @@ status client_impl::load_shard(const std::string& name, int64_t version) {
         restart_version_ = version;
         return {};
       }
+      if (!others) return st;  // the caller tries redundancy, then the rest
       std::fprintf(stderr, "cairn: rank %d: local copy of '%s' version %lld unusable, trying the persistent level: %s\n",
                    rank(), name.c_str(), static_cast<long long>(version), st.message().c_str());
       why = "local: " + st.message();
       worst = st;
     }
   }
+  if (!others) return {errc::not_found, "no node-local copy"};
   if (agents_) {
     // Agent memory next: faster than the persistent level, and it may hold
     // versions not written yet.
@@ -582,6 +587,16 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
         restart_version_ = g;
         return g;
       }
+    } else if (redundancy_on()) {
+      // The node-local shard; where some rank's is missing or corrupt, its
+      // set's survivors rebuild it; failing that, the other levels.
+      status mine = load_shard(name, g, true, false);
+      if (comm_->min(mine ? 1 : 0) == 0) {
+        const bool had = mine.is_ok();
+        status rebuilt = rebuild_from_redundancy(name, g, had);
+        if (!had) mine = rebuilt ? rebuilt : load_shard(name, g, false, true);
+      }
+      st = agree(mine);
     } else {
       st = agree(load_shard(name, g));
     }

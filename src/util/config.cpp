@@ -123,6 +123,19 @@ const std::vector<key_def>& keys() {
       {"keep_persistent", "versions of each checkpoint kept at the persistent level, newest first (0 = all, for history runs)", [](config& c, const std::string& v) {
          return set_int("keep_persistent", v, 0, 1 << 30, &c.keep_persistent); },
        [](const config& c) { return std::to_string(c.keep_persistent); }},
+      {"redundancy", "node-loss redundancy: none, partner, xor or rs", [](config& c, const std::string& v) -> status {
+         if (v != "none" && v != "partner" && v != "xor" && v != "rs")
+           return bad_value("redundancy", v, "none, partner, xor or rs");
+         c.redundancy = v; return {}; }, [](const config& c) { return c.redundancy; }},
+      {"redundancy_set", "ranks per redundancy set (on distinct nodes)", [](config& c, const std::string& v) {
+         return set_int("redundancy_set", v, 2, 1 << 16, &c.redundancy_set); },
+       [](const config& c) { return std::to_string(c.redundancy_set); }},
+      {"rs_parity", "parity blocks per set with redundancy = rs", [](config& c, const std::string& v) {
+         return set_int("rs_parity", v, 1, 32, &c.rs_parity); },
+       [](const config& c) { return std::to_string(c.rs_parity); }},
+      {"redundancy_interval", "protect every k-th version at L2", [](config& c, const std::string& v) {
+         return set_int("redundancy_interval", v, 1, 1 << 30, &c.redundancy_interval); },
+       [](const config& c) { return std::to_string(c.redundancy_interval); }},
       {"persistent_interval", "flush every k-th version", [](config& c, const std::string& v) {
          return set_int("persistent_interval", v, 1, 1 << 30, &c.persistent_interval); },
        [](const config& c) { return std::to_string(c.persistent_interval); }},

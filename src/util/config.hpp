@@ -62,6 +62,12 @@ struct config {
   std::string node_id;
   int ranks_per_node = 0;
   bool local_enabled = true;
+  // Node-loss redundancy (docs/design/redundancy.md): none, partner, xor or
+  // rs over sets of ranks on distinct nodes, every redundancy_interval-th version.
+  std::string redundancy = "none";
+  int redundancy_set = 8;
+  int rs_parity = 2;
+  int redundancy_interval = 1;
   bool hash_trees = true;         // hash stage (history comparisons)
   uint64_t hash_chunk = 64 << 10; // bytes per tree leaf
   double hash_abs = 0;            // quantum of tolerant leaves; 0 = exact leaves only

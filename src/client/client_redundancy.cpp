@@ -1,0 +1,359 @@
+// The client's part of node-loss redundancy (docs/design/redundancy.md): the
+// sets formed at init and the data plane introduced with MPI (the stage that
+// encodes is src/redundancy/stage.cpp, on engine threads, without MPI), and
+// the rebuild of lost node-local shards at restart, on the application thread.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "client/client.hpp"
+#include "format/layout.hpp"
+#include "redundancy/codec.hpp"
+#include "redundancy/parity_file.hpp"
+#include "redundancy/sets.hpp"
+#include "util/hash.hpp"
+#ifdef CAIRN_HAVE_FABRIC
+#include "fabric/transfer.hpp"
+#include "redundancy/stage.hpp"
+#endif
+
+namespace cairn {
+
+namespace {
+// Rank 0 gathers one line per rank and every rank gets all of them.
+std::vector<std::string> allgather_lines(comm::communicator& c, const std::string& mine) {
+  std::vector<std::string> all;
+  c.gather_strings(mine, &all);
+  std::string joined;
+  if (c.rank() == 0)
+    for (const auto& s : all) joined += s + "\n";
+  c.broadcast(&joined, 0);
+  std::vector<std::string> out;
+  std::istringstream in(joined);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+}  // namespace
+
+std::vector<int64_t> client_impl::redundancy_candidates(const std::string& name) {
+  std::string mine;
+  if (cfg_.local_enabled)
+    for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name)) mine += std::to_string(v) + " ";
+  std::set<int64_t> all;
+  for (const auto& line : allgather_lines(*comm_, mine)) {
+    std::istringstream in(line);
+    for (int64_t v; in >> v;) all.insert(v);
+  }
+  return {all.begin(), all.end()};
+}
+
+#ifndef CAIRN_HAVE_FABRIC
+
+status client_impl::start_redundancy(const engine::level_paths&, engine::stage_graph*, size_t) {
+  return {errc::not_supported, "redundancy = " + cfg_.redundancy + " needs the libfabric data plane, which this build "
+                               "of cairn lacks (rebuild with libfabric, or set redundancy = none)"};
+}
+
+status client_impl::rebuild_from_redundancy(const std::string&, int64_t, bool mine) {
+  return mine ? status() : status(errc::not_supported, "no redundancy in this build");
+}
+
+#else
+
+status client_impl::start_redundancy(const engine::level_paths& paths, engine::stage_graph* stages,
+                                     size_t after) {
+  CAIRN_ASSIGN_OR_RETURN(auto kind, redundancy::parse_scheme(cfg_.redundancy));
+  if (!cfg_.local_enabled)
+    return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " protects the node-local level, which is off: "
+                                    "set local_enabled = true or redundancy = none"};
+  if (!cfg_.agents.empty())
+    return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " does not combine with checkpoint agents (both "
+                                    "are level L2): choose one"};
+  redundancy::plane_options o;
+  o.provider = cfg_.agents_provider;
+  o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
+  auto p = redundancy::plane::create(o);
+  status st = p ? status() : p.error();
+  CAIRN_RETURN_IF_ERROR(agree(st));
+  redundancy_plane_ = std::move(p).value();
+  // Every rank's node and endpoint, in rank order.
+  auto lines = allgather_lines(*comm_, node_ + "\t" + fabric::to_hex(redundancy_plane_->name()));
+  std::vector<std::string> nodes, names;
+  for (const auto& l : lines) {
+    const size_t tab = l.rfind('\t');
+    nodes.push_back(l.substr(0, tab));
+    auto n = fabric::from_hex(l.substr(tab + 1));
+    if (!n) return n.take_status();
+    names.push_back(std::move(n).value());
+  }
+  if (nodes.size() != static_cast<size_t>(size())) return {errc::internal, "redundancy: endpoint exchange"};
+  // The same sets (or the same error) on every rank.
+  CAIRN_ASSIGN_OR_RETURN(auto sets, redundancy::form_sets(nodes, kind, cfg_.redundancy_set, cfg_.rs_parity));
+  redundancy::set_info mine;
+  const uint32_t me = static_cast<uint32_t>(rank());
+  for (const auto& s : sets) {
+    auto it = std::find(s.begin(), s.end(), me);
+    if (it == s.end()) continue;
+    mine.members = s;
+    mine.position = static_cast<uint32_t>(it - s.begin());
+    for (uint32_t r : s) mine.nodes.push_back(nodes[r]);
+  }
+  mine.geo.kind = kind;
+  mine.geo.k = static_cast<uint32_t>(mine.members.size());
+  mine.geo.m = kind == redundancy::scheme::rs ? static_cast<uint32_t>(cfg_.rs_parity) : 1;
+  redundancy_scheme_ = mine.geo.describe();
+  redundancy_plane_->set_peers(std::move(names));
+  stages->add(redundancy::make_stage(env_, paths, std::move(mine), redundancy_plane_,
+                                     {kill_redundancy_version_, kill_redundancy_after_}),
+              {after});
+  return {};
+}
+
+status client_impl::rebuild_from_redundancy(const std::string& name, int64_t version, bool have) {
+  using nlohmann::json;
+  const uint32_t me = static_cast<uint32_t>(rank());
+  auto& plane = *redundancy_plane_;
+  const std::string what = "'" + name + "' version " + std::to_string(version);
+
+  // 1. What this rank can serve: its verified shard, its parity blocks.
+  json info = {{"rank", me}, {"shard", false}};
+  fabric::memory_region shard_mr, parity_mr;
+  util::aligned_buffer parity;
+  if (have) {
+    auto b = restart_.bytes();
+    auto r = plane.context().register_memory(const_cast<std::byte*>(b.data()), b.size(), fabric::kRemoteRead);
+    if (r) {
+      shard_mr = std::move(r).value();
+      info["shard"] = true;
+      info["saddr"] = shard_mr.remote_address();
+      info["skey"] = shard_mr.key();
+      info["hc"] = util::hex64(restart_.header.header_checksum);
+    } else {
+      std::fprintf(stderr, "cairn: rank %u: cannot expose %s for a rebuild: %s\n", me, what.c_str(),
+                   r.error().message().c_str());
+    }
+  }
+  const std::string dir = format::version_dir(cfg_.scratch, cfg_.run, name, version);
+  const std::string ppath = storage::join(dir, redundancy::parity_file_name(me));
+  if (env_->exists(ppath)) {
+    status st;
+    auto f = env_->open_read(ppath);
+    if (!f) st = f.error();
+    if (st) {
+      auto b = util::aligned_buffer::allocate((*f)->size());
+      if (!b) st = b.error();
+      else parity = std::move(b).value();
+    }
+    if (st) st = (*f)->read_at(0, parity.data(), (*f)->size());
+    std::optional<redundancy::parity_header> ph;
+    if (st) {
+      auto h = redundancy::decode_parity_header(parity.span().first((*f)->size()), ppath);
+      if (!h) st = h.error();
+      else if (h->run != cfg_.run || h->name != name || h->version != version || h->set[h->position].rank != me)
+        st = status(errc::corruption, ppath + ": names another version or rank");
+      else ph = std::move(h).value();
+    }
+    if (st) {
+      auto r = plane.context().register_memory(parity.data(), parity.size(), fabric::kRemoteRead);
+      if (!r) st = r.error();
+      else parity_mr = std::move(r).value();
+    }
+    if (!st) {
+      std::fprintf(stderr, "cairn: rank %u: parity file of %s unusable: %s\n", me, what.c_str(), st.message().c_str());
+    } else {
+      json set = json::array(), hcs = json::array(), sizes = json::array(), nodes = json::array(),
+           blocks = json::array();
+      for (const auto& m : ph->set) {
+        set.push_back(m.rank);
+        hcs.push_back(util::hex64(m.header_checksum));
+        sizes.push_back(m.size);
+        nodes.push_back(m.node);
+      }
+      for (const auto& b : ph->blocks) {
+        const bool ok = b.offset + b.length <= (*f)->size() && util::xxh3(parity.data() + b.offset, b.length) == b.checksum;
+        if (!ok)
+          std::fprintf(stderr, "cairn: rank %u: parity block of stripe %u in %s is corrupt (checksum mismatch); "
+                               "not used\n", me, b.stripe, ppath.c_str());
+        blocks.push_back({b.stripe, b.row, b.offset, b.length, ok});
+      }
+      info["pset"] = set;
+      info["hcs"] = hcs;
+      info["sizes"] = sizes;
+      info["nodes"] = nodes;
+      info["blocks"] = blocks;
+      info["scheme"] = redundancy::scheme_name(ph->geo.kind);
+      info["m"] = ph->geo.m;
+      info["paddr"] = parity_mr.remote_address();
+      info["pkey"] = parity_mr.key();
+    }
+  }
+
+  // 2. Everybody's, on every rank (application thread: MPI is allowed here).
+  std::vector<json> all;
+  for (const auto& l : allgather_lines(*comm_, info.dump())) all.push_back(json::parse(l, nullptr, false));
+
+  // 3. A lost rank decodes its own chunks from the survivors' blocks.
+  status st;
+  util::aligned_buffer image;
+  uint64_t image_size = 0;
+  std::string lost_text, scheme_text;
+  if (!have) {
+    const json* desc = nullptr;
+    for (const auto& e : all)
+      if (e.is_object() && e.contains("pset"))
+        for (const auto& r : e["pset"])
+          if (r.get<uint32_t>() == me) desc = &e;
+    if (!desc) {
+      st = status(errc::not_found, "no surviving parity file of " + what + " covers rank " + std::to_string(me) +
+                                       " (not protected: see redundancy_interval, or its whole set was lost)");
+    } else {
+      redundancy::geometry g;
+      g.kind = *redundancy::parse_scheme((*desc)["scheme"].get<std::string>());
+      g.k = static_cast<uint32_t>((*desc)["pset"].size());
+      g.m = (*desc)["m"].get<uint32_t>();
+      std::vector<uint32_t> set;
+      std::vector<uint64_t> sizes, hcs;
+      std::vector<std::string> nodes;
+      for (size_t i = 0; i < g.k; ++i) {
+        set.push_back((*desc)["pset"][i].get<uint32_t>());
+        sizes.push_back((*desc)["sizes"][i].get<uint64_t>());
+        nodes.push_back((*desc)["nodes"][i].get<std::string>());
+        uint64_t h = 0;
+        util::parse_hex64((*desc)["hcs"][i].get<std::string>(), &h);
+        hcs.push_back(h);
+      }
+      const uint32_t pos = static_cast<uint32_t>(std::find(set.begin(), set.end(), me) - set.begin());
+      auto data_ok = [&](uint32_t p) {
+        const json& e = all[set[p]];
+        uint64_t h = 0;
+        return e.is_object() && e["shard"].get<bool>() && util::parse_hex64(e.value("hc", std::string()), &h) &&
+               h == hcs[p];
+      };
+      for (uint32_t p = 0; p < g.k; ++p)
+        if (!data_ok(p))
+          lost_text += std::string(lost_text.empty() ? "" : ", ") + "node '" + nodes[p] + "' (rank " +
+                       std::to_string(set[p]) + ")";
+      redundancy::codec codec(g);
+      const uint32_t d = g.d();
+      const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
+      image_size = sizes[pos];
+      scheme_text = g.describe();
+      auto img = util::aligned_buffer::allocate(sizes[pos]);
+      if (!img) st = img.error();
+      else image = std::move(img).value();
+      const uint64_t window = plane.options().window;
+      std::vector<util::aligned_buffer> in(d);
+      util::aligned_buffer out;
+      for (uint32_t s = 0; st && s < g.k; ++s) {
+        const int j = g.chunk_of(pos, s);
+        if (j < 0) continue;
+        const auto contrib = g.contributors(s);
+        const auto holders = g.holders(s);
+        struct source { uint32_t row, rank; uint64_t addr, key, length; };
+        std::vector<source> avail;
+        uint32_t lost_t = 0;
+        uint64_t len = 0;
+        for (uint32_t t = 0; t < contrib.size(); ++t) {
+          const uint32_t c = contrib[t];
+          const uint64_t cb = g.chunk_bytes(sizes[c]);
+          len = std::max(len, cb);
+          if (c == pos) { lost_t = t; continue; }
+          if (!data_ok(c)) continue;
+          const uint64_t from = static_cast<uint64_t>(g.chunk_of(c, s)) * cb;
+          const uint64_t n = sizes[c] > from ? std::min(cb, sizes[c] - from) : 0;
+          const json& e = all[set[c]];
+          avail.push_back({t, set[c], e["saddr"].get<uint64_t>() + from, e["skey"].get<uint64_t>(), n});
+        }
+        std::string bad_parity;
+        for (uint32_t r = 0; r < holders.size(); ++r) {
+          const json& e = all[set[holders[r]]];
+          if (!e.is_object() || !e.contains("pset") || e["pset"] != (*desc)["pset"] || e["hcs"] != (*desc)["hcs"])
+            continue;
+          for (const auto& b : e["blocks"])
+            if (b[0].get<uint32_t>() == s && b[1].get<uint32_t>() == r) {
+              if (b[4].get<bool>())
+                avail.push_back({d + r, set[holders[r]], e["paddr"].get<uint64_t>() + b[2].get<uint64_t>(),
+                                 e["pkey"].get<uint64_t>(), b[3].get<uint64_t>()});
+              else
+                bad_parity += std::string(bad_parity.empty() ? "" : ", ") + "rank " + std::to_string(set[holders[r]]);
+            }
+        }
+        if (avail.size() < d) {
+          st = status(errc::unusable,
+                      "lost " + lost_text + "; " + g.describe() + " tolerates " + std::to_string(g.tolerance()) +
+                          " lost node(s) per set, and stripe " + std::to_string(s) + " has " +
+                          std::to_string(avail.size()) + " of the " + std::to_string(d) + " blocks it needs" +
+                          (bad_parity.empty() ? "" : " (corrupt parity on " + bad_parity + ")"));
+          break;
+        }
+        avail.resize(d);
+        std::vector<uint32_t> rows;
+        for (const auto& a : avail) rows.push_back(a.row);
+        auto tables = codec.decoder(rows, lost_t);
+        if (!tables) { st = tables.error(); break; }
+        const uint64_t chunk_at = static_cast<uint64_t>(j) * mine_cb;
+        for (uint64_t at = 0; st && at < len; at += window) {
+          const uint64_t n = std::min(window, len - at);
+          std::vector<const unsigned char*> src(d);
+          for (uint32_t i = 0; st && i < d; ++i) {
+            if (in[i].size() < n) {
+              auto b = util::aligned_buffer::allocate(window);
+              if (!b) { st = b.error(); break; }
+              in[i] = std::move(b).value();
+            }
+            const uint64_t got = avail[i].length > at ? std::min(n, avail[i].length - at) : 0;
+            if (got) st = plane.pull(avail[i].rank, avail[i].addr + at, avail[i].key, in[i].data(), got)
+                              .with_context("rebuild: reading from rank " + std::to_string(avail[i].rank));
+            if (got < n) std::memset(in[i].data() + got, 0, n - got);
+            src[i] = reinterpret_cast<const unsigned char*>(in[i].data());
+          }
+          if (!st) break;
+          if (out.size() < n) {
+            auto b = util::aligned_buffer::allocate(window);
+            if (!b) { st = b.error(); break; }
+            out = std::move(b).value();
+          }
+          codec.decode(*tables, src.data(), reinterpret_cast<unsigned char*>(out.data()), n);
+          // Only the bytes of this rank's image (its last chunk is padded).
+          const uint64_t dst = chunk_at + at, end = std::min(sizes[pos], std::min(chunk_at + mine_cb, dst + n));
+          if (end > dst) std::memcpy(image.data() + dst, out.data(), end - dst);
+        }
+      }
+      if (st) {
+        auto h = fabric::verify_shard_image(image.span().first(sizes[pos]), "rebuilt shard of " + what);
+        if (!h) st = h.error();
+        else if (h->header_checksum != hcs[pos] || h->rank != me || h->name != name || h->version != version)
+          st = status(errc::corruption, "rebuilt shard of " + what + " is not the image its set protected");
+      }
+    }
+  }
+  // Survivors keep their buffers exposed until every lost rank has pulled.
+  comm_->barrier();
+  shard_mr = fabric::memory_region();
+  parity_mr = fabric::memory_region();
+  if (have) return {};
+  if (!st) {
+    std::fprintf(stderr, "cairn: rank %u: cannot rebuild the node-local shard of %s from redundancy (%s); trying "
+                         "the persistent level\n", me, what.c_str(), st.message().c_str());
+    return st;
+  }
+  const std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
+  st = engine::write_shard_file(env_, path, image.data(), image_size, false, false);
+  if (st) st = load_shard(name, version, true, false);
+  if (!st) {
+    std::fprintf(stderr, "cairn: rank %u: rebuilt shard of %s could not be stored or read back: %s\n", me,
+                 what.c_str(), st.message().c_str());
+    return st;
+  }
+  std::fprintf(stderr, "cairn: rank %u: rebuilt the node-local shard of %s from redundancy %s (lost: %s)\n", me,
+               what.c_str(), scheme_text.c_str(), lost_text.c_str());
+  return {};
+}
+
+#endif
+
+}  // namespace cairn

@@ -1,0 +1,204 @@
+"""Node-loss redundancy (issue 12, docs/design/redundancy.md) under real
+mpirun with emulated nodes: every node is an MPMD block of ranks with its own
+node id (CAIRN_NODE_ID) and its own node-local directory, so wiping a
+directory loses exactly what that node held. The persistent level is off
+(persistent_interval far beyond the run) unless a test says otherwise, so only
+the node-local level and its redundancy can serve a restart. Every restart is
+compared bit for bit with an uninterrupted run.
+"""
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import assert_same_state
+
+NBYTES = 65536
+OFF = {"persistent_interval": 1000000}  # L3 never written: only L1 and L2 can serve
+
+
+class NodeJob(harness.Job):
+    """NODES emulated nodes of RPN ranks each (MPMD blocks, consecutive ranks)."""
+
+    def __init__(self, root, nodes, rpn, run="redundancy"):
+        super().__init__(root, nodes * rpn, run=run)
+        self.nodes, self.rpn = nodes, rpn
+
+    def node_dir(self, i) -> Path:
+        return self.scratch / f"node{i}"
+
+    def command(self, args):
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp"]
+        for i in range(self.nodes):
+            cmd += ([":"] if i else []) + ["-n", str(self.rpn), "-x", f"CAIRN_SCRATCH={self.node_dir(i)}",
+                                           "-x", f"CAIRN_NODE_ID=node{i}", harness.bin_dir() / "ckpt_app", *args]
+        return cmd
+
+    def local_dir(self, rank, version) -> Path:
+        return self.node_dir(rank // self.rpn) / "runs" / self.run_id / harness.CKPT / f"v{version:012d}"
+
+    def parity(self, rank, version) -> Path:
+        return self.local_dir(rank, version) / f"redundancy.{rank:06d}"
+
+    def lose_node(self, i):
+        shutil.rmtree(self.node_dir(i))
+
+
+def cfg(scheme, **extra):
+    c = {"redundancy": scheme, "redundancy_set": 4, "rs_parity": 2, **OFF}
+    c.update(extra)
+    return c
+
+
+def first_run(job, scheme, steps=7, **extra):
+    res = job.run("--steps", steps, "--every", 2, "--bytes", NBYTES, "--wait-protected", **cfg(scheme, **extra)).ok()
+    versions = list(range(2, steps + 1, 2))
+    for v in versions:
+        for r in range(job.nranks):
+            assert f"rank {r} protected {v} rc=0" in res.stdout, res.describe()
+    for v in versions[-2:]:  # keep_local = 2: older versions were removed with their parity
+        for r in range(job.nranks):
+            assert job.parity(r, v).is_file(), f"no parity file of rank {r} version {v}"
+    assert not job.local_dir(0, versions[0]).exists()
+    if "persistent_interval" not in extra:
+        assert job.committed() == []
+    return res
+
+
+def restart(job, scheme, ref, **extra):
+    res = job.run("--steps", 10, "--every", 2, "--bytes", NBYTES, "--dump-restored", job.dumps / "restored",
+                  **cfg(scheme, **extra)).ok()
+    return res
+
+
+# (scheme, nodes, ranks per node): partner with two ranks on each of two
+# nodes (sets {0,2}, {1,3}: formed across nodes, not of consecutive ranks).
+LAYOUTS = [("partner", 2, 2), ("xor", 4, 1), ("rs", 4, 1)]
+
+
+@pytest.mark.parametrize("scheme,nodes,rpn", LAYOUTS)
+def test_lose_one_node(scheme, nodes, rpn, reference, tmp_path):
+    """Versions 2, 4, 6 protected; node 1's node-local directory wiped; the
+    rerun rebuilds its ranks' shards of version 6 from their sets and restores
+    bit for bit, without a persistent level."""
+    job = NodeJob(tmp_path / "job", nodes, rpn)
+    ref = reference(job.nranks, 10, 2, NBYTES)
+    first_run(job, scheme)
+    job.lose_node(1)
+    res = restart(job, scheme, ref)
+    assert res.restarted_from == 6, res.describe()
+    lost = [r for r in range(job.nranks) if r // rpn == 1]
+    for r in lost:
+        assert f"rank {r}: rebuilt the node-local shard of 'ckpt' version 6 from redundancy {scheme}" in res.stderr, \
+            res.describe()
+        assert job.local_dir(r, 6).joinpath(f"shard.{r:06d}").is_file()
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), f"{scheme}: rebuilt after losing node 1")
+    assert res.final_hash == ref.final_hash
+
+
+def test_rs_survives_two_nodes_of_one_set(reference, tmp_path):
+    """rs with m = 2: two of the set's four nodes lost, both rebuilt."""
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    first_run(job, "rs")
+    job.lose_node(1)
+    job.lose_node(2)
+    res = restart(job, "rs", ref)
+    assert res.restarted_from == 6, res.describe()
+    for r in (1, 2):
+        assert f"rank {r}: rebuilt the node-local shard of 'ckpt' version 6 from redundancy rs(k=4, m=2)" in res.stderr
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), "rs: two nodes lost")
+
+
+def test_xor_two_nodes_of_one_set_falls_back(reference, tmp_path):
+    """xor tolerates one lost node per set: with two lost, the rebuild says
+    which nodes were lost and why, and the restart falls back to the
+    persistent level (version 4, the newest committed there)."""
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    first_run(job, "xor", persistent_interval=2)
+    assert job.committed() == [4]
+    job.lose_node(1)
+    job.lose_node(3)
+    res = restart(job, "xor", ref, persistent_interval=2)
+    assert res.restarted_from == 4, res.describe()
+    assert "cannot rebuild the node-local shard of 'ckpt' version 6 from redundancy" in res.stderr, res.describe()
+    assert "node 'node1' (rank 1)" in res.stderr and "node 'node3' (rank 3)" in res.stderr, res.describe()
+    assert "xor(k=4, m=1) tolerates 1 lost node(s) per set" in res.stderr, res.describe()
+    assert_same_state(ref.dump(4), job.read_dump(job.dumps / "restored"), "xor: fell back to the persistent level")
+
+
+def corrupt_blocks(path: Path):
+    """Flips a byte in every parity block of a parity file (after its 4 KiB header)."""
+    data = bytearray(path.read_bytes())
+    for at in range(4096, len(data), 4096):
+        data[at + 17] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def test_corrupt_parity_detected_and_not_used(reference, tmp_path):
+    """rs(k=4, m=2): node 1 lost and node 2's parity blocks of version 6
+    damaged. The damage is reported and the blocks are not used: the rebuild
+    takes the other parity and restores version 6 bit for bit."""
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    first_run(job, "rs")
+    job.lose_node(1)
+    corrupt_blocks(job.parity(2, 6))
+    res = restart(job, "rs", ref)
+    assert res.restarted_from == 6, res.describe()
+    assert "rank 2: parity block of stripe" in res.stderr and "is corrupt (checksum mismatch); not used" in res.stderr
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), "rs: rebuilt around corrupt parity")
+
+
+def test_xor_corrupt_parity_needed_falls_back(reference, tmp_path):
+    """xor: node 1 lost and the parity it needs damaged on node 2: not used;
+    the rebuild names the corrupt parity, and version 4 is rebuilt instead."""
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    first_run(job, "xor")
+    job.lose_node(1)
+    corrupt_blocks(job.parity(2, 6))
+    res = restart(job, "xor", ref)
+    assert "corrupt parity on rank 2" in res.stderr, res.describe()
+    assert res.restarted_from == 4, res.describe()
+    assert_same_state(ref.dump(4), job.read_dump(job.dumps / "restored"), "xor: rebuilt the older version")
+
+
+@pytest.mark.parametrize("trial", range(2))
+def test_killed_during_encoding_keeps_previous_protected(trial, reference, tmp_path):
+    """A random rank killed at a random point of encoding version 6 (after 0
+    or 1 encoded windows): version 4 stays protected (every parity file
+    there), and after losing a random node the restart gets 4 or 6, bit for bit."""
+    rng = random.Random()
+    victim, after, lost = rng.randrange(4), rng.randrange(2), rng.randrange(4)
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    killed = job.run("--steps", 7, "--every", 2, "--bytes", NBYTES, "--wait-protected",
+                     fault_inject=f"level=redundancy,action=kill,version=6,after={after},rank={victim}",
+                     **cfg("xor"))
+    assert killed.rc != 0 and not killed.timed_out, killed.describe()
+    for r in range(4):
+        assert job.parity(r, 4).is_file(), f"victim {victim}: version 4 lost rank {r}'s parity"
+    assert not job.parity(victim, 6).exists()
+    job.lose_node(lost)
+    res = restart(job, "xor", ref)
+    assert res.restarted_from in (4, 6), f"victim {victim} after {after} lost {lost}\n" + res.describe()
+    v = res.restarted_from
+    assert_same_state(ref.dump(v), job.read_dump(job.dumps / "restored"),
+                      f"victim {victim}, after {after}, lost node {lost}: restored {v}")
+    assert res.final_hash == ref.final_hash
+
+
+@pytest.mark.parametrize("scheme,extra,expect", [
+    ("xor", {}, "needs sets of at least 2 ranks on distinct nodes, but this job's 2 ranks are on 1 node(s)"),
+    ("rs", {"rs_parity": 2}, "needs sets of at least 3 ranks on distinct nodes"),
+])
+def test_set_cannot_be_formed(scheme, extra, expect, make_job):
+    """Two ranks on one node: no set spans two nodes; a clear error at init."""
+    job = make_job(2)
+    res = job.run("--steps", 2, **cfg(scheme, **extra))
+    assert res.rc != 0, res.describe()
+    assert expect in res.stdout + res.stderr, res.describe()
