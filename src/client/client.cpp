@@ -641,7 +641,9 @@ status client_impl::protect(region r) {
       agents_ && it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
     agents_->forget_lent();
   regions_[r.name] = std::move(r);
-  prepare_staging();
+  // Not before a restart (restart_test, restart), which would compete with
+  // it for memory bandwidth; they prepare the slots when they are done.
+  if (restart_asked_) prepare_staging();
   return {};
 }
 

@@ -116,6 +116,7 @@ class client_impl {
   // max_version >= 0: the newest restartable version at or below it.
   result<int64_t> restart_test(const std::string& name, int64_t max_version = -1);
   status restart(const std::string& name, int64_t version);
+  status restore(const std::string& name, int64_t version);  // restart, without preparing staging
   status finalize(bool wait_for_pending);
 
   // Remote checkpoint agents: applies the controller's pending change of this
@@ -170,10 +171,13 @@ class client_impl {
                                            const std::vector<region>& regions) const;
   // How many staging slots of `file_size` bytes staging_limit allows.
   result<int> staging_slots(const std::string& name, uint64_t file_size) const;
-  // Thread mode: after a protect, an engine task (low priority) allocates and
-  // faults in the staging slots the protected regions will need, so the
-  // first checkpoint does not pay for it. Best effort: the capture makes sure.
+  // Thread mode: an engine task (low priority) allocates and faults in the
+  // staging slots the protected regions will need, so the first checkpoint
+  // does not pay for it. Called once the restart phase is over (restart_test
+  // found nothing, restart or restart_end returned) and after later protects.
+  // Best effort: the capture makes sure.
   void prepare_staging();
+  bool restart_asked_ = false;  // restart_test was called
   // The progress protocol (docs/design/core.md): one allreduce over the latched
   // error, the slot flag and every pending version's level states. Collective.
   // Returns the latched error of some rank (consumed) when consume_error.

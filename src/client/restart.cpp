@@ -659,10 +659,19 @@ status client_impl::nothing_restartable(const std::string& name, const std::vect
 
 result<int64_t> client_impl::restart_test(const std::string& name, int64_t max_version) {
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
-  return agree_restartable(name, max_version);
+  auto v = agree_restartable(name, max_version);
+  restart_asked_ = true;
+  if (!v) prepare_staging();  // no restart follows: make the slots now, before the first checkpoint
+  return v;
 }
 
 status client_impl::restart(const std::string& name, int64_t version) {
+  status st = restore(name, version);
+  prepare_staging();  // after the restart, which needs the memory bandwidth more
+  return st;
+}
+
+status client_impl::restore(const std::string& name, int64_t version) {
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
   // Use the image restart_test verified, or load and verify now (collectively).
   bool cached = restart_name_ == name && restart_version_ == version;
@@ -832,6 +841,7 @@ status client_impl::restart_end(bool) {
   restart_version_ = -1;
   restart_ = format::shard_image();
   reshard_.reset();
+  prepare_staging();
   return {};
 }
 
