@@ -66,7 +66,9 @@ typedef enum cairn_type {
 #define CAIRN_LEVEL_CAPTURED 0x1u   /* L0: copied into staging memory; with agents_lend, held by the
                                        agents (until then the regions must not change) */
 #define CAIRN_LEVEL_LOCAL 0x2u      /* L1: node-local directory */
-#define CAIRN_LEVEL_PROTECTED 0x4u  /* L2: held in the memory of remote checkpoint agents */
+#define CAIRN_LEVEL_PROTECTED 0x4u  /* L2: survives the loss of nodes: held in the memory of remote checkpoint
+                                       agents, or the version's redundancy set (partner copies, XOR or
+                                       Reed-Solomon parity) is complete on other nodes */
 #define CAIRN_LEVEL_PERSISTENT 0x8u /* L3: shared directory, fsync'd and committed */
 
 #define CAIRN_MAX_DIMS 8
