@@ -42,6 +42,7 @@ status local_recycler::retire(const std::string& path) {
   written_.erase(it);
   std::string to = storage::join(dir_, prefix_ + std::to_string(next_++));
   lk.unlock();
+  if (!env_->exists(path)) return {};  // gone already (cairn gc, a rebuild): nothing to retire
   CAIRN_RETURN_IF_ERROR(env_->make_dirs(dir_));
   if (status st = env_->rename(path, to); !st) {
     (void)env_->remove_file(path);

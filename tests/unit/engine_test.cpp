@@ -305,6 +305,8 @@ TEST(recycler, only_files_this_process_wrote_are_binned_and_taken_by_exact_size)
   ASSERT_TRUE(r.retire(mine1));
   ASSERT_TRUE(r.retire(mine2));
   ASSERT_TRUE(r.retire(mine3));  // the bin holds two: removed
+  r.wrote(dir + "/gone", 8192);
+  ASSERT_TRUE(r.retire(dir + "/gone"));  // removed by someone else meanwhile: nothing to do
   for (const auto& p : {mine1, mine2, mine3}) EXPECT_FALSE(env->exists(p));
   auto bin = env->list(dir + "/recycle/run");
   ASSERT_TRUE(bin);
