@@ -193,7 +193,8 @@ def test_kill_at_random_moments(strategy, files, reference, make_job):
 
 def test_leader_out_of_space_fails_the_version_on_every_rank(reference, make_job):
     """ENOSPC on the first leader's write of version 6 (leaders, 4 ranks, 2
-    files; the run goes on): every rank gets CAIRN_ENOSPC once, from a later
+    files; the run goes on): every rank gets CAIRN_ENOSPC (at most twice:
+    once more when the second leader's failure is agreed later), from a later
     cairn_checkpoint or at finalize; 6 is not committed, every other version
     is (but the one whose checkpoint returned the error)."""
     ref = reference(4)
@@ -207,7 +208,9 @@ def test_leader_out_of_space_fails_the_version_on_every_rank(reference, make_job
     for r, rc in res.finalize_errors().items():
         reports.setdefault(r, []).append(rc)
     assert sorted(reports) == [0, 1, 2, 3], "the error was dropped on some rank\n" + res.describe()
-    assert all(v == [harness.CAIRN_ENOSPC] for v in reports.values()), res.describe()
+    # Each leader's write fails; when the second leader's failure comes after
+    # the first was agreed, it is reported again (once more).
+    assert all(1 <= len(v) <= 2 and set(v) == {harness.CAIRN_ENOSPC} for v in reports.values()), res.describe()
     # The checkpoint that returned the error captured nothing; every other version but 6 is committed.
     lost = {v for (r, v) in res.failed_checkpoints()}
     assert job.committed() == [v for v in (2, 4, 8, 10) if v not in lost], job.committed()

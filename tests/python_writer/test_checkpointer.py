@@ -3,6 +3,7 @@ numpy arrays protected without copy and restored bit for bit, refusals with
 the C library's messages, the context manager, and an application SIGKILLed at
 a random moment and restarted, without MPI and under mpirun with mpi4py."""
 import os
+import re
 import random
 import signal
 import subprocess
@@ -195,5 +196,5 @@ def test_protect_block_restores_on_another_rank_count(tmp_path, old, new):
     assert w.returncode == 0, w.stdout + w.stderr
     r = launch(new, "restart")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert sorted(l for l in r.stdout.splitlines() if l.endswith(" ok")) == [f"rank {i} ok" for i in range(new)], \
-        r.stdout + r.stderr
+    # mpirun forwards the ranks' lines as they come: two may share a line.
+    assert sorted(int(k) for k in re.findall(r"rank (\d+) ok", r.stdout)) == list(range(new)), r.stdout + r.stderr
