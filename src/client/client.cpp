@@ -18,6 +18,7 @@
 
 #include "aggregate/stage.hpp"
 #include "client/batch_job.hpp"
+#include "daemon/link.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "aggregate/leaders.hpp"
 #endif
@@ -238,7 +239,9 @@ client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
 
 client_impl::~client_impl() {
   for (auto& [key, rec] : records_) rec->job->cancelled = true;
+  if (daemon_) daemon_->abandon();
   if (engine_) engine_->shutdown(false);
+  finish_daemon();
   if (warning_handler_) batch::release_warning_handler();
 }
 
@@ -307,8 +310,14 @@ status client_impl::start() {
   // The stage graph: checksum and hash trees first (they finish the image);
   // then the levels, each of which only reads the image, run side by side.
   engine::stage_graph stages;
-  size_t image_done = stages.add(engine::make_checksum_stage());
-  if (cfg_.hash_trees) image_done = stages.add(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
+  // engine_host = daemon: the stages are the daemon's, added by start_daemon
+  // once the job's identity (attempt_) is known.
+  const bool in_daemon = cfg_.engine_host == engine_host::daemon;
+  size_t image_done = 0;
+  if (!in_daemon) {
+    image_done = stages.add(engine::make_checksum_stage());
+    if (cfg_.hash_trees) image_done = stages.add(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
+  }
   if (cfg_.agents_lend) {
     // Lent regions are read by the agents once; anything that reads them
     // later (after the application may have changed them) cannot be allowed.
@@ -320,10 +329,13 @@ status client_impl::start() {
     if (!why.empty()) return {errc::invalid_argument, "configuration key 'agents_lend': " + why};
   }
   CAIRN_RETURN_IF_ERROR(resolve_layout());
+  CAIRN_RETURN_IF_ERROR(check_daemon_config());
   // Not with the leaders' aggregation: a leader may still read a sender's
   // node-local file when the sender retires it (removing it keeps an open
   // file intact; overwriting it in place would not).
-  if (cfg_.local_enabled && !(aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders)) {
+  // Nor in daemon mode: the daemon writes the node-local level, the client's
+  // retention removes from it.
+  if (cfg_.local_enabled && !in_daemon && !(aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders)) {
     recycler_ = std::make_shared<engine::local_recycler>(env_, cfg_.scratch, cfg_.run, static_cast<uint32_t>(rank()));
     CAIRN_RETURN_IF_ERROR(recycler_->clear().with_context("local level (emptying the recycled files' bin)"));
   }
@@ -339,7 +351,9 @@ status client_impl::start() {
   if (redundancy_on() && !cfg_.agents.empty())
     return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " does not combine with checkpoint agents (both "
                                     "are level L2): choose one"};
-  if (!cfg_.agents.empty()) {
+  if (in_daemon) {
+    // start_daemon, below.
+  } else if (!cfg_.agents.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
     // A chain: the fallback writes only what the agents did not take, and a
     // lent image is complete only after the agents stage (or unlend).
@@ -400,6 +414,7 @@ status client_impl::start() {
   attempt_ = static_cast<uint32_t>(std::stoul(tag));
   if (agents_) CAIRN_RETURN_IF_ERROR(start_agents());
   if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
+  if (in_daemon) CAIRN_RETURN_IF_ERROR(start_daemon(paths, flush_env, &stages));
   int home = sched_getcpu();
   util::thread_setup setup{util::placement_cpus(cfg_.placement, home < 0 ? 0 : home), cfg_.engine_priority,
                            cfg_.engine_nice};
@@ -952,6 +967,9 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     records_.erase(it);
   }
 
+  // The daemon gets the version before cairn_checkpoint returns: if the
+  // application dies right after, the daemon still has it.
+  if (daemon_) daemon_->submit(*job);
   engine_->submit(job);
   if (agents_) schedule_agents_retention(name);
   if (agents_ && cfg_.agents_blocking) {
@@ -1292,6 +1310,7 @@ void client_impl::on_level_complete(version_record& rec, unsigned level) {
     return;
   }
   if (level == CAIRN_LEVEL_LOCAL) rec.local_done_at = util::wall_s();
+  if (level == CAIRN_LEVEL_PERSISTENT && daemon_) daemon_->committed(rec.name, rec.version);
   auto& list = complete_[{rec.name, level}];
   list.push_back(rec.version);
   std::sort(list.begin(), list.end());
@@ -1489,8 +1508,10 @@ status client_impl::finalize(bool wait_for_pending) {
     if (!st && first.is_ok()) first = st;
   } else {
     for (version_record* rec : pending_) rec->job->cancelled = true;  // stages waiting for other ranks stop
+    if (daemon_) daemon_->abandon();
     engine_->shutdown(false);
   }
+  finish_daemon();
   if (agents_) {
     status st = finish_agents();
     if (!st && first.is_ok()) first = st;

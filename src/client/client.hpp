@@ -41,6 +41,9 @@ class data_plane;
 namespace cairn::redundancy {
 class plane;
 }
+namespace cairn::daemon {
+class link;
+}
 
 namespace cairn {
 
@@ -312,6 +315,17 @@ class client_impl {
   // adds the stage to the graph after stage `after`.
   status start_redundancy(const engine::level_paths& paths, engine::stage_graph* stages, size_t after);
   bool redundancy_on() const { return cfg_.redundancy != "none"; }
+  // engine_host = daemon (client_daemon.cpp, docs/design/daemon.md). Local:
+  // invalid_argument for what the daemon does not run.
+  status check_daemon_config() const;
+  // Collective: the lowest rank of each node starts cairnd, every rank
+  // connects, staging becomes shared memory, and the levels become proxies
+  // of the daemon's stages (run here if the daemon dies).
+  status start_daemon(const engine::level_paths& paths, storage::storage_env* flush_env, engine::stage_graph* stages);
+  // Says goodbye; the node's first rank reaps the daemon it started.
+  void finish_daemon();
+  std::shared_ptr<daemon::link> daemon_;
+  pid_t daemon_pid_ = 0;  // the node's first rank: the daemon it started
   // Collective: every version some rank holds at the node-local level (a
   // lost rank may get it rebuilt).
   std::vector<int64_t> redundancy_candidates(const std::string& name);

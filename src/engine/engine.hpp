@@ -49,6 +49,7 @@ struct version_job {
   staging_pool* pool = nullptr;    // where the slot goes back when the job ends
   unsigned wanted = 0;             // CAIRN_LEVEL_* bits scheduled for this version
   uint64_t seq = 0;                // submission order (set by the engine)
+  uint64_t daemon_id = 0;          // engine_host = daemon: its id on the rank's connection (0: not handed over)
 
   std::string tree_image;          // encoded hash trees (hash stage), written beside the shard
   // agents_lend: per region (header.regions order), the application memory

@@ -17,6 +17,11 @@ status staging_pool::try_reserve(size_t need_bytes, size_t slot_bytes, int slots
   return reserve(slot_bytes, slots, false);
 }
 
+void staging_pool::set_shared(bool shared) {
+  std::lock_guard lk(mu_);
+  shared_ = shared;
+}
+
 size_t staging_pool::slot_bytes() const {
   std::lock_guard lk(mu_);
   return slot_bytes_;
@@ -36,10 +41,11 @@ status staging_pool::reserve(size_t slot_bytes, int slots, bool wait) {
       cv_.wait(lk, [&] { return free_.size() == all_.size(); });
       continue;
     }
+    const bool shared = shared_;
     lk.unlock();
     std::vector<std::unique_ptr<aligned_buffer>> made;
     for (size_t i = have; i < static_cast<size_t>(slots); ++i) {
-      auto buf = aligned_buffer::allocate(size);
+      auto buf = shared ? aligned_buffer::allocate_shared(size) : aligned_buffer::allocate(size);
       if (!buf) return buf.take_status();
       made.push_back(std::make_unique<aligned_buffer>(std::move(buf).value()));
     }

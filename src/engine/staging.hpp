@@ -26,6 +26,10 @@ class staging_pool {
   // Slots of at least slot_bytes each; `slots` of them.
   staging_pool() = default;
 
+  // Slots allocated from now on are shared memory (aligned_buffer::
+  // allocate_shared) that the node daemon maps. Call before the first reserve.
+  void set_shared(bool shared);
+
   // (Re)sizes the pool: frees slots smaller than slot_bytes (only when free:
   // waits for them, or with `wait` false returns without change) and
   // allocates up to `slots` slots. Fails with no_space when memory cannot be
@@ -50,6 +54,7 @@ class staging_pool {
   std::vector<std::unique_ptr<aligned_buffer>> all_;  // GUARDED_BY(mu_)
   std::vector<aligned_buffer*> free_;                 // GUARDED_BY(mu_)
   size_t slot_bytes_ = 0;                             // GUARDED_BY(mu_)
+  bool shared_ = false;                               // GUARDED_BY(mu_)
 };
 
 }  // namespace cairn::engine

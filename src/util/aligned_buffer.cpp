@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <string>
@@ -10,15 +11,64 @@
 
 namespace cairn::util {
 
-result<aligned_buffer> aligned_buffer::allocate(size_t size, bool touch) {
+namespace {
+
+std::atomic<uint64_t> next_id{1};
+
+size_t round_to_pages(size_t size) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   size = (size + page - 1) / page * page;
-  if (size == 0) size = page;
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    return status(errc::no_space, "cannot map " + std::to_string(size) + " bytes of staging memory: " +
-                                      std::strerror(errno) + " (lower staging_limit or the checkpoint size)");
+  return size == 0 ? page : size;
+}
+
+status no_memory(size_t size) {
+  return status(errc::no_space, "cannot map " + std::to_string(size) + " bytes of staging memory: " +
+                                    std::strerror(errno) + " (lower staging_limit or the checkpoint size)");
+}
+
+}  // namespace
+
+result<aligned_buffer> aligned_buffer::allocate_shared(size_t size, bool touch) {
+  size = round_to_pages(size);
+  int fd = memfd_create("cairn-staging", MFD_CLOEXEC);
+  if (fd < 0) return no_memory(size);
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return no_memory(size);
   }
+  auto buf = map_shared(fd, size);
+  if (!buf) return buf;
+  if (touch) {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    auto* b = reinterpret_cast<volatile char*>(buf->data());
+    for (size_t off = 0; off < size; off += page) b[off] = 0;
+  }
+  return buf;
+}
+
+result<aligned_buffer> aligned_buffer::map_shared(int fd, size_t size) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return no_memory(size);
+  }
+  aligned_buffer buf;
+  buf.data_ = static_cast<std::byte*>(p);
+  buf.size_ = size;
+  buf.fd_ = fd;
+  buf.id_ = next_id.fetch_add(1);
+  return buf;
+}
+
+result<aligned_buffer> aligned_buffer::allocate(size_t size, bool touch) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  size = round_to_pages(size);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return no_memory(size);
   // Transparent huge pages cut TLB misses during capture; advisory only.
   (void)madvise(p, size, MADV_HUGEPAGE);
   // Touch every page now, so that captures never pay for page faults.
@@ -29,18 +79,23 @@ result<aligned_buffer> aligned_buffer::allocate(size_t size, bool touch) {
   aligned_buffer buf;
   buf.data_ = static_cast<std::byte*>(p);
   buf.size_ = size;
+  buf.id_ = next_id.fetch_add(1);
   return buf;
 }
 
 aligned_buffer::~aligned_buffer() {
   if (data_) munmap(data_, size_);
+  if (fd_ >= 0) close(fd_);
 }
 
 aligned_buffer& aligned_buffer::operator=(aligned_buffer&& o) noexcept {
   if (this != &o) {
     if (data_) munmap(data_, size_);
+    if (fd_ >= 0) close(fd_);
     data_ = std::exchange(o.data_, nullptr);
     size_ = std::exchange(o.size_, 0);
+    fd_ = std::exchange(o.fd_, -1);
+    id_ = std::exchange(o.id_, 0);
   }
   return *this;
 }

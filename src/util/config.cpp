@@ -97,6 +97,13 @@ const std::vector<key_def>& keys() {
       {"mode", "thread or sync", [](config& c, const std::string& v) {
          return parse_enum<engine_mode>("mode", v, {{"thread", engine_mode::thread}, {"sync", engine_mode::sync}}, &c.mode); },
        [](const config& c) { return std::string(c.mode == engine_mode::sync ? "sync" : "thread"); }},
+      {"engine_host", "where the engine runs: thread (in the application) or daemon (cairnd, one per node)",
+       [](config& c, const std::string& v) {
+         return parse_enum<engine_host>("engine_host", v, {{"thread", engine_host::thread}, {"daemon", engine_host::daemon}},
+                                        &c.engine_host); },
+       [](const config& c) { return std::string(c.engine_host == engine_host::daemon ? "daemon" : "thread"); }},
+      {"daemon_program", "path of the cairnd program (engine_host = daemon)", [](config& c, const std::string& v) -> status {
+         c.daemon_program = v; return {}; }, [](const config& c) { return c.daemon_program; }},
       {"io_threads", "engine worker threads", [](config& c, const std::string& v) {
          return set_int("io_threads", v, 1, 256, &c.io_threads); },
        [](const config& c) { return std::to_string(c.io_threads); }},
@@ -398,6 +405,16 @@ result<config> config::load(const std::string& path, const std::map<std::string,
     }
     status st = def->set(c, value);
     if (!st) return st.with_context("environment variable " + name);
+  }
+  return c;
+}
+
+result<config> config::from_values(const std::map<std::string, std::string>& values) {
+  config c;
+  for (auto& [key, value] : values) {
+    const key_def* def = find_key(key);
+    if (def == nullptr) return status(errc::invalid_argument, "unknown configuration key '" + key + "'");
+    CAIRN_RETURN_IF_ERROR(def->set(c, value));
   }
   return c;
 }

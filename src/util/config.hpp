@@ -13,6 +13,9 @@
 namespace cairn {
 
 enum class engine_mode { thread, sync };
+// Where the engine's stages run: threads of the application process, or the
+// node daemon cairnd (docs/design/daemon.md), which survives the application.
+enum class engine_host { thread, daemon };
 enum class placement { none, core, socket, node };
 // Scheduling of engine threads (issue 11): normal (inherit), batch
 // (SCHED_BATCH: never preempts the application on wakeup), idle (SCHED_IDLE:
@@ -37,6 +40,10 @@ struct config {
   std::string persistent = "./cairn-store";
   engine_mode mode = engine_mode::thread;
   int io_threads = 2;  // the local and persistent levels side by side
+  cairn::engine_host engine_host = engine_host::thread;
+  // The cairnd program; empty: next to libcairn (<prefix>/bin/cairnd, or the
+  // build tree's tools/cairnd/cairnd), else `cairnd` on PATH.
+  std::string daemon_program;
   cairn::placement placement = placement::none;
   cairn::thread_priority engine_priority = thread_priority::batch;
   int engine_nice = 0;  // added to engine threads' nice value (0..19)
@@ -107,6 +114,9 @@ struct config {
   // Test hook (not documented for users): "level:kind[:after=N]", see fault_env.
   std::string fault_inject;
 
+  // Rebuilds a configuration from values() (what the node daemon gets from a
+  // rank): every key set as given, nothing read from the environment.
+  static result<config> from_values(const std::map<std::string, std::string>& values);
   // Loads defaults, then the TOML file (if path is non-empty), then environment.
   static result<config> load(const std::string& path);
   // Same, with an explicit environment (for tests).

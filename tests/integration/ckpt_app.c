@@ -48,6 +48,10 @@
  * print per rank "rank R bad restart rc=C untouched=0|1 msg=M"; then protect
  * the regions correctly again and restart as usual.
  *
+ * --die-after V: once cairn_checkpoint(V) returned on every rank (a barrier,
+ * no cairn call in between), every rank kills itself with SIGKILL: the whole
+ * application dies right after the checkpoint (engine_host = daemon tests).
+ *
  * Batch jobs: --on-warning asks cairn_should_checkpoint after every step; when
  * it says yes the step is checkpointed (whatever --every says), waited for at
  * the persistent level, and rank 0 prints "warning checkpoint V durable in S s
@@ -62,6 +66,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -103,6 +108,7 @@ typedef struct options {
   int wait_captured;                  /* --wait-captured */
   int on_warning;                     /* --on-warning */
   int advice;                         /* --advice: print cairn_advice before the first and after the last checkpoint */
+  long long die_after;                /* --die-after V (0: never) */
 } options_t;
 
 typedef struct state {
@@ -204,6 +210,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
     else if (!strcmp(a, "--wait-captured")) o->wait_captured = 1;
     else if (!strcmp(a, "--on-warning")) o->on_warning = 1;
     else if (!strcmp(a, "--advice")) o->advice = 1;
+    else if (!strcmp(a, "--die-after")) o->die_after = parse_ll(a, TAKE(), 1);
     else fail("unknown option '%s'", a);
 #undef TAKE
     if (i >= argc) fail("option '%s' needs a value", a);
@@ -568,6 +575,12 @@ int main(int argc, char **argv) {
       printf("rank %d checkpoint %lld rc=%d msg=%s\n", g_rank, (long long)v, rc, cairn_last_error());
       fflush(stdout);
       continue;
+    }
+    if (o.die_after == v) {
+#ifndef CKPT_NO_MPI
+      if (!o.serial) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+      raise(SIGKILL);
     }
     if (warned) {
       double left = 0;

@@ -255,6 +255,33 @@ class Job:
         return [(Path(f"{prefix}.{r}")).read_bytes() for r in range(self.nranks)]
 
 
+class NodeJob(Job):
+    """NODES emulated nodes of RPN ranks each: every node is an MPMD block of
+    consecutive ranks with its own node id (CAIRN_NODE_ID) and its own
+    node-local directory, so wiping a directory loses exactly what that node
+    held."""
+
+    def __init__(self, root, nodes, rpn, run="nodes"):
+        super().__init__(root, nodes * rpn, run=run)
+        self.nodes, self.rpn = nodes, rpn
+
+    def node_dir(self, i) -> Path:
+        return self.scratch / f"node{i}"
+
+    def command(self, args):
+        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp"]
+        for i in range(self.nodes):
+            cmd += ([":"] if i else []) + ["-n", str(self.rpn), "-x", f"CAIRN_SCRATCH={self.node_dir(i)}",
+                                           "-x", f"CAIRN_NODE_ID=node{i}", bin_dir() / "ckpt_app", *args]
+        return cmd
+
+    def local_dir(self, rank, version) -> Path:
+        return self.node_dir(rank // self.rpn) / "runs" / self.run_id / CKPT / f"v{version:012d}"
+
+    def lose_node(self, i):
+        shutil.rmtree(self.node_dir(i), ignore_errors=True)
+
+
 class Reference:
     """An uninterrupted run: the state after each checkpoint, and the final hash."""
 

@@ -1,0 +1,136 @@
+// engine_host = daemon: the client's side of the node daemon (docs/design/daemon.md).
+#include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "client/client.hpp"
+#include "daemon/link.hpp"
+#include "util/clock.hpp"
+#include "util/hash.hpp"
+
+extern char** environ;
+
+namespace cairn {
+namespace {
+
+// Where cairnd is: configured, else beside libcairn (installed: <prefix>/lib
+// and <prefix>/bin; build tree: src/ and tools/cairnd/), else on PATH.
+std::string daemon_program(const config& cfg) {
+  if (!cfg.daemon_program.empty()) return cfg.daemon_program;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&daemon_program), &info) && info.dli_fname) {
+    std::string dir = storage::dirname_of(info.dli_fname);
+    for (const char* rel : {"/../bin/cairnd", "/../tools/cairnd/cairnd"}) {
+      std::string p = dir + rel;
+      if (access(p.c_str(), X_OK) == 0) return p;
+    }
+  }
+  return "cairnd";
+}
+
+// Starts cairnd in a session of its own (a signal to the application's
+// process group, or the launcher's cleanup of it, does not reach the daemon),
+// with stdin and stdout on /dev/null and stderr shared with the rank.
+result<pid_t> spawn_daemon(const std::string& program, const std::string& socket, int ranks) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t attr;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawnattr_init(&attr);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+  std::string ranks_s = std::to_string(ranks);
+  std::vector<char*> argv = {const_cast<char*>(program.c_str()), const_cast<char*>("--socket"),
+                             const_cast<char*>(socket.c_str()), const_cast<char*>("--ranks"), ranks_s.data(), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawnp(&pid, program.c_str(), &fa, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0)
+    return status::from_errno(rc, "starting the node daemon '" + program +
+                                      "' (engine_host = daemon; set daemon_program to where cairnd is installed)");
+  return pid;
+}
+
+}  // namespace
+
+status client_impl::check_daemon_config() const {
+  if (cfg_.engine_host != engine_host::daemon) return {};
+  std::string why;
+  if (cfg_.mode == engine_mode::sync) why = "mode = sync runs the stages in the application (use mode = thread)";
+  else if (!cfg_.agents.empty()) why = "checkpoint agents are not run by the daemon yet (use engine_host = thread)";
+  else if (redundancy_on()) why = "redundancy is not run by the daemon yet (use engine_host = thread)";
+  else if (aggregated()) why = "persistent_layout = aggregated is not run by the daemon yet (use file_per_process)";
+  else if (!cfg_.reference_run.empty()) why = "the online comparison is not run by the daemon yet";
+  if (why.empty()) return {};
+  return {errc::invalid_argument, "configuration key 'engine_host = daemon': " + why};
+}
+
+status client_impl::start_daemon(const engine::level_paths& paths, storage::storage_env* flush_env,
+                                 engine::stage_graph* stages) {
+  // This rank's node: the lowest rank on it starts the daemon for all of them.
+  const uint64_t mine = util::xxh3(node_.data(), node_.size());
+  std::vector<std::byte> all;
+  comm_->allgather(std::as_bytes(std::span<const uint64_t>(&mine, 1)), &all);
+  int leader = -1, local_ranks = 0;
+  for (int r = 0; r < size(); ++r) {
+    uint64_t h;
+    std::memcpy(&h, all.data() + static_cast<size_t>(r) * sizeof h, sizeof h);
+    if (h != mine) continue;
+    if (leader < 0) leader = r;
+    ++local_ranks;
+  }
+  const std::string socket = daemon::socket_name(attempt_, cfg_.run, node_);
+  status st;
+  if (rank() == leader) {
+    auto pid = spawn_daemon(daemon_program(cfg_), socket, local_ranks);
+    if (pid) daemon_pid_ = *pid;
+    else st = pid.take_status();
+  }
+  CAIRN_RETURN_IF_ERROR(agree(st));
+  nlohmann::json hello = {{"rank", rank()},
+                          {"nranks", size()},
+                          {"pid", static_cast<int>(getpid())},
+                          {"executable", program_invocation_short_name ? program_invocation_short_name : ""},
+                          {"config", cfg_.values()}};
+  auto l = daemon::link::connect(socket, hello.dump(), 30, rank());
+  if (l) daemon_ = std::move(l).value();
+  else st = l.take_status().with_context("engine_host = daemon");
+  CAIRN_RETURN_IF_ERROR(agree(st));
+  pool_.set_shared(true);
+  size_t image = stages->add(daemon::make_image_proxy(
+      daemon_, engine::make_checksum_stage(),
+      cfg_.hash_trees ? engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs) : nullptr));
+  if (cfg_.local_enabled) stages->add(daemon::make_level_proxy(daemon_, engine::make_local_stage(env_, paths)), {image});
+  stages->add(daemon::make_level_proxy(daemon_, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io)), {image});
+  return {};
+}
+
+void client_impl::finish_daemon() {
+  if (!daemon_) return;
+  daemon_->bye();
+  if (daemon_pid_ <= 0) return;
+  // The daemon ends once every rank of the node said goodbye and its work is
+  // done; reap it (it is this rank's child), but never hang the application.
+  const double deadline = util::now_s() + 10;
+  while (util::now_s() < deadline) {
+    if (waitpid(daemon_pid_, nullptr, WNOHANG) != 0) {
+      daemon_pid_ = 0;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace cairn

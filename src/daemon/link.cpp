@@ -1,0 +1,215 @@
+#include "daemon/link.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cairn.h"
+#include "format/shard.hpp"
+
+namespace cairn::daemon {
+
+using nlohmann::json;
+
+result<std::shared_ptr<link>> link::connect(const std::string& name, const std::string& hello, double timeout_s,
+                                            int rank) {
+  CAIRN_ASSIGN_OR_RETURN(int fd, connect_to(name, timeout_s));
+  std::shared_ptr<link> l(new link(fd, rank));
+  CAIRN_RETURN_IF_ERROR(l->ch_.send({msg::hello, hello, {}, -1}));
+  auto w = l->ch_.recv();
+  if (!w) return w.error().with_context("waiting for the node daemon's welcome");
+  if (w->type != msg::welcome) return status(errc::internal, "node daemon: unexpected answer to hello");
+  auto meta = json::parse(w->meta, nullptr, false);
+  if (meta.is_discarded()) return status(errc::corruption, "node daemon: unreadable welcome");
+  if (meta.contains("error"))
+    return status(static_cast<errc>(meta.value("code", static_cast<int>(errc::internal))),
+                  "node daemon: " + meta["error"].get<std::string>());
+  l->pid_ = meta.value("pid", 0);
+  l->reader_ = std::thread([p = l.get()] { p->reader_main(); });
+  return l;
+}
+
+link::~link() {
+  bye();
+  ch_.shutdown();
+  if (reader_.joinable()) reader_.join();
+}
+
+bool link::alive() {
+  std::lock_guard lk(mu_);
+  return alive_;
+}
+
+void link::lost(const std::string& why) {
+  bool warn;
+  {
+    std::lock_guard lk(mu_);
+    warn = alive_ && !said_bye_;
+    alive_ = false;
+  }
+  cv_.notify_all();
+  if (warn)
+    std::fprintf(stderr, "cairn: warning: rank %d: the node daemon cairnd (pid %d) is gone (%s); this rank continues "
+                         "with engine threads of its own, and versions the daemon had not finished are written by them\n",
+                 rank_, pid_, why.c_str());
+}
+
+void link::reader_main() {
+  for (;;) {
+    auto f = ch_.recv();
+    if (!f) {
+      lost(f.error().message());
+      return;
+    }
+    if (f->type != msg::stage) continue;
+    auto meta = json::parse(f->meta, nullptr, false);
+    if (meta.is_discarded()) continue;
+    stage_report r;
+    const int code = meta.value("code", 0);
+    if (code != 0) r.st = status(static_cast<errc>(code), "cairnd: " + meta.value("message", std::string()));
+    r.seconds = meta.value("s", 0.0);
+    r.at = meta.value("at", 0.0);
+    r.checksum_s = meta.value("checksum_s", 0.0);
+    r.hash_s = meta.value("hash_s", 0.0);
+    r.payload = std::move(f->payload);
+    {
+      std::lock_guard lk(mu_);
+      reports_[{meta.value("id", uint64_t{0}), meta.value("stage", std::string())}] = std::move(r);
+    }
+    cv_.notify_all();
+  }
+}
+
+bool link::submit(engine::version_job& job) {
+  uint64_t id;
+  bool send_slot;
+  {
+    std::lock_guard lk(mu_);
+    if (!alive_) return false;
+    id = next_id_++;
+    send_slot = slots_sent_.insert(job.image->id()).second;
+  }
+  if (send_slot) {
+    json m = {{"id", job.image->id()}, {"size", job.image->size()}};
+    if (!ch_.send({msg::slot, m.dump(), {}, job.image->fd()})) return false;
+  }
+  // The planned header (checksums still zero): the daemon's checksum stage completes it.
+  format::shard_header h = job.header;
+  std::string header(h.data_offset, '\0');
+  format::encode_header(h, std::as_writable_bytes(std::span<char>(header.data(), header.size())));
+  json m = {{"id", id},           {"slot", job.image->id()},       {"wanted", job.wanted},
+            {"captured_at", job.captured_at}, {"capture_s", job.capture_s}};
+  if (!ch_.send({msg::job, m.dump(), std::move(header), -1})) return false;
+  job.daemon_id = id;
+  return true;
+}
+
+stage_report link::wait(const engine::version_job& job, const std::string& stage) {
+  std::unique_lock lk(mu_);
+  const auto key = std::make_pair(job.daemon_id, stage);
+  cv_.wait(lk, [&] { return job.daemon_id == 0 || !alive_ || abandoned_ || reports_.count(key); });
+  auto it = reports_.find(key);
+  if (abandoned_ && it == reports_.end()) {
+    stage_report r;
+    r.st = status(errc::cancelled, "the application finalized without waiting for this version");
+    return r;
+  }
+  if (job.daemon_id == 0 || it == reports_.end()) {
+    stage_report gone;
+    gone.gone = true;
+    return gone;
+  }
+  stage_report r = std::move(it->second);
+  reports_.erase(it);
+  return r;
+}
+
+void link::committed(const std::string& name, int64_t version) {
+  if (!alive()) return;
+  json m = {{"name", name}, {"version", version}};
+  (void)ch_.send({msg::committed, m.dump(), {}, -1});
+}
+
+void link::abandon() {
+  {
+    std::lock_guard lk(mu_);
+    abandoned_ = true;
+  }
+  cv_.notify_all();
+}
+
+void link::bye() {
+  {
+    std::lock_guard lk(mu_);
+    if (said_bye_) return;
+    said_bye_ = true;
+    if (!alive_) return;
+  }
+  (void)ch_.send({msg::bye, "{}", {}, -1});
+}
+
+namespace {
+
+class image_proxy final : public engine::stage {
+ public:
+  image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum, std::unique_ptr<engine::stage> hash)
+      : link_(std::move(l)), checksum_(std::move(checksum)), hash_(std::move(hash)) {}
+  const char* name() const override { return "checksum"; }
+  bool essential() const override { return true; }
+  status run(engine::version_job& job) override {
+    stage_report r = link_->wait(job, "image");
+    if (r.gone) {
+      CAIRN_RETURN_IF_ERROR(checksum_->run(job));
+      return hash_ ? hash_->run(job) : status{};
+    }
+    CAIRN_RETURN_IF_ERROR(r.st);
+    // The daemon wrote the header with the checksums into the shared slot.
+    CAIRN_ASSIGN_OR_RETURN(job.header, format::decode_header(job.image->span(), "the staging slot (from cairnd)"));
+    job.tree_image = std::move(r.payload);
+    job.checksum_s = r.checksum_s;
+    job.hash_s = r.hash_s;
+    return {};
+  }
+
+ private:
+  std::shared_ptr<link> link_;
+  std::unique_ptr<engine::stage> checksum_, hash_;
+};
+
+class level_proxy final : public engine::stage {
+ public:
+  level_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> inner)
+      : link_(std::move(l)), inner_(std::move(inner)) {}
+  const char* name() const override { return inner_->name(); }
+  unsigned level() const override { return inner_->level(); }
+  bool latches() const override { return inner_->latches(); }
+  bool applies(const engine::version_job& job) const override { return inner_->applies(job); }
+  status run(engine::version_job& job) override {
+    stage_report r = link_->wait(job, inner_->name());
+    if (r.gone) return inner_->run(job);
+    CAIRN_RETURN_IF_ERROR(r.st);
+    if (level() == CAIRN_LEVEL_LOCAL) {
+      job.local_s = r.seconds;
+    } else {
+      job.persistent_s = r.seconds;
+      job.persistent_at = r.at;
+    }
+    return {};
+  }
+
+ private:
+  std::shared_ptr<link> link_;
+  std::unique_ptr<engine::stage> inner_;
+};
+
+}  // namespace
+
+std::unique_ptr<engine::stage> make_image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum,
+                                                std::unique_ptr<engine::stage> hash) {
+  return std::make_unique<image_proxy>(std::move(l), std::move(checksum), std::move(hash));
+}
+
+std::unique_ptr<engine::stage> make_level_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> inner) {
+  return std::make_unique<level_proxy>(std::move(l), std::move(inner));
+}
+
+}  // namespace cairn::daemon

@@ -1,0 +1,290 @@
+#include "daemon/server.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "cairn.h"
+#include "daemon/protocol.hpp"
+#include "engine/engine.hpp"
+#include "engine/stages.hpp"
+#include "format/commit.hpp"
+#include "format/shard.hpp"
+#include "storage/storage_env.hpp"
+#include "util/clock.hpp"
+#include "util/config.hpp"
+#include "util/cpu.hpp"
+
+namespace cairn::daemon {
+namespace {
+
+using nlohmann::json;
+
+void log(const char* fmt, const std::string& a, const std::string& b = {}) {
+  std::fprintf(stderr, "cairnd[%d]: ", static_cast<int>(getpid()));
+  std::fprintf(stderr, fmt, a.c_str(), b.c_str());
+  std::fputc('\n', stderr);
+}
+
+// A rank's connection and the engine that runs its versions.
+class session {
+ public:
+  explicit session(int fd) : ch_(fd) {}
+  // Serves the connection to its end, finishes the work, commits what the
+  // application left uncommitted if it died.
+  void serve();
+
+ private:
+  // What the reporting stages need of a job beyond version_job.
+  struct job : engine::version_job {
+    uint64_t id = 0;
+  };
+  // Runs `inner` and reports its outcome as `report` (always, or only on
+  // failure when `failures_only`); a successful persistent write is kept as
+  // a commit candidate.
+  class reporting final : public engine::stage {
+   public:
+    reporting(session* s, std::unique_ptr<engine::stage> inner, std::string report, bool failures_only)
+        : s_(s), inner_(std::move(inner)), report_(std::move(report)), failures_only_(failures_only) {}
+    const char* name() const override { return inner_->name(); }
+    unsigned level() const override { return inner_->level(); }
+    bool essential() const override { return inner_->essential(); }
+    bool latches() const override { return inner_->latches(); }
+    bool applies(const engine::version_job& j) const override { return inner_->applies(j); }
+    status run(engine::version_job& j) override {
+      status st = inner_->run(j);
+      if (!st || !failures_only_) s_->report(static_cast<job&>(j), report_, st);
+      if (st && level() == CAIRN_LEVEL_PERSISTENT) s_->wrote_persistent(j.header);
+      return st;
+    }
+
+   private:
+    session* s_;
+    std::unique_ptr<engine::stage> inner_;
+    std::string report_;
+    bool failures_only_;
+  };
+
+  status hello(const frame& f);
+  status take_slot(frame& f);
+  status take_job(const frame& f);
+  void report(const job& j, const std::string& stage, const status& st);
+  void wrote_persistent(const format::shard_header& h);
+  void commit_leftovers();
+
+  channel ch_;
+  config cfg_;
+  int rank_ = -1;
+  std::string executable_, mode_;
+  std::unique_ptr<storage::storage_env> rate_env_;
+  std::unique_ptr<engine::engine> engine_;
+  std::map<uint64_t, std::unique_ptr<util::aligned_buffer>> slots_;
+  std::mutex mu_;
+  // Versions written to the persistent level and not yet committed by the
+  // application, by (name, version). GUARDED_BY(mu_)
+  std::map<std::pair<std::string, int64_t>, format::shard_header> uncommitted_;
+};
+
+void session::serve() {
+  bool goodbye = false;
+  for (;;) {
+    auto f = ch_.recv();
+    if (!f) break;  // the rank is gone (or finalized and closed)
+    status st;
+    switch (f->type) {
+      case msg::hello: st = hello(*f); break;
+      case msg::slot: st = take_slot(*f); break;
+      case msg::job: st = take_job(*f); break;
+      case msg::committed: {
+        auto m = json::parse(f->meta, nullptr, false);
+        if (m.is_discarded()) break;
+        std::lock_guard lk(mu_);
+        uncommitted_.erase({m.value("name", std::string()), m.value("version", int64_t{-1})});
+        break;
+      }
+      case msg::bye: goodbye = true; break;
+      default: break;
+    }
+    if (!st) {
+      log("rank %s: %s", std::to_string(rank_), st.to_string());
+      if (rank_ < 0) return;  // hello refused: the rank was told
+    }
+    if (goodbye) break;
+  }
+  if (!engine_) return;
+  // After a goodbye the application waited for what it wanted; what is still
+  // queued was abandoned by it. Without one, the application died: finish
+  // everything, then commit what it could not.
+  engine_->shutdown(/*drain=*/!goodbye);
+  if (!goodbye) commit_leftovers();
+}
+
+status session::hello(const frame& f) {
+  auto m = json::parse(f.meta, nullptr, false);
+  status st;
+  if (m.is_discarded() || !m.contains("config")) st = status(errc::corruption, "unreadable hello");
+  if (st) {
+    rank_ = m.value("rank", -1);
+    executable_ = m.value("executable", std::string());
+    auto values = m["config"].get<std::map<std::string, std::string>>();
+    auto c = config::from_values(values);
+    if (c) cfg_ = std::move(c).value();
+    else st = c.take_status().with_context("the rank's configuration");
+  }
+  json w = {{"pid", static_cast<int>(getpid())}};
+  if (!st) {
+    w["error"] = st.message();
+    w["code"] = static_cast<int>(st.code());
+    rank_ = -1;
+    (void)ch_.send({msg::welcome, w.dump(), {}, -1});
+    return st;
+  }
+  mode_ = cfg_.mode == engine_mode::sync ? "sync" : "thread";
+  storage::storage_env* env = storage::storage_env::posix();
+  storage::storage_env* flush_env = env;
+  if (cfg_.io_rate_limit > 0) {
+    rate_env_ = storage::make_rate_limited_env(env, cfg_.io_rate_limit);
+    flush_env = rate_env_.get();
+  }
+  // The same graph as a rank's own engine: the image first (checksums, then
+  // hash trees), then the levels side by side. The image's report comes from
+  // its last stage (or from a failing one: the version is then abandoned).
+  engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
+  engine::stage_graph g;
+  size_t image = g.add(std::make_unique<reporting>(this, engine::make_checksum_stage(), "image", cfg_.hash_trees));
+  if (cfg_.hash_trees)
+    image = g.add(std::make_unique<reporting>(this, engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs), "image", false));
+  if (cfg_.local_enabled)
+    g.add(std::make_unique<reporting>(this, engine::make_local_stage(env, paths), "local", false), {image});
+  g.add(std::make_unique<reporting>(this, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), "persistent",
+                                    false),
+        {image});
+  util::thread_setup setup{{}, cfg_.engine_priority, cfg_.engine_nice};
+  engine_ = std::make_unique<engine::engine>(engine_mode::thread, cfg_.io_threads, setup, std::move(g));
+  return ch_.send({msg::welcome, w.dump(), {}, -1});
+}
+
+status session::take_slot(frame& f) {
+  auto m = json::parse(f.meta, nullptr, false);
+  int fd = std::exchange(f.fd, -1);
+  if (m.is_discarded()) {
+    close(fd);
+    return {errc::corruption, "unreadable slot"};
+  }
+  CAIRN_ASSIGN_OR_RETURN(auto buf, util::aligned_buffer::map_shared(fd, m.value("size", size_t{0})));
+  slots_[m.value("id", uint64_t{0})] = std::make_unique<util::aligned_buffer>(std::move(buf));
+  return {};
+}
+
+status session::take_job(const frame& f) {
+  if (!engine_) return {errc::invalid_argument, "a job before hello"};
+  auto m = json::parse(f.meta, nullptr, false);
+  if (m.is_discarded()) return {errc::corruption, "unreadable job"};
+  auto j = std::make_shared<job>();
+  j->id = m.value("id", uint64_t{0});
+  auto slot = slots_.find(m.value("slot", uint64_t{0}));
+  status st;
+  if (slot == slots_.end()) st = status(errc::internal, "a job in a staging slot the rank never handed over");
+  if (st) {
+    auto h = format::decode_header(std::as_bytes(std::span<const char>(f.payload.data(), f.payload.size())),
+                                   "the planned header of job " + std::to_string(j->id));
+    if (h) j->header = std::move(h).value();
+    else st = h.take_status();
+  }
+  if (st && j->header.file_size > slot->second->size())
+    st = status(errc::internal, "a job larger than its staging slot");
+  if (!st) {
+    report(*j, "image", st);  // the rank runs it itself
+    return st;
+  }
+  j->image = slot->second.get();
+  j->wanted = m.value("wanted", 0u);
+  j->captured_at = m.value("captured_at", 0.0);
+  j->capture_s = m.value("capture_s", 0.0);
+  j->done = CAIRN_LEVEL_CAPTURED;
+  engine_->submit(j);
+  return {};
+}
+
+void session::report(const job& j, const std::string& stage, const status& st) {
+  json m = {{"id", j.id}, {"stage", stage}, {"code", static_cast<int>(st.code())}, {"message", st.message()}};
+  std::string payload;
+  if (stage == "image") {
+    m["checksum_s"] = j.checksum_s;
+    m["hash_s"] = j.hash_s;
+    if (st) payload = j.tree_image;
+  } else if (stage == "local") {
+    m["s"] = j.local_s;
+  } else {
+    m["s"] = j.persistent_s;
+    m["at"] = j.persistent_at;
+  }
+  (void)ch_.send({msg::stage, m.dump(), std::move(payload), -1});  // the rank may be gone: the work goes on
+}
+
+void session::wrote_persistent(const format::shard_header& h) {
+  std::lock_guard lk(mu_);
+  uncommitted_[{h.name, h.version}] = h;
+}
+
+void session::commit_leftovers() {
+  std::lock_guard lk(mu_);
+  for (const auto& [key, h] : uncommitted_) {
+    auto done = format::commit_if_complete(storage::storage_env::posix(), cfg_.persistent, h, executable_, mode_);
+    const std::string what = "'" + h.name + "' version " + std::to_string(h.version) + " of run '" + h.run + "'";
+    if (!done) log("rank %s: committing %s failed", std::to_string(rank_), what + ": " + done.error().to_string());
+    else if (*done) log("committed %s%s after the application ended", what, "");
+  }
+  uncommitted_.clear();
+}
+
+}  // namespace
+
+int run_server(const server_options& o) {
+  auto lfd = listen_on(o.socket);
+  if (!lfd) {
+    log("%s%s", lfd.error().to_string(), "");
+    return 1;
+  }
+  struct running {
+    std::thread t;
+    std::atomic<bool> done{false};
+  };
+  std::list<running> sessions;
+  int started = 0;
+  const double deadline = util::now_s() + o.connect_timeout;
+  for (;;) {
+    const bool all_done = std::all_of(sessions.begin(), sessions.end(), [](const running& r) { return r.done.load(); });
+    if (all_done && (started >= o.ranks || util::now_s() >= deadline)) break;
+    pollfd p{*lfd, POLLIN, 0};
+    if (started >= o.ranks) p.fd = -1;  // every rank came: only wait for the sessions to end
+    int n = poll(&p, 1, 200);
+    if (n > 0 && (p.revents & POLLIN)) {
+      int fd = accept4(*lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      ++started;
+      auto& r = sessions.emplace_back();
+      r.t = std::thread([fd, &r] {
+        session s(fd);
+        s.serve();
+        r.done = true;
+      });
+    }
+  }
+  close(*lfd);
+  for (auto& r : sessions) r.t.join();
+  return 0;
+}
+
+}  // namespace cairn::daemon

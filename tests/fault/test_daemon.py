@@ -1,0 +1,151 @@
+"""The node daemon (engine_host = daemon, docs/design/daemon.md) under real
+mpirun with emulated nodes (harness.NodeJob: each node an MPMD block of ranks
+with its own node id and node-local directory, so each node has a cairnd of
+its own).
+
+- The whole application SIGKILLed right after cairn_checkpoint returned, at
+  random versions: the daemons still take that version to the persistent
+  level and commit it, and a relaunch on replacement nodes (every node-local
+  directory wiped) restores it bit for bit.
+- The daemon SIGKILLed under a running job: the ranks carry on with engine
+  threads of their own, with a warning, and nothing is lost.
+- The daemons end with their job; a configuration the daemon cannot serve is
+  refused at init with a message.
+"""
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+import harness
+from harness import assert_same_state
+
+NODES, RPN = 2, 2
+STEPS, EVERY, NBYTES = 20, 2, 65536
+DAEMON = {"engine_host": "daemon"}
+
+
+def daemons(store: Path) -> list:
+    """PIDs of the cairnd processes serving a job whose persistent level is `store`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if not argv or not argv[0].endswith(b"cairnd"):
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = harness._proc_state(int(entry.name))
+        except (OSError, ValueError):
+            continue
+        if f"CAIRN_PERSISTENT={store}".encode() in env and "Z" not in state:
+            out.append(int(entry.name))
+    return out
+
+
+def wait_for(what, cond, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def node_job(tmp_path):
+    count = [0]
+
+    def make(run="daemon"):
+        count[0] += 1
+        return harness.NodeJob(tmp_path / f"job{count[0]}", NODES, RPN, run=run)
+
+    return make
+
+
+def restore_and_compare(job, ref, version):
+    prefix = job.dumps / "restored"
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", prefix, **DAEMON).ok()
+    assert res.restarted_from == version, res.describe()
+    assert_same_state(ref.dump(version), job.read_dump(prefix), f"state restored from version {version}")
+    assert res.final_hash == ref.final_hash, "final state differs from the uninterrupted run"
+    return res
+
+
+def test_application_killed_right_after_checkpoint(node_job, reference):
+    """10 times: every rank SIGKILLs itself right after cairn_checkpoint(V)
+    returned (V random). Nothing had reached the persistent level through the
+    application (it never waited), so the MANIFEST of V can only be the
+    daemons'. After the daemons end, the node-local directories are wiped
+    (replacement nodes) and the relaunch restores V bit for bit."""
+    ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    seed = int(os.environ.get("CAIRN_TEST_SEED", random.randrange(1 << 30)))
+    rng = random.Random(seed)
+    for attempt in range(10):
+        v = rng.randrange(EVERY, STEPS, EVERY)
+        job = node_job(run=f"killed{attempt}")
+        res = job.run(*ref.app_args(), "--steps", STEPS, "--die-after", v, **DAEMON)
+        what = f"seed {seed}, attempt {attempt}, killed after version {v}"
+        assert res.rc != 0 and f"final hash" not in res.stdout, f"{what}: the application was not killed\n" + res.describe()
+        wait_for(f"{what}: the daemons to end", lambda: not daemons(job.store))
+        assert v in job.committed(), f"{what}: committed {job.committed()}\n" + res.describe()
+        for node in range(NODES):
+            job.lose_node(node)
+        restore_and_compare(job, ref, v)
+        assert not daemons(job.store), f"{what}: a daemon outlived the relaunch"
+
+
+def test_daemon_killed_ranks_continue(node_job, reference):
+    """The daemons are SIGKILLed while the job is paused after version 6; the
+    ranks notice, warn, write every later version themselves, and the run
+    ends with the uninterrupted result; a relaunch restores the newest."""
+    ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = node_job()
+    flag = job.root / "go"
+    p = job.start(*ref.app_args(), "--steps", STEPS, "--wait-persistent", "--pause-after", 6, flag, **DAEMON)
+    job.wait_paused(p, flag)
+    pids = daemons(job.store)
+    assert len(pids) == NODES, f"expected one cairnd per node, found {pids}"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    flag.touch()
+    res = harness.finish_process(p).ok()
+    assert "node daemon cairnd" in res.stderr and "is gone" in res.stderr, res.describe()
+    assert res.final_hash == ref.final_hash
+    for v in ref.versions:
+        for r in range(job.nranks):
+            assert res.waits()[(r, v)][0] == 0, res.describe()
+    assert job.committed() == ref.versions
+    for node in range(NODES):
+        job.lose_node(node)
+    restore_and_compare(job, ref, STEPS)
+
+
+def test_daemons_end_with_their_job(node_job, reference):
+    """A run that ends normally: every version committed, the same result as
+    in-process engines, and no cairnd left once mpirun returned."""
+    ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = node_job()
+    p = job.start(*ref.app_args(), "--steps", STEPS, "--wait-persistent", **DAEMON)
+    wait_for("the daemons to start", lambda: len(daemons(job.store)) == NODES or p.poll() is not None)
+    res = harness.finish_process(p).ok()
+    assert res.final_hash == ref.final_hash
+    assert job.committed() == ref.versions
+    wait_for("the daemons to end", lambda: not daemons(job.store), timeout=15)
+
+
+@pytest.mark.parametrize("cfg,expected", [
+    ({"daemon_program": "/nonexistent/cairnd"}, "starting the node daemon '/nonexistent/cairnd'"),
+    ({"mode": "sync"}, "engine_host = daemon': mode = sync"),
+    ({"redundancy": "xor", "redundancy_set": 2}, "engine_host = daemon': redundancy"),
+])
+def test_unusable_configuration_is_refused(node_job, cfg, expected, reference):
+    ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = node_job()
+    res = job.run(*ref.app_args(), "--steps", 4, **DAEMON, **cfg)
+    assert res.rc != 0, res.describe()
+    assert expected in res.stdout + res.stderr, res.describe()
+    assert job.committed() == []
+    assert not daemons(job.store)
