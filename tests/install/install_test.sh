@@ -11,7 +11,7 @@ prefix=$tmp/prefix
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 for f in include/cairn.h include/cairn_mpi.h lib/libcairn.so lib/cmake/cairn/cairnConfig.cmake \
-         lib/pkgconfig/cairn.pc bin/cairn; do
+         lib/pkgconfig/cairn.pc bin/cairn bin/cairnd; do
   [ -e "$prefix/$f" ] || { echo "install_test: missing $f in the installed tree" >&2; exit 1; }
 done
 
@@ -22,6 +22,8 @@ export CAIRN_PERSISTENT=$tmp/store CAIRN_SCRATCH=$tmp/scratch
 export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 "$tmp/consumer/consumer"
 "$tmp/consumer/consumer_cpp"
+# engine_host = daemon finds the installed cairnd beside libcairn (<prefix>/bin).
+CAIRN_ENGINE_HOST=daemon CAIRN_RUN=daemon "$tmp/consumer/consumer"
 
 # pkg-config route, as a Makefile user would build. libcairn links MPI, so use mpicc.
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig

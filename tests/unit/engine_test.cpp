@@ -1,11 +1,15 @@
+#include <sys/socket.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <mutex>
 #include <thread>
 
 #include "cairn.h"
+#include "daemon/protocol.hpp"
 #include "engine/engine.hpp"
 #include "engine/recycler.hpp"
 #include "engine/staging.hpp"
@@ -356,6 +360,42 @@ TEST(staging, acquire_blocks_until_release_and_buffers_are_aligned) {
   pool.release(a);
   th.join();
   EXPECT_TRUE(got.load());
+}
+
+// A shared slot travels over the daemon's protocol (its memory file with a
+// slot frame) and the receiver maps the same pages.
+TEST(daemon_protocol, shared_slot_and_frames_cross_a_socket) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  daemon::channel a(sv[0]), b(sv[1]);
+  auto slot = aligned_buffer::allocate_shared(3 * 4096);
+  ASSERT_TRUE(slot.is_ok());
+  ASSERT_GE(slot->fd(), 0);
+  std::memset(slot->data(), 0x5a, slot->size());
+  std::string big(300000, 'x');  // larger than a socket buffer: sent and read in pieces
+  std::thread sender([&] {
+    EXPECT_TRUE(a.send({daemon::msg::job, "{\"id\":1}", big, -1}).is_ok());
+    EXPECT_TRUE(a.send({daemon::msg::slot, "{}", {}, slot->fd()}).is_ok());
+  });
+  auto f = b.recv();
+  ASSERT_TRUE(f.is_ok());
+  EXPECT_EQ(f->type, daemon::msg::job);
+  EXPECT_EQ(f->meta, "{\"id\":1}");
+  EXPECT_EQ(f->payload, big);
+  auto g = b.recv();
+  sender.join();
+  ASSERT_TRUE(g.is_ok());
+  ASSERT_EQ(g->type, daemon::msg::slot);
+  ASSERT_GE(g->fd, 0);
+  auto mapped = aligned_buffer::map_shared(g->fd, slot->size());
+  ASSERT_TRUE(mapped.is_ok());
+  EXPECT_EQ(std::to_integer<int>(mapped->data()[4097]), 0x5a);
+  mapped->data()[100] = std::byte{7};  // the same pages
+  EXPECT_EQ(std::to_integer<int>(slot->data()[100]), 7);
+  a.shutdown();
+  auto end = b.recv();
+  ASSERT_FALSE(end.is_ok());
+  EXPECT_EQ(end.error().code(), errc::not_found);
 }
 
 }  // namespace
