@@ -32,6 +32,7 @@
 #include "format/shard_io.hpp"
 #include "history/catalog.hpp"
 #include "history/metrics.hpp"
+#include "redundancy/sets.hpp"
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
 
@@ -312,7 +313,8 @@ class client_impl {
   status start_aggregation();
   // Node-loss redundancy (client_redundancy.cpp, docs/design/redundancy.md).
   // Collective: forms this rank's set, opens and introduces the data plane,
-  // adds the stage to the graph after stage `after`.
+  // adds the stage to the graph after stage `after` (stages null: keeps the
+  // set in redundancy_set_ for the node daemon instead).
   status start_redundancy(const engine::level_paths& paths, engine::stage_graph* stages, size_t after);
   bool redundancy_on() const { return cfg_.redundancy != "none"; }
   // engine_host = daemon (client_daemon.cpp, docs/design/daemon.md). Local:
@@ -358,6 +360,7 @@ class client_impl {
   std::shared_ptr<aggregate::data_plane> plane_;  // aggregate_strategy = leaders (libfabric builds)
   std::shared_ptr<redundancy::plane> redundancy_plane_;  // redundancy != none
   std::string redundancy_scheme_;                        // e.g. "xor(k=4, m=1)"
+  redundancy::set_info redundancy_set_;                  // engine_host = daemon: this rank's set
   std::map<std::string, int64_t> newest_protected_;      // per name: local retention keeps it and above
   int64_t kill_redundancy_version_ = -1;                 // test hook (fault_inject level=redundancy)
   int kill_redundancy_after_ = 0;

@@ -15,6 +15,7 @@
 #include "daemon/link.hpp"
 #include "util/clock.hpp"
 #include "util/hash.hpp"
+#include "util/hex.hpp"
 
 extern char** environ;
 
@@ -70,7 +71,6 @@ status client_impl::check_daemon_config() const {
   std::string why;
   if (cfg_.mode == engine_mode::sync) why = "mode = sync runs the stages in the application (use mode = thread)";
   else if (!cfg_.agents.empty()) why = "checkpoint agents are not run by the daemon yet (use engine_host = thread)";
-  else if (redundancy_on()) why = "redundancy is not run by the daemon yet (use engine_host = thread)";
   else if (aggregated()) why = "persistent_layout = aggregated is not run by the daemon yet (use file_per_process)";
   else if (!cfg_.reference_run.empty()) why = "the online comparison is not run by the daemon yet";
   if (why.empty()) return {};
@@ -108,11 +108,34 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   if (l) daemon_ = std::move(l).value();
   else st = l.take_status().with_context("engine_host = daemon");
   CAIRN_RETURN_IF_ERROR(agree(st));
+  // Redundancy: this rank's own plane and set (the rebuild at restart uses
+  // them), then the daemons' endpoints, over which the daemons encode.
+  nlohmann::json start = {{"redundancy", nullptr}};
+  if (redundancy_on()) {
+    CAIRN_RETURN_IF_ERROR(start_redundancy(paths, nullptr, 0));
+    std::vector<std::string> peers;
+    for (const auto& hex : comm::allgather_lines(*comm_, util::hex_encode(daemon_->plane_name()))) peers.push_back(hex);
+    const auto& set = redundancy_set_;
+    start["redundancy"] = {{"scheme", cfg_.redundancy}, {"k", set.geo.k},         {"m", set.geo.m},
+                           {"members", set.members},    {"nodes", set.nodes},     {"position", set.position},
+                           {"peers", peers}};
+  }
+  CAIRN_RETURN_IF_ERROR(agree(daemon_->start(start.dump())));
   pool_.set_shared(true);
   size_t image = stages->add(daemon::make_image_proxy(
       daemon_, engine::make_checksum_stage(),
       cfg_.hash_trees ? engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs) : nullptr));
-  if (cfg_.local_enabled) stages->add(daemon::make_level_proxy(daemon_, engine::make_local_stage(env_, paths)), {image});
+  size_t local = image;
+  if (cfg_.local_enabled)
+    local = stages->add(daemon::make_level_proxy(daemon_, engine::make_local_stage(env_, paths)), {image});
+  if (redundancy_on())
+    stages->add(daemon::make_level_proxy(
+                    daemon_, daemon::make_unreachable_stage(
+                                 "redundancy", CAIRN_LEVEL_PROTECTED,
+                                 "the node daemon is gone, and the other members of this rank's redundancy set encode "
+                                 "in theirs: this version is not protected (its node-local and persistent copies are "
+                                 "not affected)")),
+                {local});
   stages->add(daemon::make_level_proxy(daemon_, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io)), {image});
   return {};
 }

@@ -23,28 +23,12 @@
 
 namespace cairn {
 
-namespace {
-// Rank 0 gathers one line per rank and every rank gets all of them.
-std::vector<std::string> allgather_lines(comm::communicator& c, const std::string& mine) {
-  std::vector<std::string> all;
-  c.gather_strings(mine, &all);
-  std::string joined;
-  if (c.rank() == 0)
-    for (const auto& s : all) joined += s + "\n";
-  c.broadcast(&joined, 0);
-  std::vector<std::string> out;
-  std::istringstream in(joined);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-}  // namespace
-
 std::vector<int64_t> client_impl::redundancy_candidates(const std::string& name) {
   std::string mine;
   if (cfg_.local_enabled)
     for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name)) mine += std::to_string(v) + " ";
   std::set<int64_t> all;
-  for (const auto& line : allgather_lines(*comm_, mine)) {
+  for (const auto& line : comm::allgather_lines(*comm_, mine)) {
     std::istringstream in(line);
     for (int64_t v; in >> v;) all.insert(v);
   }
@@ -81,7 +65,7 @@ status client_impl::start_redundancy(const engine::level_paths& paths, engine::s
   CAIRN_RETURN_IF_ERROR(agree(st));
   redundancy_plane_ = std::move(p).value();
   // Every rank's node and endpoint, in rank order.
-  auto lines = allgather_lines(*comm_, node_ + "\t" + fabric::to_hex(redundancy_plane_->name()));
+  auto lines = comm::allgather_lines(*comm_, node_ + "\t" + fabric::to_hex(redundancy_plane_->name()));
   std::vector<std::string> nodes, names;
   for (const auto& l : lines) {
     const size_t tab = l.rfind('\t');
@@ -107,6 +91,12 @@ status client_impl::start_redundancy(const engine::level_paths& paths, engine::s
   mine.geo.m = kind == redundancy::scheme::rs ? static_cast<uint32_t>(cfg_.rs_parity) : 1;
   redundancy_scheme_ = mine.geo.describe();
   redundancy_plane_->set_peers(std::move(names));
+  // engine_host = daemon: the daemons encode (start_daemon hands them the
+  // set); this rank's plane serves the rebuild at restart.
+  if (!stages) {
+    redundancy_set_ = std::move(mine);
+    return {};
+  }
   stages->add(redundancy::make_stage(env_, paths, std::move(mine), redundancy_plane_,
                                      {kill_redundancy_version_, kill_redundancy_after_}),
               {after});
@@ -194,7 +184,7 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
 
   // 2. Everybody's, on every rank (application thread: MPI is allowed here).
   std::vector<json> all;
-  for (const auto& l : allgather_lines(*comm_, info.dump())) all.push_back(json::parse(l, nullptr, false));
+  for (const auto& l : comm::allgather_lines(*comm_, info.dump())) all.push_back(json::parse(l, nullptr, false));
 
   // 3. A lost rank decodes its own chunks from the survivors' blocks.
   status st;

@@ -48,6 +48,9 @@ class communicator {
 
 std::unique_ptr<communicator> make_serial();
 
+// Collective: every rank's line (no newline in it) on every rank, in rank order.
+std::vector<std::string> allgather_lines(communicator& c, const std::string& mine);
+
 }  // namespace cairn::comm
 
 #endif

@@ -1,5 +1,7 @@
 #include <unistd.h>
 
+#include <sstream>
+
 #include "comm/comm.hpp"
 #include "storage/storage_env.hpp"
 
@@ -9,6 +11,19 @@ std::string communicator::host() const {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
   return buf;
+}
+
+std::vector<std::string> allgather_lines(communicator& c, const std::string& mine) {
+  std::vector<std::string> all;
+  c.gather_strings(mine, &all);
+  std::string joined;
+  if (c.rank() == 0)
+    for (const auto& s : all) joined += s + "\n";
+  c.broadcast(&joined, 0);
+  std::vector<std::string> out;
+  std::istringstream in(joined);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
 }
 
 namespace {

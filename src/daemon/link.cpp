@@ -5,6 +5,7 @@
 
 #include "cairn.h"
 #include "format/shard.hpp"
+#include "util/hex.hpp"
 
 namespace cairn::daemon {
 
@@ -24,6 +25,10 @@ result<std::shared_ptr<link>> link::connect(const std::string& name, const std::
     return status(static_cast<errc>(meta.value("code", static_cast<int>(errc::internal))),
                   "node daemon: " + meta["error"].get<std::string>());
   l->pid_ = meta.value("pid", 0);
+  if (auto hex = meta.value("plane", std::string()); !hex.empty()) {
+    if (!util::hex_decode(hex, hex.size() / 2, &l->plane_name_))
+      return status(errc::corruption, "node daemon: unreadable endpoint name in its welcome");
+  }
   l->reader_ = std::thread([p = l.get()] { p->reader_main(); });
   return l;
 }
@@ -77,6 +82,10 @@ void link::reader_main() {
     }
     cv_.notify_all();
   }
+}
+
+status link::start(const std::string& meta) {
+  return ch_.send({msg::start, meta, {}, -1}).with_context("starting the node daemon's engine");
 }
 
 bool link::submit(engine::version_job& job) {
@@ -189,7 +198,7 @@ class level_proxy final : public engine::stage {
     CAIRN_RETURN_IF_ERROR(r.st);
     if (level() == CAIRN_LEVEL_LOCAL) {
       job.local_s = r.seconds;
-    } else {
+    } else if (level() == CAIRN_LEVEL_PERSISTENT) {
       job.persistent_s = r.seconds;
       job.persistent_at = r.at;
     }
@@ -201,7 +210,25 @@ class level_proxy final : public engine::stage {
   std::unique_ptr<engine::stage> inner_;
 };
 
+class unreachable_stage final : public engine::stage {
+ public:
+  unreachable_stage(const char* name, unsigned level, std::string why) : name_(name), level_(level), why_(std::move(why)) {}
+  const char* name() const override { return name_; }
+  unsigned level() const override { return level_; }
+  bool latches() const override { return false; }
+  status run(engine::version_job&) override { return {errc::cancelled, why_}; }
+
+ private:
+  const char* name_;
+  unsigned level_;
+  std::string why_;
+};
+
 }  // namespace
+
+std::unique_ptr<engine::stage> make_unreachable_stage(const char* name, unsigned level, std::string why) {
+  return std::make_unique<unreachable_stage>(name, level, std::move(why));
+}
 
 std::unique_ptr<engine::stage> make_image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum,
                                                 std::unique_ptr<engine::stage> hash) {

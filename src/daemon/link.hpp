@@ -44,6 +44,11 @@ class link {
 
   bool alive();
   int daemon_pid() const { return pid_; }
+  // The endpoint name of the session's redundancy plane (bytes; empty without redundancy).
+  const std::string& plane_name() const { return plane_name_; }
+  // Lets the session build its engine; `meta` is the start frame's JSON
+  // (the rank's redundancy set and every rank's daemon endpoint, or null).
+  status start(const std::string& meta);
   // Hands a captured job to the daemon (the slot's memory file with the
   // first job that uses it). Returns false when the daemon is gone: the
   // proxies then run the stages here.
@@ -68,6 +73,7 @@ class link {
   channel ch_;
   int rank_;
   int pid_ = 0;
+  std::string plane_name_;
   std::thread reader_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -86,6 +92,10 @@ class link {
 std::unique_ptr<engine::stage> make_image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum,
                                                 std::unique_ptr<engine::stage> hash);
 std::unique_ptr<engine::stage> make_level_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> inner);
+// The fallback of a level the rank cannot reach without the daemon (the
+// redundancy level: the other members of its set encode in their daemons):
+// fails, without latching, saying why.
+std::unique_ptr<engine::stage> make_unreachable_stage(const char* name, unsigned level, std::string why);
 
 }  // namespace cairn::daemon
 

@@ -25,8 +25,9 @@ enum class msg : uint8_t {
   job = 3,        // meta: id, slot, wanted, captured_at, capture_s; payload: the planned shard header
   committed = 4,  // meta: name, version: the application committed it (no commit needed on its death)
   bye = 5,        // the rank finalized: nothing more will come
+  start = 6,      // meta: redundancy (null, or the rank's set and every rank's daemon endpoint): build the engine
   // daemon -> rank
-  welcome = 16,   // meta: pid
+  welcome = 16,   // meta: pid, plane (hex endpoint name of the session's redundancy plane, or "")
   stage = 17,     // meta: id, stage (image|local|persistent), code, message, seconds; payload: hash trees (image)
 };
 

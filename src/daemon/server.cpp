@@ -25,6 +25,10 @@
 #include "util/clock.hpp"
 #include "util/config.hpp"
 #include "util/cpu.hpp"
+#include "util/hex.hpp"
+#ifdef CAIRN_HAVE_FABRIC
+#include "redundancy/stage.hpp"
+#endif
 
 namespace cairn::daemon {
 namespace {
@@ -77,6 +81,8 @@ class session {
   };
 
   status hello(const frame& f);
+  // Builds the engine (the start frame: the redundancy set, if any).
+  status start(const frame& f);
   status take_slot(frame& f);
   status take_job(const frame& f);
   void report(const job& j, const std::string& stage, const status& st);
@@ -89,6 +95,9 @@ class session {
   std::string executable_, mode_;
   std::unique_ptr<storage::storage_env> rate_env_;
   std::unique_ptr<engine::engine> engine_;
+#ifdef CAIRN_HAVE_FABRIC
+  std::shared_ptr<redundancy::plane> plane_;  // redundancy != none: this session's endpoint
+#endif
   std::map<uint64_t, std::unique_ptr<util::aligned_buffer>> slots_;
   std::mutex mu_;
   // Versions written to the persistent level and not yet committed by the
@@ -104,6 +113,7 @@ void session::serve() {
     status st;
     switch (f->type) {
       case msg::hello: st = hello(*f); break;
+      case msg::start: st = start(*f); break;
       case msg::slot: st = take_slot(*f); break;
       case msg::job: st = take_job(*f); break;
       case msg::committed: {
@@ -131,26 +141,45 @@ void session::serve() {
 }
 
 status session::hello(const frame& f) {
-  auto m = json::parse(f.meta, nullptr, false);
-  status st;
-  if (m.is_discarded() || !m.contains("config")) st = status(errc::corruption, "unreadable hello");
-  if (st) {
-    rank_ = m.value("rank", -1);
-    executable_ = m.value("executable", std::string());
-    auto values = m["config"].get<std::map<std::string, std::string>>();
-    auto c = config::from_values(values);
-    if (c) cfg_ = std::move(c).value();
-    else st = c.take_status().with_context("the rank's configuration");
-  }
   json w = {{"pid", static_cast<int>(getpid())}};
-  if (!st) {
-    w["error"] = st.message();
-    w["code"] = static_cast<int>(st.code());
+  // A refused hello is answered (the rank reports why) and ends the session.
+  auto refuse = [&](status why) {
+    w["error"] = why.message();
+    w["code"] = static_cast<int>(why.code());
     rank_ = -1;
     (void)ch_.send({msg::welcome, w.dump(), {}, -1});
-    return st;
-  }
+    return why;
+  };
+  auto m = json::parse(f.meta, nullptr, false);
+  if (m.is_discarded() || !m.contains("config")) return refuse({errc::corruption, "unreadable hello"});
+  rank_ = m.value("rank", -1);
+  executable_ = m.value("executable", std::string());
+  auto c = config::from_values(m["config"].get<std::map<std::string, std::string>>());
+  if (!c) return refuse(c.take_status().with_context("the rank's configuration"));
+  cfg_ = std::move(c).value();
   mode_ = cfg_.mode == engine_mode::sync ? "sync" : "thread";
+  if (cfg_.redundancy != "none") {
+#ifdef CAIRN_HAVE_FABRIC
+    // The set's members encode over the daemons' endpoints: the rank
+    // gathers every session's name and sends it back with its set (start).
+    redundancy::plane_options o;
+    o.provider = cfg_.agents_provider;
+    o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
+    auto p = redundancy::plane::create(o);
+    if (!p) return refuse(p.take_status().with_context("the redundancy data plane"));
+    plane_ = std::move(p).value();
+    w["plane"] = util::hex_encode(plane_->name());
+#else
+    return refuse({errc::not_supported, "redundancy needs the libfabric data plane, which this cairnd lacks"});
+#endif
+  }
+  return ch_.send({msg::welcome, w.dump(), {}, -1});
+}
+
+status session::start(const frame& f) {
+  if (rank_ < 0 || engine_) return {errc::invalid_argument, "start without hello, or twice"};
+  auto m = json::parse(f.meta, nullptr, false);
+  if (m.is_discarded()) return {errc::corruption, "unreadable start"};
   storage::storage_env* env = storage::storage_env::posix();
   storage::storage_env* flush_env = env;
   if (cfg_.io_rate_limit > 0) {
@@ -158,21 +187,50 @@ status session::hello(const frame& f) {
     flush_env = rate_env_.get();
   }
   // The same graph as a rank's own engine: the image first (checksums, then
-  // hash trees), then the levels side by side. The image's report comes from
-  // its last stage (or from a failing one: the version is then abandoned).
+  // hash trees), then the levels side by side, redundancy after the local
+  // level. The image's report comes from its last stage (or from a failing
+  // one: the version is then abandoned).
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
   engine::stage_graph g;
   size_t image = g.add(std::make_unique<reporting>(this, engine::make_checksum_stage(), "image", cfg_.hash_trees));
   if (cfg_.hash_trees)
     image = g.add(std::make_unique<reporting>(this, engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs), "image", false));
+  size_t local = image;
   if (cfg_.local_enabled)
-    g.add(std::make_unique<reporting>(this, engine::make_local_stage(env, paths), "local", false), {image});
+    local = g.add(std::make_unique<reporting>(this, engine::make_local_stage(env, paths), "local", false), {image});
+  if (m.contains("redundancy") && !m["redundancy"].is_null()) {
+#ifdef CAIRN_HAVE_FABRIC
+    const auto& r = m["redundancy"];
+    if (!plane_) return {errc::invalid_argument, "a redundancy set for a session without a plane"};
+    redundancy::set_info set;
+    auto kind = redundancy::parse_scheme(r.value("scheme", std::string()));
+    if (!kind) return kind.take_status();
+    set.geo.kind = *kind;
+    set.geo.k = r.value("k", 0u);
+    set.geo.m = r.value("m", 0u);
+    set.members = r.value("members", std::vector<uint32_t>());
+    set.nodes = r.value("nodes", std::vector<std::string>());
+    set.position = r.value("position", 0u);
+    std::vector<std::string> peers;
+    for (const auto& hex : r.value("peers", std::vector<std::string>())) {
+      std::string name;
+      if (!util::hex_decode(hex, hex.size() / 2, &name)) return {errc::corruption, "unreadable peer endpoint"};
+      peers.push_back(std::move(name));
+    }
+    plane_->set_peers(std::move(peers));
+    g.add(std::make_unique<reporting>(this, redundancy::make_stage(env, paths, std::move(set), plane_, {}), "redundancy",
+                                      false),
+          {local});
+#else
+    return {errc::not_supported, "redundancy needs the libfabric data plane, which this cairnd lacks"};
+#endif
+  }
   g.add(std::make_unique<reporting>(this, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), "persistent",
                                     false),
         {image});
   util::thread_setup setup{{}, cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(engine_mode::thread, cfg_.io_threads, setup, std::move(g));
-  return ch_.send({msg::welcome, w.dump(), {}, -1});
+  return {};
 }
 
 status session::take_slot(frame& f) {
@@ -188,7 +246,7 @@ status session::take_slot(frame& f) {
 }
 
 status session::take_job(const frame& f) {
-  if (!engine_) return {errc::invalid_argument, "a job before hello"};
+  if (!engine_) return {errc::invalid_argument, "a job before start"};
   auto m = json::parse(f.meta, nullptr, false);
   if (m.is_discarded()) return {errc::corruption, "unreadable job"};
   auto j = std::make_shared<job>();

@@ -41,6 +41,14 @@ struct geometry {
   std::string describe() const;  // e.g. "rs(k=4, m=2)"
 };
 
+// This rank's set, as formed at init.
+struct set_info {
+  geometry geo;
+  std::vector<uint32_t> members;  // ranks, set order
+  std::vector<std::string> nodes;  // per member
+  uint32_t position = 0;           // this rank's
+};
+
 // Sets of ranks (each in set order) from every rank's node name. Ranks are
 // taken round-robin over nodes and cut into ceil(N / set_size) balanced sets,
 // set_size clamped to the number of nodes. invalid_argument, naming the

@@ -65,14 +65,6 @@ class plane {
   std::map<std::tuple<std::string, int64_t, uint32_t>, agents::data_message> ready_, held_;
 };
 
-// This rank's set, as formed at init.
-struct set_info {
-  geometry geo;
-  std::vector<uint32_t> members;  // ranks, set order
-  std::vector<std::string> nodes;  // per member
-  uint32_t position = 0;           // this rank's
-};
-
 // Test hook (fault_inject level=redundancy): SIGKILL this rank in the
 // middle of encoding `version`, after `after` windows.
 struct stage_kill {

@@ -139,7 +139,7 @@ def test_daemons_end_with_their_job(node_job, reference):
 @pytest.mark.parametrize("cfg,expected", [
     ({"daemon_program": "/nonexistent/cairnd"}, "starting the node daemon '/nonexistent/cairnd'"),
     ({"mode": "sync"}, "engine_host = daemon': mode = sync"),
-    ({"redundancy": "xor", "redundancy_set": 2}, "engine_host = daemon': redundancy"),
+    ({"agents": "127.0.0.1:1"}, "engine_host = daemon': checkpoint agents"),
 ])
 def test_unusable_configuration_is_refused(node_job, cfg, expected, reference):
     ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
@@ -149,3 +149,31 @@ def test_unusable_configuration_is_refused(node_job, cfg, expected, reference):
     assert expected in res.stdout + res.stderr, res.describe()
     assert job.committed() == []
     assert not daemons(job.store)
+
+
+@pytest.mark.parametrize("scheme", ["xor", "rs"])
+def test_redundancy_encoded_by_the_daemons(tmp_path, reference, scheme):
+    """Redundancy (L2) through the daemons, the persistent level off: the
+    application dies right after cairn_checkpoint(V) returned; the daemons
+    still encode V across the nodes. Then one node is lost (rs: two) and the
+    relaunch rebuilds its shards from the survivors' parity, bit for bit."""
+    nodes = 4
+    ref = reference(nodes, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = harness.NodeJob(tmp_path / "job", nodes, 1, run="l2")
+    cfg = {**DAEMON, "redundancy": scheme, "redundancy_set": nodes, "rs_parity": 2,
+           "persistent_interval": 1000000}
+    v = random.Random().randrange(EVERY * 2, STEPS, EVERY)
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--die-after", v, **cfg)
+    assert res.rc != 0 and "final hash" not in res.stdout, res.describe()
+    wait_for("the daemons to end", lambda: not daemons(job.store))
+    for r in range(nodes):
+        assert (job.local_dir(r, v) / f"redundancy.{r:06d}").is_file(), f"no parity of version {v} on node {r}"
+    assert job.committed() == []
+    lost = [1] if scheme == "xor" else [1, 2]
+    for node in lost:
+        job.lose_node(node)
+    prefix = job.dumps / "restored"
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", prefix, **cfg).ok()
+    assert res.restarted_from == v, res.describe()
+    assert_same_state(ref.dump(v), job.read_dump(prefix), f"state rebuilt from version {v}'s parity")
+    assert res.final_hash == ref.final_hash
