@@ -1261,6 +1261,13 @@ void client_impl::on_durable(version_record& rec) {
     m.shards.push_back(std::move(e));
   }
   if (job.plan) describe_container(*job.plan, &m);
+  // The scheme this version was encoded with, whether or not its sets are
+  // complete yet (the levels are agreed independently); the time only when
+  // it is known now: the manifest is never rewritten.
+  if (rec.wanted & CAIRN_LEVEL_PROTECTED && redundancy_on()) {
+    m.redundancy = redundancy_record_;
+    if (rec.global_done & CAIRN_LEVEL_PROTECTED) m.redundancy->protected_at = rec.protected_at;
+  }
   auto state = rec.manifest_state;
   auto err = rec.manifest_error;
   double local_at = rec.local_done_at;
@@ -1303,6 +1310,8 @@ void client_impl::on_level_complete(version_record& rec, unsigned level) {
     // The agents keep their own versions; redundancy's live beside the
     // node-local shards, which retention may now remove below this one.
     if (redundancy_on()) {
+      rec.protected_at = util::wall_s();
+      record_protected(rec);
       auto [it, fresh] = newest_protected_.emplace(rec.name, rec.version);
       if (!fresh) it->second = std::max(it->second, rec.version);
       schedule_retention(rec.name, CAIRN_LEVEL_LOCAL);
@@ -1315,6 +1324,20 @@ void client_impl::on_level_complete(version_record& rec, unsigned level) {
   list.push_back(rec.version);
   std::sort(list.begin(), list.end());
   schedule_retention(rec.name, level);
+}
+
+void client_impl::record_protected(const version_record& rec) {
+  if (rank() != 0) return;
+  const double at = rec.protected_at, took = std::max(0.0, at - rec.job->captured_at);
+  engine_->submit_task(
+      [this, run = cfg_.run, name = rec.name, version = rec.version, at, took]() -> status {
+        std::lock_guard lk(catalog_mu_);
+        if (!catalog_) return {};
+        if (status cs = catalog_->record_level(run, name, version, CAIRN_LEVEL_PROTECTED, at, took); !cs)
+          std::fprintf(stderr, "cairn: warning: catalog not updated (%s)\n", cs.to_string().c_str());
+        return {};
+      },
+      engine::task_priority::low);
 }
 
 void client_impl::schedule_retention(const std::string& name, unsigned level) {

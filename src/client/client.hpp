@@ -83,6 +83,7 @@ struct version_record {
   bool agents_committed = false;  // agents mode: this rank saw the MANIFEST (it stays)
   std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
   double local_done_at = 0;
+  double protected_at = 0;  // when CAIRN_LEVEL_PROTECTED was agreed (redundancy)
   // Rank 0: result of the manifest commit task (0 running, 1 ok, -1 failed).
   std::shared_ptr<std::atomic<int>> manifest_state;
   std::shared_ptr<status> manifest_error;
@@ -204,6 +205,9 @@ class client_impl {
   // code and message. Collective.
   void agree_level_failure(version_record& rec, unsigned level);
   void on_level_complete(version_record& rec, unsigned level);
+  // Rank 0: the catalog's runtime event of a version's redundancy sets
+  // completing (the manifest has it only when it came before the commit).
+  void record_protected(const version_record& rec);
   void schedule_retention(const std::string& name, unsigned level);
   // Rank 0, engine task: deletes the persistent versions of `name` below `threshold`.
   status remove_persistent_below(const std::string& name, int64_t threshold);
@@ -361,6 +365,7 @@ class client_impl {
   std::shared_ptr<redundancy::plane> redundancy_plane_;  // redundancy != none
   std::string redundancy_scheme_;                        // e.g. "xor(k=4, m=1)"
   redundancy::set_info redundancy_set_;                  // engine_host = daemon: this rank's set
+  format::redundancy_info redundancy_record_;            // what protected versions' manifests record
   std::map<std::string, int64_t> newest_protected_;      // per name: local retention keeps it and above
   int64_t kill_redundancy_version_ = -1;                 // test hook (fault_inject level=redundancy)
   int kill_redundancy_after_ = 0;

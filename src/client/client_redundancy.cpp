@@ -89,7 +89,22 @@ status client_impl::start_redundancy(const engine::level_paths& paths, engine::s
   mine.geo.kind = kind;
   mine.geo.k = static_cast<uint32_t>(mine.members.size());
   mine.geo.m = kind == redundancy::scheme::rs ? static_cast<uint32_t>(cfg_.rs_parity) : 1;
-  redundancy_scheme_ = mine.geo.describe();
+  // Sets are balanced, so their sizes differ by one at most: the record
+  // names the largest and lists every set.
+  redundancy::geometry widest = mine.geo;
+  size_t smallest = mine.members.size();
+  for (const auto& s : sets) {
+    widest.k = std::max(widest.k, static_cast<uint32_t>(s.size()));
+    smallest = std::min(smallest, s.size());
+  }
+  redundancy_scheme_ = widest.describe();
+  if (smallest < widest.k)
+    redundancy_scheme_ += " (sets of " + std::to_string(smallest) + ".." + std::to_string(widest.k) + " ranks)";
+  redundancy_record_.scheme = redundancy::scheme_name(kind);
+  redundancy_record_.description = redundancy_scheme_;
+  redundancy_record_.k = widest.k;
+  redundancy_record_.m = mine.geo.m;
+  redundancy_record_.sets = sets;
   redundancy_plane_->set_peers(std::move(names));
   // engine_host = daemon: the daemons encode (start_daemon hands them the
   // set); this rank's plane serves the rebuild at restart.

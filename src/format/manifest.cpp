@@ -58,6 +58,15 @@ std::string encode_manifest(const manifest& m) {
     if (m.aggregated) shards.back()["extents"] = extents;
   }
   j["shards"] = shards;
+  if (m.redundancy) {
+    const redundancy_info& r = *m.redundancy;
+    j["redundancy"] = {{"scheme", r.scheme},
+                       {"description", r.description},
+                       {"k", r.k},
+                       {"m", r.m},
+                       {"sets", r.sets},
+                       {"protected_at", r.protected_at > 0 ? json(r.protected_at) : json(nullptr)}};
+  }
   return seal_json(j.dump(1) + "\n");
 }
 
@@ -104,6 +113,18 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
     m.committed_at = j.at("committed_at");
     m.executable = j.value("executable", "");
     m.mode = j.value("mode", "");
+    // Optional (absent before it was recorded, and in unprotected versions).
+    if (j.contains("redundancy") && !j["redundancy"].is_null()) {
+      const json& r = j["redundancy"];
+      redundancy_info ri;
+      ri.scheme = r.at("scheme");
+      ri.description = r.value("description", "");
+      ri.k = r.at("k");
+      ri.m = r.at("m");
+      ri.sets = r.value("sets", std::vector<std::vector<uint32_t>>{});
+      if (r.contains("protected_at") && !r["protected_at"].is_null()) ri.protected_at = r["protected_at"];
+      m.redundancy = std::move(ri);
+    }
     for (auto& s : j.at("shards")) {
       shard_entry e;
       e.rank = s.at("rank");

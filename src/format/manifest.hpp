@@ -5,6 +5,7 @@
 #define CAIRN_FORMAT_MANIFEST_HPP
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,18 @@ struct shard_entry {
   std::vector<image_extent> extents;  // aggregated layout: where the image is, in src order
 };
 
+// Which node-loss redundancy scheme (docs/design/redundancy.md) the version
+// was encoded with: the configuration of the job that wrote it, recorded
+// whether or not its sets had completed when the manifest was committed.
+struct redundancy_info {
+  std::string scheme;       // "partner", "xor" or "rs"
+  std::string description;  // e.g. "xor(k=4, m=1)", as the runtime prints it
+  uint32_t k = 0;           // members of the largest set
+  uint32_t m = 0;           // parity blocks per stripe (partner, xor: 1)
+  std::vector<std::vector<uint32_t>> sets;  // the ranks of each set, in set order
+  double protected_at = 0;  // when every set was complete; 0: not yet known at commit
+};
+
 struct manifest {
   std::string run;
   std::string name;
@@ -80,6 +93,7 @@ struct manifest {
   std::vector<shard_entry> shards;  // one per rank, in rank order
   bool aggregated = false;          // layout: shards in data files (container) or a file per rank
   container_info container;         // aggregated only
+  std::optional<redundancy_info> redundancy;  // absent: not protected (or written before it was recorded)
 };
 
 std::string encode_manifest(const manifest& m);

@@ -48,6 +48,11 @@ CREATE TABLE checkpoints(
   committed_at  REAL NOT NULL,
   mode          TEXT NOT NULL,
   executable    TEXT NOT NULL,
+  redundancy         TEXT,
+  redundancy_scheme  TEXT,
+  redundancy_k       INTEGER,
+  redundancy_m       INTEGER,
+  redundancy_sets    TEXT,
   PRIMARY KEY(run, name, version)
 );
 CREATE TABLE shards(
@@ -496,13 +501,31 @@ status catalog_impl::write_version(const version_data& v) {
     bytes += e.size;
     max_persistent_s = std::max(max_persistent_s, e.persistent_s);
   }
+  std::optional<std::string> red, red_scheme, red_sets;
+  std::optional<uint32_t> red_k, red_m;
+  if (m.redundancy) {
+    red = m.redundancy->description;
+    red_scheme = m.redundancy->scheme;
+    red_k = m.redundancy->k;
+    red_m = m.redundancy->m;
+    red_sets = nlohmann::json(m.redundancy->sets).dump();
+  }
   CAIRN_RETURN_IF_ERROR(
-      run_sql("INSERT INTO checkpoints(run, name, version, nranks, bytes, committed_at, mode, executable)"
-              " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-              m.run, m.name, m.version, m.nranks, bytes, m.committed_at, m.mode, m.executable));
+      run_sql("INSERT INTO checkpoints(run, name, version, nranks, bytes, committed_at, mode, executable,"
+              " redundancy, redundancy_scheme, redundancy_k, redundancy_m, redundancy_sets)"
+              " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+              m.run, m.name, m.version, m.nranks, bytes, m.committed_at, m.mode, m.executable, red, red_scheme,
+              red_k, red_m, red_sets));
   const std::string insert_event =
       "INSERT INTO events(run, name, version, level, rank, at, duration_s, source)"
       " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, 'manifest')";
+  // Every set complete before the commit: the manifest knows when.
+  if (m.redundancy && m.redundancy->protected_at > 0) {
+    double first = m.redundancy->protected_at;
+    for (const auto& e : m.shards) first = std::min(first, e.captured_at);
+    CAIRN_RETURN_IF_ERROR(run_sql(insert_event, m.run, m.name, m.version, CAIRN_LEVEL_PROTECTED, nullptr,
+                                  m.redundancy->protected_at, m.redundancy->protected_at - first));
+  }
   for (size_t i = 0; i < m.shards.size(); ++i) {
     const format::shard_entry& e = m.shards[i];
     CAIRN_RETURN_IF_ERROR(
@@ -679,8 +702,9 @@ result<std::vector<run_row>> catalog_impl::list_runs() {
 
 result<std::vector<version_row>> catalog_impl::list_versions(const std::string& run, const std::string& name) {
   CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT run, name, version, nranks, bytes, committed_at, mode, executable"
-                               " FROM checkpoints WHERE (?1 = '' OR run = ?1) AND (?2 = '' OR name = ?2)"
+                         query("SELECT run, name, version, nranks, bytes, committed_at, mode, executable,"
+                               " ifnull(redundancy, ''), ifnull(redundancy_scheme, ''), ifnull(redundancy_k, 0),"
+                               " ifnull(redundancy_m, 0) FROM checkpoints WHERE (?1 = '' OR run = ?1) AND (?2 = '' OR name = ?2)"
                                " ORDER BY run, name, version",
                                run, name));
   reset_on_exit guard(st);
@@ -689,7 +713,8 @@ result<std::vector<version_row>> catalog_impl::list_versions(const std::string& 
     CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
     if (!row) break;
     out.push_back({st->text(0), st->text(1), st->i64(2), static_cast<uint32_t>(st->i64(3)),
-                   static_cast<uint64_t>(st->i64(4)), st->f64(5), st->text(6), st->text(7)});
+                   static_cast<uint64_t>(st->i64(4)), st->f64(5), st->text(6), st->text(7), st->text(8),
+                   st->text(9), static_cast<uint32_t>(st->i64(10)), static_cast<uint32_t>(st->i64(11))});
   }
   return out;
 }

@@ -25,7 +25,7 @@
 namespace cairn::history {
 
 // Version of the catalog schema, kept in `PRAGMA user_version`.
-inline constexpr int kCatalogSchemaVersion = 3;
+inline constexpr int kCatalogSchemaVersion = 4;
 
 // Rows as the query methods return them (see docs/format/catalog.md for the
 // meaning of each column). Checksums are 16 lower-case hex digits.
@@ -46,6 +46,12 @@ struct version_row {
   double committed_at = 0;
   std::string mode;
   std::string executable;
+  // Node-loss redundancy the version was encoded with (manifest `redundancy`);
+  // empty scheme: none recorded.
+  std::string redundancy;         // e.g. "xor(k=4, m=1)"
+  std::string redundancy_scheme;  // partner, xor, rs
+  uint32_t redundancy_k = 0;      // members of the largest set
+  uint32_t redundancy_m = 0;      // parity blocks per stripe
 };
 
 struct shard_row {

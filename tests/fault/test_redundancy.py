@@ -202,3 +202,114 @@ def test_set_cannot_be_formed(scheme, extra, expect, make_job):
     res = job.run("--steps", 2, **cfg(scheme, **extra))
     assert res.rc != 0, res.describe()
     assert expect in res.stdout + res.stderr, res.describe()
+
+
+# ---- what the store records, and `cairn verify` of the parity ----------------
+
+def cli(*args):
+    if harness.cli_path() is None:
+        pytest.skip("the cairn CLI (target cairn_cli) is not built or CAIRN_TEST_CLI is unset")
+    return harness.run_cli(*map(str, args))
+
+
+def catalog_rows(store: Path, sql: str):
+    import sqlite3
+    db = sqlite3.connect(str(store / "catalog.sqlite"))
+    try:
+        return db.execute(sql).fetchall()
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("scheme,description,m", [("xor", "xor(k=4, m=1)", 1), ("rs", "rs(k=4, m=2)", 2)])
+def test_manifest_and_catalog_record_the_scheme(scheme, description, m, tmp_path):
+    """Version 4 is committed (persistent_interval = 2) and protected: its
+    MANIFEST names the scheme, k, m and the set; `cairn show`/`ls --json`
+    print it; the catalog has it, and `cairn reindex` restores it from the
+    MANIFEST alone."""
+    import json
+    job = NodeJob(tmp_path / "job", 4, 1)
+    first_run(job, scheme, persistent_interval=2)
+    assert job.committed() == [4]
+    text = job.manifest(4).read_text()
+    body = json.loads(text[:text.rindex("xxh3 ")])
+    red = body["redundancy"]
+    assert (red["scheme"], red["description"], red["k"], red["m"]) == (scheme, description, 4, m), red
+    assert red["sets"] == [[0, 1, 2, 3]], red  # one set, round robin over the 4 nodes
+    # The ordered pipeline: a rank's persistent stage runs after its redundancy
+    # stage, which ends when its whole set is complete, so the time is known.
+    captured = min(s["captured_at"] for s in body["shards"])
+    assert red["protected_at"] is not None and captured <= red["protected_at"] <= body["committed_at"], red
+
+    show = cli("show", job.store, "ckpt", 4).ok()
+    assert f"redundancy:  {description}, sets complete " in show.stdout, show.describe()
+    shown = json.loads(cli("show", job.store, "ckpt", 4, "--json").ok().stdout)
+    assert shown["redundancy"]["description"] == description
+    listed = json.loads(cli("ls", job.store, "--json").ok().stdout)
+    v4 = [v for v in listed["versions"] if v["version"] == 4]
+    assert v4 and (v4[0]["redundancy"]["scheme"], v4[0]["redundancy"]["k"], v4[0]["redundancy"]["m"]) == \
+        (scheme, 4, m), v4
+
+    query = "SELECT redundancy, redundancy_scheme, redundancy_k, redundancy_m FROM checkpoints WHERE version = 4"
+    expect = [(description, scheme, 4, m)]
+    assert catalog_rows(job.store, query) == expect  # indexed by the job itself
+    for f in job.store.glob("catalog.sqlite*"):
+        f.unlink()
+    cli("reindex", job.store).ok()
+    assert catalog_rows(job.store, query) == expect
+    assert catalog_rows(job.store, "SELECT version, source FROM events WHERE level = 4 AND rank IS NULL") == \
+        [(4, "manifest")]
+
+
+def scratch_args(job):
+    return [a for i in range(job.nodes) for a in ("--scratch", job.node_dir(i))]
+
+
+@pytest.mark.parametrize("scheme,blocks", [("xor", 1), ("rs", 2)])
+def test_verify_reencodes_parity_and_names_a_damaged_block(scheme, blocks, tmp_path):
+    """`cairn verify --scratch` over the 4 nodes' directories: the parity files
+    of versions 4 and 6 (keep_local = 2) re-encoded from the shards, no
+    problem; one byte flipped in a parity block of rank 2, version 6: exit 1,
+    naming that file and block, in text and JSON."""
+    import json
+    job = NodeJob(tmp_path / "job", 4, 1)
+    first_run(job, scheme)
+    args = ["verify", job.store, *scratch_args(job)]
+    res = cli(*args)
+    assert res.rc == 0, res.describe()
+    assert f"8 parity files ({8 * blocks} blocks, {8 * blocks} re-encoded)" in res.stdout, res.describe()
+    assert res.stdout.rstrip().endswith(": no problems"), res.describe()
+
+    damaged = job.parity(2, 6)
+    data = bytearray(damaged.read_bytes())
+    data[4096 + 17] ^= 0x5A  # the first block, right after the 4 KiB header
+    damaged.write_bytes(bytes(data))
+    res = cli(*args)
+    assert res.rc == 1, res.describe()
+    assert f"{damaged}: parity block of stripe " in res.stdout, res.describe()
+    assert "checksum mismatch, and it differs from the parity re-encoded from the shards of ranks" in res.stdout
+    assert res.stdout.rstrip().endswith(": 1 problem"), res.describe()
+    j = json.loads(cli(*args, "--json").stdout)
+    assert j["ok"] is False and len(j["problems"]) == 1, j
+    p = j["problems"][0]
+    assert (p["file"], p["level"], p["version"]) == (str(damaged), "protected", 6), p
+    assert p["parity_block"]["offset"] == 4096, p  # the first block of the file
+    assert j["parity"]["files"] == 8 and j["parity"]["reencoded"] == 8 * blocks, j
+
+
+def test_verify_parity_without_a_lost_nodes_shards(tmp_path):
+    """rs(k=4, m=2), node 1 wiped: its shards and parity are gone (normal at
+    the local level: no problem). Of the 2 blocks in each of the 3 remaining
+    files of a version, those of stripes 2 and 3 need rank 1's data and are
+    checked against their checksums only; stripes 0 (node 0) and 1 (node 2)
+    are re-encoded: 2 of 6 per version."""
+    import json
+    job = NodeJob(tmp_path / "job", 4, 1)
+    first_run(job, "rs")
+    job.lose_node(1)
+    args = scratch_args(job)
+    res = cli("verify", job.store, *args[:2], *args[4:], "--json")
+    assert res.rc == 0, res.describe()
+    j = json.loads(res.stdout)
+    assert j["ok"] is True, j
+    assert (j["parity"]["files"], j["parity"]["blocks"], j["parity"]["reencoded"]) == (6, 12, 4), j

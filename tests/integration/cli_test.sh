@@ -111,6 +111,7 @@ json_eq '[(v["version"], v["state"], v["shards_present"], v["nranks"]) for v in 
 json_eq '[v["levels"] for v in j["versions"] if v["run"] == "alpha" and v["version"] == 3][0]' "['local', 'persistent']"
 json_eq '[v["bytes"] for v in j["versions"]][0]' 24576
 json_eq '[v["committed_at"] for v in j["versions"]][:2]' "[1700000100.0, None]"
+json_eq '[v["redundancy"] for v in j["versions"]][:2]' "[None, None]"  # not protected
 
 # ---- show -------------------------------------------------------------------------
 run_cmd 0 "$cairn" show "$store" particles 10 && expect_out \
@@ -175,6 +176,15 @@ run_cmd 0 "$cairn" verify "$store" --scratch "$scratch" && contains "$tmp/out" "
   pass "verify --scratch"
 run_cmd 0 "$cairn" verify "$store" --json && is_json && json_eq 'j["ok"], j["problems"]' "(True, [])" &&
   pass "verify --json"
+# One --scratch per node: an empty second node adds nothing, and no parity files.
+mkdir -p "$tmp/scratch2/runs"
+run_cmd 0 "$cairn" verify "$store" --scratch "$scratch" --scratch "$tmp/scratch2" &&
+  contains "$tmp/out" "13 shards (9 persistent, 4 local)" && ! grep -q "parity" "$tmp/out" &&
+  pass "verify with two --scratch directories"
+run_cmd 0 "$cairn" verify "$store" --scratch "$scratch" --json && is_json &&
+  json_eq 'sorted(j["parity"].items())' "[('blocks', 0), ('bytes', 0), ('files', 0), ('reencoded', 0)]" && pass "verify --json: no parity"
+run_cmd 2 "$cairn" verify "$store" --scratch "$scratch" --scratch "$tmp/nowhere2" &&
+  contains "$tmp/err" "$tmp/nowhere2" && pass "verify: a missing second scratch directory"
 
 damaged=$runs/alpha/heat/v000000000003/shard.000001
 printf '\xff' | dd of="$damaged" bs=1 seek=4100 conv=notrunc status=none

@@ -427,6 +427,75 @@ TEST(FormatManifest, RoundTrip) {
   EXPECT_EQ(format::encode_manifest(*d), text);
 }
 
+TEST(FormatManifest, RedundancyRoundTrip) {
+  format::manifest m = sample_manifest();
+  format::redundancy_info r;
+  r.scheme = "xor";
+  r.description = "xor(k=2, m=1)";
+  r.k = 2;
+  r.m = 1;
+  r.sets = {{0, 1}};
+  m.redundancy = r;
+  const std::string text = format::encode_manifest(m);
+  EXPECT_NE(text.find("\"scheme\": \"xor\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"protected_at\": null"), std::string::npos) << text;  // not known at commit
+  auto d = format::decode_manifest(text, "MANIFEST");
+  ASSERT_TRUE(d.is_ok()) << d.error().to_string();
+  ASSERT_TRUE(d->redundancy.has_value());
+  EXPECT_EQ(d->redundancy->scheme, "xor");
+  EXPECT_EQ(d->redundancy->description, "xor(k=2, m=1)");
+  EXPECT_EQ(d->redundancy->k, 2u);
+  EXPECT_EQ(d->redundancy->m, 1u);
+  EXPECT_EQ(d->redundancy->sets, (std::vector<std::vector<uint32_t>>{{0, 1}}));
+  EXPECT_EQ(d->redundancy->protected_at, 0.0);
+  EXPECT_EQ(format::encode_manifest(*d), text);
+
+  m.redundancy->protected_at = 1700000122.5;
+  d = format::decode_manifest(format::encode_manifest(m), "MANIFEST");
+  ASSERT_TRUE(d.is_ok()) << d.error().to_string();
+  EXPECT_EQ(d->redundancy->protected_at, 1700000122.5);
+
+  // Unprotected: no field at all, as before it was recorded.
+  EXPECT_EQ(format::encode_manifest(sample_manifest()).find("redundancy"), std::string::npos);
+}
+
+// A format 1 manifest as an earlier release wrote it (no redundancy, no
+// hash_s or tree): still read, with no redundancy recorded.
+TEST(FormatManifest, EarlierReleaseWithoutRedundancyIsRead) {
+  const std::string body = R"({
+ "committed_at": 1700000123.5,
+ "executable": "app",
+ "format": "cairn-manifest",
+ "format_version": 1,
+ "mode": "thread",
+ "name": "ckpt",
+ "nranks": 1,
+ "run": "run1",
+ "shards": [
+  {
+   "capture_s": 0.001,
+   "captured_at": 1700000120.0,
+   "checksum_s": 0.0005,
+   "file": "shard.000000",
+   "header_checksum": "00000000deadbeef",
+   "host": "node0",
+   "local_s": 0.25,
+   "persistent_at": 1700000122.75,
+   "persistent_s": 1.5,
+   "rank": 0,
+   "size": 16384
+  }
+ ],
+ "version": 7
+}
+)";
+  auto d = format::decode_manifest(sealed(body), "MANIFEST");
+  ASSERT_TRUE(d.is_ok()) << d.error().to_string();
+  EXPECT_EQ(d->version, 7);
+  EXPECT_EQ(d->shards[0].header_checksum, 0xdeadbeefULL);
+  EXPECT_FALSE(d->redundancy.has_value());
+}
+
 TEST(FormatManifest, FlippedBodyByteIsAChecksumMismatch) {
   std::string text = format::encode_manifest(sample_manifest());
   size_t at = text.find("node1");

@@ -245,6 +245,54 @@ TEST_F(CatalogTest, IndexVersionRecordsEverything) {
   EXPECT_EQ((*events)[4].at, m.shards[1].persistent_at);
 }
 
+// A protected version: the scheme from its manifest, and the protected
+// event when the manifest knew it; the same again after a rebuild.
+TEST_F(CatalogTest, RedundancyOfAVersionIsIndexedAndRebuilt) {
+  write(spec("run1", "heat", 4));
+  format::manifest m = write(spec("run1", "heat", 6));
+  const std::string mpath = format::manifest_path(root(), "run1", "heat", 6);
+  format::redundancy_info r;
+  r.scheme = "xor";
+  r.description = "xor(k=2, m=1)";
+  r.k = 2;
+  r.m = 1;
+  r.sets = {{0, 1}};
+  r.protected_at = m.committed_at - 1.0;
+  m.redundancy = r;
+  ASSERT_TRUE(env_->write_atomic(mpath, format::encode_manifest(m), false).is_ok());
+  auto c = open();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->index_version(env_, "run1", "heat", 4).is_ok());
+  ASSERT_TRUE(c->index_version(env_, "run1", "heat", 6).is_ok());
+  auto check = [&] {
+    auto versions = c->list_versions("run1", "heat");
+    ASSERT_TRUE(versions.is_ok()) << versions.error().to_string();
+    ASSERT_EQ(versions->size(), 2u);
+    EXPECT_EQ((*versions)[0].redundancy, "");  // version 4: none recorded
+    EXPECT_EQ((*versions)[0].redundancy_k, 0u);
+    EXPECT_EQ((*versions)[1].redundancy, "xor(k=2, m=1)");
+    EXPECT_EQ((*versions)[1].redundancy_scheme, "xor");
+    EXPECT_EQ((*versions)[1].redundancy_k, 2u);
+    EXPECT_EQ((*versions)[1].redundancy_m, 1u);
+    EXPECT_EQ(sql_rows(db_path(), "SELECT redundancy_sets FROM checkpoints WHERE version = 6"),
+              std::vector<std::string>{"[[0,1]]"});
+    EXPECT_EQ(sql_rows(db_path(), "SELECT version, at FROM events WHERE level = 4"),
+              std::vector<std::string>{"6|" + sql_rows(db_path(), "SELECT " + std::to_string(r.protected_at))[0]});
+  };
+  check();
+  auto before = dump();
+  // `cairn reindex`: from the manifests alone.
+  c.reset();
+  for (const char* suffix : {"", "-wal", "-shm"}) ASSERT_TRUE(env_->remove_file(db_path() + suffix).is_ok());
+  c = open();
+  ASSERT_NE(c, nullptr);
+  auto n = c->rebuild(env_);
+  ASSERT_TRUE(n.is_ok()) << n.error().to_string();
+  EXPECT_EQ(*n, 2);
+  check();
+  EXPECT_EQ(dump(), before);
+}
+
 TEST_F(CatalogTest, IndexingTwiceReplaces) {
   write(spec("r", "n", 1));
   auto c = open();

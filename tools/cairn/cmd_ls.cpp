@@ -127,6 +127,7 @@ int cmd_ls(const ls_options& o) {
                              {"bytes", bytes},
                              {"levels", levels},
                              {"committed_at", s.manifest ? nlohmann::json(committed_at) : nlohmann::json(nullptr)}};
+        jv["redundancy"] = redundancy_json(s.manifest ? s.manifest->redundancy : std::nullopt);
         if (s.state == version_state::invalid) jv["problem"] = s.manifest_error.message();
         jversions.push_back(std::move(jv));
       }

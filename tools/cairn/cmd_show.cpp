@@ -264,6 +264,7 @@ int cmd_show(const show_options& o) {
       j["committed_at"] = s.manifest->committed_at;
       j["executable"] = s.manifest->executable;
       j["mode"] = s.manifest->mode;
+      j["redundancy"] = redundancy_json(s.manifest->redundancy);
     }
     if (container) j["container"] = container_json(container->container, s.dir);
     if (s.state == version_state::invalid) j["problem"] = s.manifest_error.message();
@@ -279,6 +280,12 @@ int cmd_show(const show_options& o) {
       std::printf("committed:   %s\n", format_time(s.manifest->committed_at, true).c_str());
       std::printf("executable:  %s\n", s.manifest->executable.c_str());
       std::printf("mode:        %s\n", s.manifest->mode.c_str());
+      if (const auto& r = s.manifest->redundancy) {
+        // The time is known only when every set was complete before the commit.
+        std::printf("redundancy:  %s, %s\n", r->description.c_str(),
+                    r->protected_at > 0 ? ("sets complete " + format_time(r->protected_at, true)).c_str()
+                                        : "sets not yet complete when committed");
+      }
     }
     if (container) {
       print_container(container->container);

@@ -3,10 +3,16 @@
 // checks it against its own header and against the version's MANIFEST. A
 // rank's image in an aggregated version (docs/format/container.md) is checked
 // twice: every extent against its checksum in the MANIFEST, then every region
-// read through the image reader, as a shard file.
+// read through the image reader, as a shard file. With --scratch, the parity
+// files of node-loss redundancy (docs/format/redundancy.md) found there are
+// checked too: every block against its checksum, and re-encoded with the
+// redundancy codec from the members' node-local shards where they are all
+// present and intact.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <set>
 
 #include "commands.hpp"
 #include "format/container.hpp"
@@ -14,6 +20,8 @@
 #include "format/shard.hpp"
 #include "format/shard_io.hpp"
 #include "output.hpp"
+#include "redundancy/codec.hpp"
+#include "redundancy/parity_file.hpp"
 #include "store_scan.hpp"
 #include "util/hash.hpp"
 
@@ -32,6 +40,16 @@ struct problem {
   int64_t version = 0;
   std::string message;
   std::optional<format::extent_problem> extent;  // a damaged extent of an aggregated version
+  std::optional<redundancy::block> parity;        // a damaged block of a parity file
+};
+
+// A parity file (redundancy.<rank>) in a node-local version directory.
+struct parity_job {
+  std::string path;
+  std::string run;
+  std::string name;
+  int64_t version = 0;
+  uint32_t rank = 0;
 };
 
 struct shard_job {
@@ -60,34 +78,69 @@ class verifier {
 
   int run() {
     status st = check_store(o_.store);
-    if (st && !o_.scratch.empty()) st = check_directory(o_.scratch, "scratch directory");
+    for (const auto& dir : o_.scratch)
+      if (st) st = check_directory(dir, "scratch directory");
     if (!st) {
       print_error(st);
       return exit_code_for(st);
     }
-    auto runs = select_runs(o_.store, o_.scratch, o_.run);
+    auto runs = select_all_runs();
     if (!runs) {
       print_error(runs.error());
       return exit_code_for(runs.error());
     }
-    for (const auto& run : *runs)
-      for (const auto& name : checkpoint_names(o_.store, o_.scratch, run))
-        for (int64_t v : version_numbers(o_.store, o_.scratch, run, name)) plan_version(run, name, v);
+    for (const auto& run : *runs) {
+      std::set<std::string> names;
+      for (const auto& dir : scratch_dirs())
+        for (const auto& n : checkpoint_names(o_.store, dir, run)) names.insert(n);
+      for (const auto& name : names) {
+        std::set<int64_t> versions;
+        for (const auto& dir : scratch_dirs())
+          for (int64_t v : version_numbers(o_.store, dir, run, name)) versions.insert(v);
+        for (int64_t v : versions) plan_version(run, name, v);
+      }
+    }
 
     uint64_t total = 0;
     for (auto& j : jobs_) total += j.size;
+    for (auto& p : parity_jobs_) total += file_size_of(p.path);
     progress_ = std::make_unique<progress>(!o_.json, total);
     for (auto& j : jobs_) check_shard(j);
+    // After the shards: a parity block is re-encoded only from shards found intact.
+    for (const auto& p : problems_)
+      if (p.level == "local") damaged_.insert(p.file);
+    for (auto& p : parity_jobs_) check_parity(p);
     progress_->clear();
     report();
     return problems_.empty() ? kExitOk : kExitFailure;
   }
 
  private:
+  // The scratch directories, or one empty name (the persistent level only)
+  // for the helpers of store_scan.hpp that take one.
+  std::vector<std::string> scratch_dirs() const {
+    return o_.scratch.empty() ? std::vector<std::string>{""} : o_.scratch;
+  }
+
+  // The runs of the store and of every scratch directory; with --run, that
+  // run, or the error naming where it was looked for.
+  result<std::vector<std::string>> select_all_runs() const {
+    std::set<std::string> all;
+    status first;
+    for (const auto& dir : scratch_dirs()) {
+      auto r = select_runs(o_.store, dir, o_.run);
+      if (r) all.insert(r->begin(), r->end());
+      else if (first) first = r.error();
+    }
+    if (all.empty() && !first) return first;
+    return std::vector<std::string>(all.begin(), all.end());
+  }
+
   void add_problem(const std::string& file, const std::string& level, const std::string& run,
                    const std::string& name, int64_t version, const std::string& message,
-                   std::optional<format::extent_problem> extent = std::nullopt) {
-    problem p{file, level, run, name, version, without_prefix(message, file), std::move(extent)};
+                   std::optional<format::extent_problem> extent = std::nullopt,
+                   std::optional<redundancy::block> parity = std::nullopt) {
+    problem p{file, level, run, name, version, without_prefix(message, file), std::move(extent), parity};
     if (!o_.json) {
       if (progress_) progress_->clear();
       std::printf("%s: %s\n", p.file.c_str(), p.message.c_str());
@@ -144,12 +197,177 @@ class verifier {
       // Not committed: check the shards that are there (others may be coming).
       for (uint32_t rank : s.shard_ranks) jobs_.push_back(job("persistent", o_.store, rank));
     }
-    if (!o_.scratch.empty()) {
+    for (const auto& dir : o_.scratch) {
       // The local level keeps what retention left: missing shards are normal.
       // A present one must be the same image as the committed one.
-      version_scan l = scan_version(env, o_.scratch, run, name, version);
-      for (uint32_t rank : l.shard_ranks) jobs_.push_back(job("local", o_.scratch, rank));
+      version_scan l = scan_version(env, dir, run, name, version);
+      for (uint32_t rank : l.shard_ranks) jobs_.push_back(job("local", dir, rank));
+      // Parity files beside them (redundancy.<rank:06>; not the .tmp of one being written).
+      auto names = env->list(l.dir);
+      if (!names) continue;
+      std::sort(names->begin(), names->end());
+      for (const auto& n : *names) {
+        unsigned rank = 0;
+        char tail = 0;
+        if (std::sscanf(n.c_str(), "redundancy.%6u%c", &rank, &tail) != 1 || redundancy::parity_file_name(rank) != n)
+          continue;
+        parity_jobs_.push_back({storage::join(l.dir, n), run, name, version, rank});
+      }
     }
+  }
+
+  // The node-local shard of `rank` that the parity covers: present in one of
+  // the scratch directories, intact (no problem found above), uncompressed
+  // and with the header checksum and size the parity file recorded. Else
+  // null, with why in *why.
+  std::unique_ptr<storage::readable_file> member_shard(const parity_job& p, const redundancy::member& m,
+                                                       std::string* why) {
+    storage::storage_env* env = storage::storage_env::posix();
+    *why = "its shard is in none of the scratch directories";
+    for (const auto& dir : o_.scratch) {
+      const std::string path = format::shard_path(dir, p.run, p.name, p.version, m.rank);
+      if (!env->exists(path)) continue;
+      if (damaged_.count(path)) {
+        *why = "its shard " + path + " is damaged";
+        continue;
+      }
+      auto f = env->open_read(path);
+      auto h = f ? format::read_header(**f, path) : result<format::shard_header>(f.take_status());
+      if (!h) {
+        *why = h.error().message();
+        continue;
+      }
+      if (h->header_checksum != m.header_checksum || h->file_size != m.size || h->compressed()) {
+        *why = "its shard " + path + " is not the image the parity covers (header checksum " +
+               util::hex64(h->header_checksum) + ", the parity file says " + util::hex64(m.header_checksum) + ")";
+        continue;
+      }
+      return std::move(f).value();
+    }
+    return nullptr;
+  }
+
+  // A parity file: its header, then every block against its checksum and,
+  // where every contributing member's shard is at hand, against the block
+  // re-encoded from them (the codec the redundancy stage encodes with).
+  void check_parity(const parity_job& p) {
+    storage::storage_env* env = storage::storage_env::posix();
+    ++parity_files_;
+    const uint64_t file_bytes = file_size_of(p.path);
+    auto problem_here = [&](const std::string& message, std::optional<redundancy::block> b = std::nullopt) {
+      add_problem(p.path, "protected", p.run, p.name, p.version, message, std::nullopt, b);
+    };
+    auto f = env->open_read(p.path);
+    auto h = f ? redundancy::read_parity_header(**f, p.path) : result<redundancy::parity_header>(f.take_status());
+    if (!h) {
+      problem_here(h.error().message());
+      progress_->advance(file_bytes, p.path);
+      return;
+    }
+    if (h->run != p.run || h->name != p.name || h->version != p.version || h->set[h->position].rank != p.rank) {
+      problem_here("header says " + h->run + "/" + h->name + " version " + std::to_string(h->version) + " rank " +
+                   std::to_string(h->set[h->position].rank) + ", which does not match its place");
+      progress_->advance(file_bytes, p.path);
+      return;
+    }
+    const redundancy::geometry& g = h->geo;
+    const redundancy::codec codec(g);
+    std::vector<std::unique_ptr<storage::readable_file>> shards(g.k);
+    std::vector<std::string> why(g.k);
+    for (uint32_t q = 0; q < g.k; ++q) shards[q] = member_shard(p, h->set[q], &why[q]);
+    if (buffer_.empty()) buffer_.resize(kChunkBytes);
+    std::vector<std::vector<unsigned char>> in(g.d());
+    std::vector<unsigned char> out;
+    uint64_t advanced = 0;  // progress: bytes of this file counted
+    for (const auto& b : h->blocks) {
+      ++parity_blocks_;
+      const std::string which = "parity block of stripe " + std::to_string(b.stripe) + " (row " +
+                                std::to_string(b.row) + ", offset " + std::to_string(b.offset) + ", length " +
+                                std::to_string(b.length) + ")";
+      if (b.stripe >= g.k || b.row >= g.m || g.holders(b.stripe)[b.row] != h->position) {
+        problem_here(which + ": position " + std::to_string(h->position) + " of " + g.describe() +
+                         " holds no such block (damaged header)",
+                     b);
+        continue;
+      }
+      if (b.offset + b.length > (*f)->size()) {
+        problem_here(which + ": beyond the end of the file (" + std::to_string((*f)->size()) + " bytes; truncated)",
+                     b);
+        continue;
+      }
+      // Re-encoded only when every contributor's shard is at hand.
+      const auto contrib = g.contributors(b.stripe);
+      uint64_t len = 0;
+      std::string missing;
+      for (uint32_t c : contrib) {
+        len = std::max(len, g.chunk_bytes(h->set[c].size));
+        if (!shards[c]) missing += std::string(missing.empty() ? "" : "; ") + "rank " +
+                                   std::to_string(h->set[c].rank) + ": " + why[c];
+      }
+      const bool encode = missing.empty() && len == b.length;
+      util::xxh3_stream hash;
+      std::optional<uint64_t> differs;  // first block offset where the re-encoded parity differs
+      status st;
+      for (uint64_t at = 0; at < b.length && st; at += kChunkBytes) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, b.length - at));
+        st = (*f)->read_at(b.offset + at, buffer_.data(), n);
+        if (!st) break;
+        hash.update(buffer_.data(), n);
+        if (!encode || differs) continue;
+        std::vector<const unsigned char*> src(g.d());
+        for (uint32_t t = 0; t < g.d() && st; ++t) {
+          // The bytes of contributor c's chunk in this window, zero padded (parity_file.md, "Coding").
+          const uint32_t c = contrib[t];
+          const uint64_t cb = g.chunk_bytes(h->set[c].size);
+          const uint64_t start = static_cast<uint64_t>(g.chunk_of(c, b.stripe)) * cb;
+          const uint64_t from = start + at;
+          const uint64_t end = std::min<uint64_t>(h->set[c].size, std::min<uint64_t>(from + n, start + cb));
+          const uint64_t got = end > from ? end - from : 0;
+          in[t].assign(n, 0);
+          if (got) st = shards[c]->read_at(from, in[t].data(), got);
+          src[t] = in[t].data();
+        }
+        if (!st) break;
+        out.resize(n);
+        codec.encode(b.row, src.data(), out.data(), n);
+        if (std::memcmp(out.data(), buffer_.data(), n) != 0) {
+          size_t i = 0;
+          while (out[i] == static_cast<unsigned char>(buffer_[i])) ++i;
+          differs = at + i;
+        }
+      }
+      progress_->advance(b.length, p.path);
+      advanced += b.length;
+      parity_bytes_ += b.length;
+      if (!st) {
+        problem_here(which + ": " + without_prefix(st.message(), p.path), b);
+        continue;
+      }
+      const bool sum_ok = hash.digest() == b.checksum;
+      if (encode) ++parity_reencoded_;
+      std::string ranks;
+      for (uint32_t c : contrib) ranks += (ranks.empty() ? "" : ", ") + std::to_string(h->set[c].rank);
+      if (!sum_ok && differs) {
+        problem_here(which + ": checksum mismatch, and it differs from the parity re-encoded from the shards of "
+                             "ranks " + ranks + " at block offset " + std::to_string(*differs) + " (damaged)",
+                     b);
+      } else if (!sum_ok) {
+        problem_here(which + ": checksum mismatch (damaged)" +
+                         (encode ? std::string(", although it equals the parity re-encoded from the shards of ranks " +
+                                               ranks + ": the recorded checksum is wrong")
+                                 : "; not re-encoded: " + (missing.empty() ? std::string("chunk sizes do not match "
+                                                                                          "the block's length")
+                                                                            : missing)),
+                     b);
+      } else if (differs) {
+        problem_here(which + ": differs from the parity re-encoded from the intact shards of ranks " + ranks +
+                         " at block offset " + std::to_string(*differs) +
+                         " (its checksum matches: the block was encoded from other data, or a shard changed "
+                         "outside its checksummed regions)",
+                     b);
+      }
+    }
+    if (file_bytes > advanced) progress_->advance(file_bytes - advanced, p.path);
   }
 
   // An aggregated version: every data file the MANIFEST lists must be there,
@@ -328,6 +546,13 @@ class verifier {
                                  {"length", p.extent->extent.length},
                                  {"image_offset", p.extent->extent.src}};
         }
+        if (p.parity) {
+          // The damaged block of a parity file.
+          jp.back()["parity_block"] = {{"stripe", p.parity->stripe},
+                                       {"row", p.parity->row},
+                                       {"offset", p.parity->offset},
+                                       {"length", p.parity->length}};
+        }
       }
       print_json({{"store", o_.store},
                   {"ok", problems_.empty()},
@@ -340,6 +565,11 @@ class verifier {
                   {"shards", {{"persistent", persistent_shards_}, {"local", local_shards_}}},
                   {"regions", regions_},
                   {"extents", extents_},
+                  {"parity",
+                   {{"files", parity_files_},
+                    {"blocks", parity_blocks_},
+                    {"reencoded", parity_reencoded_},
+                    {"bytes", parity_bytes_}}},
                   {"bytes", bytes_},
                   {"problems", jp}});
       return;
@@ -356,18 +586,29 @@ class verifier {
                                                   : std::to_string(problems_.size()) + " problems";
     // Extents are counted only where aggregated versions have some.
     const std::string extents = extents_ > 0 ? ", " + std::to_string(extents_) + " extents" : std::string();
-    std::printf("verified %s, %s, %lld regions%s, %s: %s\n", versions.c_str(), shards.c_str(),
-                static_cast<long long>(regions_), extents.c_str(), format_bytes(bytes_).c_str(), outcome.c_str());
+    // Parity only where the scratch directories hold some.
+    const std::string parity =
+        parity_files_ > 0 ? ", " + std::to_string(parity_files_) + " parity files (" +
+                                std::to_string(parity_blocks_) + " blocks, " + std::to_string(parity_reencoded_) +
+                                " re-encoded)"
+                          : std::string();
+    std::printf("verified %s, %s, %lld regions%s%s, %s: %s\n", versions.c_str(), shards.c_str(),
+                static_cast<long long>(regions_), extents.c_str(), parity.c_str(),
+                format_bytes(bytes_ + parity_bytes_).c_str(), outcome.c_str());
   }
 
   const verify_options& o_;
   std::vector<shard_job> jobs_;
+  std::vector<parity_job> parity_jobs_;
+  std::set<std::string> damaged_;  // local shard files with a problem: not used to re-encode parity
   std::vector<problem> problems_;
   std::vector<std::byte> buffer_;
   std::unique_ptr<progress> progress_;
   int64_t versions_ = 0, committed_ = 0, incomplete_ = 0, invalid_ = 0, local_only_ = 0;
   int64_t persistent_shards_ = 0, local_shards_ = 0, regions_ = 0, extents_ = 0;
   uint64_t bytes_ = 0;
+  int64_t parity_files_ = 0, parity_blocks_ = 0, parity_reencoded_ = 0;
+  uint64_t parity_bytes_ = 0;
 };
 
 }  // namespace

@@ -30,7 +30,10 @@ int cmd_show(const show_options& o);
 struct verify_options {
   std::string store;
   std::string run;
-  std::string scratch;
+  // Node-local level directories (several: one per node, or emulated node):
+  // their shards are verified, and their parity files re-encoded from the
+  // data shards found in any of them.
+  std::vector<std::string> scratch;
   bool json = false;
 };
 int cmd_verify(const verify_options& o);

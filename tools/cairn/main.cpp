@@ -2,7 +2,7 @@
 //
 //   cairn ls STORE [--run R] [--scratch DIR] [--json]
 //   cairn show STORE [RUN] NAME VERSION [--run R] [--json]
-//   cairn verify STORE [--run R] [--scratch DIR] [--json]
+//   cairn verify STORE [--run R] [--scratch DIR]... [--json]
 //   cairn reindex STORE [--json]
 //   cairn stats STORE RUN [--json]
 //   cairn gc STORE --keep N [--run R] [--dry-run] [--json]
@@ -107,7 +107,11 @@ int run_cli(int argc, char** argv) {
       app.add_subcommand("verify", "Re-read every shard and check every checksum; exit 1 if anything is damaged");
   verify_cmd->add_option("STORE", verify.store, "Store directory")->required();
   verify_cmd->add_option("--run", verify.run, "Only this run");
-  verify_cmd->add_option("--scratch", verify.scratch, "Node-local level directory: verify its shards too");
+  verify_cmd
+      ->add_option("--scratch", verify.scratch,
+                   "Node-local level directory: verify its shards and redundancy parity files too (repeat it for "
+                   "the directories of several nodes)")
+      ->allow_extra_args(false);
   verify_cmd->add_flag("--json", verify.json, "Machine-readable JSON on stdout (no progress on stderr)");
 
   restartable_options restartable;

@@ -78,6 +78,16 @@ void table::print(std::FILE* out) const {
   for (auto& r : rows_) line(r);
 }
 
+nlohmann::json redundancy_json(const std::optional<format::redundancy_info>& r) {
+  if (!r) return nullptr;
+  return {{"scheme", r->scheme},
+          {"description", r->description},
+          {"k", r->k},
+          {"m", r->m},
+          {"sets", r->sets},
+          {"protected_at", r->protected_at > 0 ? nlohmann::json(r->protected_at) : nlohmann::json(nullptr)}};
+}
+
 void print_json(const nlohmann::json& j) {
   std::string text = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   std::fprintf(stdout, "%s\n", text.c_str());

@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cairn/status.hpp"
+#include "format/manifest.hpp"
 
 namespace cairn::cli {
 
@@ -34,6 +36,10 @@ class table {
   std::vector<bool> right_;
   std::vector<std::vector<std::string>> rows_;
 };
+
+// A version's recorded node-loss redundancy (manifest `redundancy`) as JSON:
+// null when there is none.
+nlohmann::json redundancy_json(const std::optional<format::redundancy_info>& r);
 
 // Pretty JSON on stdout (invalid UTF-8 in names is replaced, never thrown on).
 void print_json(const nlohmann::json& j);
