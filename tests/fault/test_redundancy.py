@@ -7,7 +7,6 @@ the node-local level and its redundancy can serve a restart. Every restart is
 compared bit for bit with an uninterrupted run.
 """
 import random
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,31 +18,14 @@ NBYTES = 65536
 OFF = {"persistent_interval": 1000000}  # L3 never written: only L1 and L2 can serve
 
 
-class NodeJob(harness.Job):
-    """NODES emulated nodes of RPN ranks each (MPMD blocks, consecutive ranks)."""
+class NodeJob(harness.NodeJob):
+    """harness.NodeJob with the parity files of redundancy."""
 
     def __init__(self, root, nodes, rpn, run="redundancy"):
-        super().__init__(root, nodes * rpn, run=run)
-        self.nodes, self.rpn = nodes, rpn
-
-    def node_dir(self, i) -> Path:
-        return self.scratch / f"node{i}"
-
-    def command(self, args):
-        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "self,tcp"]
-        for i in range(self.nodes):
-            cmd += ([":"] if i else []) + ["-n", str(self.rpn), "-x", f"CAIRN_SCRATCH={self.node_dir(i)}",
-                                           "-x", f"CAIRN_NODE_ID=node{i}", harness.bin_dir() / "ckpt_app", *args]
-        return cmd
-
-    def local_dir(self, rank, version) -> Path:
-        return self.node_dir(rank // self.rpn) / "runs" / self.run_id / harness.CKPT / f"v{version:012d}"
+        super().__init__(root, nodes, rpn, run=run)
 
     def parity(self, rank, version) -> Path:
         return self.local_dir(rank, version) / f"redundancy.{rank:06d}"
-
-    def lose_node(self, i):
-        shutil.rmtree(self.node_dir(i))
 
 
 def cfg(scheme, **extra):
