@@ -8,7 +8,10 @@
 #      finishes;
 #   5. the persistent level aggregated (leaders, 2 emulated nodes): half the
 #      run, then the rest restarted from the data files alone;
-# and the final checksums of 1, 3, 4 and 5 must be equal.
+#   6. the engine in the node daemon (engine_host = daemon): the whole job
+#      SIGKILLed right after a checkpoint; cairnd still commits that version,
+#      and the relaunch on wiped node-local directories restarts from it;
+# and the final checksums of 1, 3, 4, 5 and 6 must be equal.
 # usage: scripts/demo.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}
@@ -94,12 +97,40 @@ rm -rf "$work/agg-scratch"  # the node-local level is gone: the restart reads th
 grep -v "checkpoint version" "$work/agg2.log"
 agg_got=$(checksum "$work/agg2.log")
 
+say "6. the engine in cairnd (engine_host = daemon): the whole job is SIGKILLed right after a checkpoint"
+dmn=(env CAIRN_PERSISTENT="$work/dmn-store" CAIRN_SCRATCH="$work/dmn-scratch" CAIRN_ENGINE_HOST=daemon)
+"${mpirun[@]}" "${dmn[@]}" "$heat2d" "${args[@]}" --sleep-ms 8 > "$work/dmn1.log" 2>&1 &
+mpirun_pid=$!
+for _ in $(seq 1 6000); do
+  n=$(grep -c "checkpoint version" "$work/dmn1.log" || true)
+  [ "$n" -ge 6 ] && break
+  sleep 0.01
+done
+ranks=$(pgrep -f "$(basename "$heat2d") ${args[0]}" || true)
+kill -9 $ranks "$mpirun_pid" 2>/dev/null || true
+last=$(grep "checkpoint version" "$work/dmn1.log" | tail -1 | grep -o '[0-9]*$')
+echo "killed every rank and mpirun right after checkpoint version $last returned"
+wait "$mpirun_pid" 2>/dev/null || true
+for _ in $(seq 1 300); do pgrep -f "cairnd --socket" >/dev/null || break; sleep 0.1; done
+committed=$(ls -d "$work"/dmn-store/runs/*/*/v0*/MANIFEST | sort | tail -1 | xargs dirname | xargs basename)
+echo "newest version committed at the persistent level: $((10#${committed#v})) (the job was killed before it could commit it: the daemons did)"
+rm -rf "$work/dmn-scratch"  # replacement nodes: nothing node-local survives
+"${mpirun[@]}" "${dmn[@]}" "$heat2d" "${args[@]}" > "$work/dmn2.log"
+grep -v "checkpoint version" "$work/dmn2.log"
+dmn_got=$(checksum "$work/dmn2.log")
+dmn_from=$(grep -o 'restarted from version [0-9]*' "$work/dmn2.log" | grep -o '[0-9]*$' || echo 0)
+if [ "$dmn_from" -lt "$last" ]; then
+  echo "DEMO FAILED: restarted from version $dmn_from, before the checkpoint $last the job had returned from" >&2
+  exit 1
+fi
+
 say "result"
 echo "uninterrupted run:  $ref"
 echo "killed + restarted: $got ($(grep -o 'restarted from version [0-9]*' "$work/restart.log"))"
 echo "restarted on 2 ranks: $two ($(grep -o 'restarted from version [0-9]*' "$work/two.log"))"
 echo "aggregated, restarted from the data files: $agg_got ($(grep -o 'restarted from version [0-9]*' "$work/agg2.log"))"
-if [ -n "$ref" ] && [ "$ref" = "$got" ] && [ "$ref" = "$two" ] && [ "$ref" = "$agg_got" ]; then
+echo "daemon, job killed, node-local wiped: $dmn_got (restarted from version $dmn_from)"
+if [ -n "$ref" ] && [ "$ref" = "$got" ] && [ "$ref" = "$two" ] && [ "$ref" = "$agg_got" ] && [ "$ref" = "$dmn_got" ]; then
   echo "DEMO PASSED: the restarted runs end with the same result, bit for bit"
 else
   echo "DEMO FAILED: checksums differ" >&2
