@@ -66,3 +66,12 @@ if ! .venv/bin/python -c "import cffi, mpi4py" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check cffi
   .venv/bin/pip install -q --disable-pip-version-check --no-binary mpi4py mpi4py
 fi
+
+# PyTorch, for the tests of cairn.pytorch (tests/python_torch). PyPI's wheel
+# is the only one reachable here; it brings CUDA's libraries (about 5 GB
+# installed, under a minute), though the tests use CPU tensors only.
+# CAIRN_SKIP_TORCH=1 leaves it out (the suite then reports python_torch skipped).
+if [ "${CAIRN_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "install-deps: installing torch into .venv (for the cairn.pytorch tests)"
+  .venv/bin/pip install -q --disable-pip-version-check torch
+fi
