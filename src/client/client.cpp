@@ -304,11 +304,11 @@ status client_impl::start() {
     }
   }
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
-  // The stage graph: checksum and hash trees first (they finish the image);
-  // then the levels, each of which only reads the image, run side by side.
+  // The stage graph: checksum and hash trees first, in one pass (they finish
+  // the image); then the levels, each of which only reads the image, run side
+  // by side.
   engine::stage_graph stages;
-  size_t image_done = stages.add(engine::make_checksum_stage());
-  if (cfg_.hash_trees) image_done = stages.add(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
+  const size_t image_done = stages.add(engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs));
   if (cfg_.agents_lend) {
     // Lent regions are read by the agents once; anything that reads them
     // later (after the application may have changed them) cannot be allowed.

@@ -19,6 +19,7 @@ xxh3_stream::~xxh3_stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_))
 void xxh3_stream::update(const void* data, size_t len) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), data, len);
 }
+void xxh3_stream::reset() { XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_)); }
 uint64_t xxh3_stream::digest() const { return XXH3_64bits_digest(static_cast<XXH3_state_t*>(state_)); }
 
 std::string hex64(uint64_t v) {
