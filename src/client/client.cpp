@@ -401,8 +401,8 @@ status client_impl::start() {
   if (agents_) CAIRN_RETURN_IF_ERROR(start_agents());
   if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
   int home = sched_getcpu();
-  util::thread_setup setup{util::placement_cpus(cfg_.placement, home < 0 ? 0 : home), cfg_.engine_priority,
-                           cfg_.engine_nice};
+  CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
+  util::thread_setup setup{std::move(engine_cpus), cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads, std::move(setup), std::move(stages));
   return {};
 }
