@@ -128,7 +128,7 @@ def test_advise_run_json_and_text(advised_run):
     assert a["persistent_interval"] >= 1
     text = cli(*args).stdout
     assert "checkpoint every" in text and "Daly" in text and "persistent_interval =" in text
-    assert re.search(r"^hash\s+memory\s+\S+ ms\s+\S+ ms\s+\d+\.\d\d$", text, re.M), text
+    assert re.search(r"^checksum\s+memory\s+\S+ ms\s+\S+ ms\s+\d+\.\d\d$", text, re.M), text
 
 
 def test_advise_measures_without_a_run(tmp_path):
