@@ -1,6 +1,13 @@
 #include "util/hash.hpp"
 
 #include <xxhash.h>
+#ifdef CAIRN_XXH3_DISPATCH
+// The library's x86 dispatch: the same xxh3 values, computed with the widest
+// vector unit the CPU has (AVX-512, AVX2) instead of the SSE2 baseline this
+// code is compiled for. Every checksum pass is bound by this hashing, not by
+// memory bandwidth (bench/fused_pass_bench, docs/benchmarks.md).
+#include <xxh_x86dispatch.h>
+#endif
 
 #include <cinttypes>
 #include <cstdio>
