@@ -14,6 +14,8 @@ packages=(build-essential cmake ninja-build pkg-config git
           libzstd-dev
           # erasure coding of the node-loss redundancy level (src/redundancy)
           libisal-dev
+          # the topology for the placement of engine threads (src/util/cpu.cpp)
+          libhwloc-dev
           # the single-host CephFS of the tests (tests/support_py/cephfs.py)
           ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr
           # the single-host Slurm of the tests (tests/support_py/slurm.py)

@@ -64,8 +64,10 @@ result<engine_shape> shape_from_config(const std::map<std::string, std::string>&
 std::vector<pass> memory_passes(const engine_shape& s) {
   std::vector<pass> p;
   p.push_back({"capture", 2, true});  // read the region, write the staging slot
+  // Checksums and hash trees are one pass: each chunk is read once and hashed
+  // for both while in cache (format::checksum_and_tree), so the trees add
+  // hashing but no memory traffic.
   p.push_back({"checksum", 1, true});
-  if (s.hash_trees) p.push_back({"hash", 1, true});
   if (s.local) p.push_back({"local", 2, true});  // copy into tmpfs / the page cache
   // O_DIRECT: the device reads the slot (DMA); buffered: a copy like local.
   p.push_back({"persistent", s.direct_io ? 1.0 : 2.0, !s.direct_io});

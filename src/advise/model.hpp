@@ -36,7 +36,7 @@ result<engine_shape> shape_from_config(const std::map<std::string, std::string>&
 
 // One pass the engine makes over a checkpoint's bytes in memory.
 struct pass {
-  std::string stage;  // capture, checksum, hash, local, persistent
+  std::string stage;  // capture, checksum (with the hash trees), local, persistent
   double traffic;     // bytes of memory traffic per checkpoint byte
   bool cpu;           // made by a CPU (false: by the device, O_DIRECT DMA)
 };

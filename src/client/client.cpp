@@ -307,17 +307,15 @@ status client_impl::start() {
     }
   }
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
-  // The stage graph: checksum and hash trees first (they finish the image);
-  // then the levels, each of which only reads the image, run side by side.
+  // The stage graph: checksum and hash trees first, in one pass (they finish
+  // the image); then the levels, each of which only reads the image, run side
+  // by side.
   engine::stage_graph stages;
   // engine_host = daemon: the stages are the daemon's, added by start_daemon
   // once the job's identity (attempt_) is known.
   const bool in_daemon = cfg_.engine_host == engine_host::daemon;
-  size_t image_done = 0;
-  if (!in_daemon) {
-    image_done = stages.add(engine::make_checksum_stage());
-    if (cfg_.hash_trees) image_done = stages.add(engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs));
-  }
+  const size_t image_done =
+      in_daemon ? 0 : stages.add(engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs));
   if (cfg_.agents_lend) {
     // Lent regions are read by the agents once; anything that reads them
     // later (after the application may have changed them) cannot be allowed.
@@ -416,8 +414,8 @@ status client_impl::start() {
   if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
   if (in_daemon) CAIRN_RETURN_IF_ERROR(start_daemon(paths, flush_env, &stages));
   int home = sched_getcpu();
-  util::thread_setup setup{util::placement_cpus(cfg_.placement, home < 0 ? 0 : home), cfg_.engine_priority,
-                           cfg_.engine_nice};
+  CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
+  util::thread_setup setup{std::move(engine_cpus), cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads, std::move(setup), std::move(stages));
   return {};
 }

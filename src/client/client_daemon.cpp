@@ -123,8 +123,7 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   CAIRN_RETURN_IF_ERROR(agree(daemon_->start(start.dump())));
   pool_.set_shared(true);
   size_t image = stages->add(daemon::make_image_proxy(
-      daemon_, engine::make_checksum_stage(),
-      cfg_.hash_trees ? engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs) : nullptr));
+      daemon_, engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs)));
   size_t local = image;
   if (cfg_.local_enabled)
     local = stages->add(daemon::make_level_proxy(daemon_, engine::make_local_stage(env_, paths)), {image});

@@ -160,16 +160,13 @@ namespace {
 
 class image_proxy final : public engine::stage {
  public:
-  image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum, std::unique_ptr<engine::stage> hash)
-      : link_(std::move(l)), checksum_(std::move(checksum)), hash_(std::move(hash)) {}
+  image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum)
+      : link_(std::move(l)), checksum_(std::move(checksum)) {}
   const char* name() const override { return "checksum"; }
   bool essential() const override { return true; }
   status run(engine::version_job& job) override {
     stage_report r = link_->wait(job, "image");
-    if (r.gone) {
-      CAIRN_RETURN_IF_ERROR(checksum_->run(job));
-      return hash_ ? hash_->run(job) : status{};
-    }
+    if (r.gone) return checksum_->run(job);
     CAIRN_RETURN_IF_ERROR(r.st);
     // The daemon wrote the header with the checksums into the shared slot.
     CAIRN_ASSIGN_OR_RETURN(job.header, format::decode_header(job.image->span(), "the staging slot (from cairnd)"));
@@ -181,7 +178,7 @@ class image_proxy final : public engine::stage {
 
  private:
   std::shared_ptr<link> link_;
-  std::unique_ptr<engine::stage> checksum_, hash_;
+  std::unique_ptr<engine::stage> checksum_;
 };
 
 class level_proxy final : public engine::stage {
@@ -230,9 +227,8 @@ std::unique_ptr<engine::stage> make_unreachable_stage(const char* name, unsigned
   return std::make_unique<unreachable_stage>(name, level, std::move(why));
 }
 
-std::unique_ptr<engine::stage> make_image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum,
-                                                std::unique_ptr<engine::stage> hash) {
-  return std::make_unique<image_proxy>(std::move(l), std::move(checksum), std::move(hash));
+std::unique_ptr<engine::stage> make_image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum) {
+  return std::make_unique<image_proxy>(std::move(l), std::move(checksum));
 }
 
 std::unique_ptr<engine::stage> make_level_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> inner) {

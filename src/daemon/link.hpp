@@ -87,10 +87,9 @@ class link {
 
 // The client's stage graph in daemon mode. The image proxy (essential)
 // completes the image (checksums, header, hash trees) from the daemon's
-// report, or runs `checksum` and `hash` (may be null) here; a level proxy
-// waits for `inner`'s level from the daemon, or runs `inner` here.
-std::unique_ptr<engine::stage> make_image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum,
-                                                std::unique_ptr<engine::stage> hash);
+// report, or runs `checksum` here; a level proxy waits for `inner`'s level
+// from the daemon, or runs `inner` here.
+std::unique_ptr<engine::stage> make_image_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> checksum);
 std::unique_ptr<engine::stage> make_level_proxy(std::shared_ptr<link> l, std::unique_ptr<engine::stage> inner);
 // The fallback of a level the rank cannot reach without the daemon (the
 // redundancy level: the other members of its set encode in their daemons):

@@ -186,15 +186,13 @@ status session::start(const frame& f) {
     rate_env_ = storage::make_rate_limited_env(env, cfg_.io_rate_limit);
     flush_env = rate_env_.get();
   }
-  // The same graph as a rank's own engine: the image first (checksums, then
-  // hash trees), then the levels side by side, redundancy after the local
-  // level. The image's report comes from its last stage (or from a failing
-  // one: the version is then abandoned).
+  // The same graph as a rank's own engine: the image first (checksums and
+  // hash trees in one pass), then the levels side by side, redundancy after
+  // the local level.
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
   engine::stage_graph g;
-  size_t image = g.add(std::make_unique<reporting>(this, engine::make_checksum_stage(), "image", cfg_.hash_trees));
-  if (cfg_.hash_trees)
-    image = g.add(std::make_unique<reporting>(this, engine::make_hash_stage(cfg_.hash_chunk, cfg_.hash_abs), "image", false));
+  const size_t image = g.add(std::make_unique<reporting>(
+      this, engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs), "image", false));
   size_t local = image;
   if (cfg_.local_enabled)
     local = g.add(std::make_unique<reporting>(this, engine::make_local_stage(env, paths), "local", false), {image});

@@ -1,5 +1,5 @@
 // The engine: runs every captured version through a graph of stages
-// (checksum -> hash -> {local, persistent}, and whatever the configuration
+// (checksum and hash trees -> {local, persistent}, and whatever the configuration
 // adds), on worker threads ("thread" mode) or inline ("sync" mode), plus small
 // tasks (manifest commit, catalog, retention) handed to it by the client.
 //
@@ -51,7 +51,7 @@ struct version_job {
   uint64_t seq = 0;                // submission order (set by the engine)
   uint64_t daemon_id = 0;          // engine_host = daemon: its id on the rank's connection (0: not handed over)
 
-  std::string tree_image;          // encoded hash trees (hash stage), written beside the shard
+  std::string tree_image;          // encoded hash trees (checksum stage), written beside the shard
   // agents_lend: per region (header.regions order), the application memory
   // that holds its bytes, lent until the version reaches CAIRN_LEVEL_CAPTURED
   // (the agents hold it, or lend_stage copied it into the image); null: the

@@ -1,4 +1,5 @@
-// The stages of the foundation: checksum, local level, persistent level.
+// The stages of the foundation: checksum (and hash trees), local level,
+// persistent level.
 #ifndef CAIRN_ENGINE_STAGES_HPP
 #define CAIRN_ENGINE_STAGES_HPP
 
@@ -18,8 +19,11 @@ struct level_paths {
   std::string persistent;  // persistent level root (the store)
 };
 
-// xxh3 of every region, then the header (with its own checksum) into the image.
-std::unique_ptr<stage> make_checksum_stage();
+// xxh3 of every region, then the header (with its own checksum) into the
+// image; with hash_trees also the hash trees of every region (tree.md) into
+// job.tree_image, computed in the same pass over the data
+// (format::checksum_and_tree). Essential.
+std::unique_ptr<stage> make_checksum_stage(bool hash_trees = false, uint64_t chunk_bytes = 0, double quantum = 0);
 // Writes the image to <scratch>/.../shard.<rank> (temp name, rename). Survives
 // a process crash, not a node loss: no fsync. With a recycler, the temporary
 // is a retired shard of the same size when there is one (overwritten in place).
@@ -34,9 +38,6 @@ std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_pa
 // the version CAPTURED (the application may change them again). Goes right
 // after the agents stage.
 std::unique_ptr<stage> make_unlend_stage();
-
-// Hash trees of every region (tree.md) into job.tree_image; after checksum.
-std::unique_ptr<stage> make_hash_stage(uint64_t chunk_bytes, double quantum);
 
 // Writes `image` to `path` and, when `tree` is not empty, the tree file beside it
 // (tree first), each through a temporary name; `durable` adds the syncs. The

@@ -61,7 +61,7 @@ struct shard_entry {
   double captured_at = 0;
   double capture_s = 0;
   double checksum_s = 0;
-  double hash_s = 0;       // hash-tree stage; 0 when trees are off
+  double hash_s = 0;       // what the hash trees add to the checksum pass; 0 when trees are off
   bool tree = false;       // tree.<rank> written beside the shard
   double local_s = 0;      // 0 when the local level was not written
   double persistent_s = 0;

@@ -1,9 +1,11 @@
 #include "format/tree.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "format/layout.hpp"
+#include "util/clock.hpp"
 #include "util/hash.hpp"
 
 namespace cairn::format {
@@ -140,6 +142,76 @@ tree_file build_tree(const shard_header& h, std::span<const std::byte* const> re
     t.regions.push_back(std::move(rt));
   }
   return t;
+}
+
+void checksum_and_tree(shard_header* h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
+                       double quantum, tree_file* tree, double* leaves_s) {
+  double leaves = 0;
+  if (tree) {
+    tree->chunk_bytes = chunk_bytes;
+    tree->quantum = quantum;
+    tree->regions.clear();
+  }
+  util::xxh3_stream sum;       // the region's checksum
+  util::xxh3_stream big_leaf;  // an exact leaf of a chunk larger than a block
+  for (size_t i = 0; i < h->regions.size(); ++i) {
+    auto& r = h->regions[i];
+    const std::byte* data = regions[i];
+    sum.reset();
+    uint64_t covered = 0;  // bytes fed to the checksum so far
+    if (tree) {
+      region_tree rt;
+      rt.name = r.name;
+      rt.type = r.type;
+      rt.count = r.count;
+      rt.has_tolerant = quantum > 0 && type_is_float(r.type);
+      const uint64_t per = elements_per_chunk(chunk_bytes, r.type);
+      const uint64_t es = type_size(r.type);
+      rt.exact.reserve((r.count + per - 1) / per);
+      if (rt.has_tolerant) rt.tolerant.reserve(rt.exact.capacity());
+      for (uint64_t first = 0; first < r.count; first += per) {
+        const uint64_t n = std::min(per, r.count - first);
+        const std::byte* p = data + first * es;
+        const uint64_t bytes = n * es;
+        // The checksum reads the chunk from memory first; the leaves then
+        // hash it from cache, and only their time is the trees' cost.
+        if (bytes <= kFusedBlock) {
+          sum.update(p, bytes);
+          const double t0 = util::now_s();
+          rt.exact.push_back(exact_leaf(p, n, r.type));
+          if (rt.has_tolerant) rt.tolerant.push_back(tolerant_leaf(p, n, r.type, quantum));
+          leaves += util::now_s() - t0;
+        } else {
+          // A chunk larger than the cache block: both hashes stream over it
+          // block by block (a streamed xxh3 equals the one-shot one).
+          big_leaf.reset();
+          for (uint64_t off = 0; off < bytes; off += kFusedBlock) {
+            const uint64_t b = std::min(kFusedBlock, bytes - off);
+            sum.update(p + off, b);
+            const double t0 = util::now_s();
+            big_leaf.update(p + off, b);
+            leaves += util::now_s() - t0;
+          }
+          const double t0 = util::now_s();
+          rt.exact.push_back(big_leaf.digest());
+          if (rt.has_tolerant) rt.tolerant.push_back(tolerant_leaf(p, n, r.type, quantum));
+          leaves += util::now_s() - t0;
+        }
+        covered += bytes;
+      }
+      const double t0 = util::now_s();
+      rt.exact_root = merkle_root(rt.exact);
+      rt.tolerant_root = rt.has_tolerant ? merkle_root(rt.tolerant) : 0;
+      leaves += util::now_s() - t0;
+      tree->regions.push_back(std::move(rt));
+    }
+    // Without a tree (or bytes past count * type_size, which a planned header
+    // never has): the rest in blocks.
+    for (uint64_t off = covered; off < r.length; off += kFusedBlock)
+      sum.update(data + off, std::min(kFusedBlock, r.length - off));
+    r.checksum = sum.digest();
+  }
+  if (leaves_s) *leaves_s = leaves;
 }
 
 std::string encode_tree(const tree_file& t) {

@@ -60,6 +60,20 @@ tree_file build_tree(const shard_header& h, std::span<const std::byte> image, ui
 tree_file build_tree(const shard_header& h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
                      double quantum);
 
+// The engine's one pass over a version's data (issue 11, item 3): per region,
+// h->regions[i].checksum (xxh3 of its h->regions[i].length bytes at
+// regions[i], what the shard header stores) and, when `tree` is not null, the
+// region's tree as build_tree makes it. Each region is read once, chunk by
+// chunk (the tree's chunks; blocks of kFusedBlock bytes without a tree or for
+// larger chunks), and the chunk is hashed for the checksum and its leaves
+// while it is in cache. Bit-identical to the separate functions.
+// tree->shard_header_checksum is left to the caller: it is known only once
+// the header with these checksums is encoded. Optional: *leaves_s gets the
+// seconds spent on the leaves beyond the checksum's read (the trees' cost).
+inline constexpr uint64_t kFusedBlock = 64 * 1024;
+void checksum_and_tree(shard_header* h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
+                       double quantum, tree_file* tree, double* leaves_s = nullptr);
+
 std::string encode_tree(const tree_file& t);
 result<tree_file> decode_tree(std::span<const std::byte> bytes, const std::string& where);
 result<tree_file> read_tree(storage::storage_env* env, const std::string& path);

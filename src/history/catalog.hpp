@@ -63,7 +63,7 @@ struct shard_row {
   double captured_at = 0;
   double capture_s = 0;
   double checksum_s = 0;
-  double hash_s = 0;  // 0 when hash_trees is off
+  double hash_s = 0;  // the trees' part of the checksum pass; 0 when hash_trees is off
   double local_s = 0;
   double persistent_s = 0;
   double persistent_at = 0;

@@ -75,7 +75,7 @@ struct config {
   int redundancy_set = 8;
   int rs_parity = 2;
   int redundancy_interval = 1;
-  bool hash_trees = true;         // hash stage (history comparisons)
+  bool hash_trees = true;         // hash trees in the checksum's pass (history comparisons)
   uint64_t hash_chunk = 64 << 10; // bytes per tree leaf
   double hash_abs = 0;            // quantum of tolerant leaves; 0 = exact leaves only
   // Online comparison with a reference run (empty = off).

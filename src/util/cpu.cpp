@@ -1,5 +1,6 @@
 #include "util/cpu.hpp"
 
+#include <hwloc.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -9,73 +10,90 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 namespace cairn::util {
 namespace {
 
-// Parses a sysfs CPU list such as "0-3,8,10-11".
-std::vector<int> parse_cpu_list(const std::string& text) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    if (part.empty() || part == "\n") continue;
-    auto dash = part.find('-');
-    try {
-      int lo = std::stoi(part.substr(0, dash));
-      int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
-      for (int c = lo; c <= hi; ++c) out.push_back(c);
-    } catch (...) {
-      return {};
-    }
+// The topology, freed on every path.
+class topology {
+ public:
+  topology() = default;
+  ~topology() {
+    if (t_) hwloc_topology_destroy(t_);
   }
+  topology(const topology&) = delete;
+  topology& operator=(const topology&) = delete;
+  hwloc_topology_t get() const { return t_; }
+
+  status load(const std::string& synthetic) {
+    if (hwloc_topology_init(&t_) != 0) {
+      t_ = nullptr;
+      return status::from_errno(errno, "placement: initialising hwloc");
+    }
+    // Only packages, cores and PUs matter: caches and I/O devices are not
+    // read, which keeps the load to a few milliseconds.
+    hwloc_topology_set_cache_types_filter(t_, HWLOC_TYPE_FILTER_KEEP_NONE);
+    hwloc_topology_set_icache_types_filter(t_, HWLOC_TYPE_FILTER_KEEP_NONE);
+    hwloc_topology_set_io_types_filter(t_, HWLOC_TYPE_FILTER_KEEP_NONE);
+    if (!synthetic.empty() && hwloc_topology_set_synthetic(t_, synthetic.c_str()) != 0)
+      return {errc::invalid_argument, "placement: '" + synthetic + "' is not a hwloc synthetic topology"};
+    if (hwloc_topology_load(t_) != 0)
+      return {errc::internal, "placement: hwloc could not load this machine's topology (" +
+                                  std::string(std::strerror(errno)) + "); set placement = none"};
+    return {};
+  }
+
+ private:
+  hwloc_topology_t t_ = nullptr;
+};
+
+// A bitmap, freed on every path.
+struct bitmap {
+  hwloc_bitmap_t b = hwloc_bitmap_alloc();
+  ~bitmap() { hwloc_bitmap_free(b); }
+  bitmap() = default;
+  bitmap(const bitmap&) = delete;
+  bitmap& operator=(const bitmap&) = delete;
+};
+
+std::vector<int> cpus_of(hwloc_const_bitmap_t set) {
+  std::vector<int> out;
+  for (int i = hwloc_bitmap_first(set); i >= 0; i = hwloc_bitmap_next(set, i)) out.push_back(i);
   return out;
-}
-
-std::string read_line(const std::string& path) {
-  std::ifstream f(path);
-  std::string s;
-  std::getline(f, s);
-  return s;
-}
-
-std::string cpu_path(int cpu, const char* file) {
-  return "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/" + file;
 }
 
 }  // namespace
 
-std::vector<int> placement_cpus(placement p, int home_cpu) {
-  std::vector<int> online = parse_cpu_list(read_line("/sys/devices/system/cpu/online"));
-  if (online.empty()) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    for (int c = 0; c < n; ++c) online.push_back(c);
+result<std::vector<int>> placement_cpus(placement p, int home_cpu, const std::string& synthetic) {
+  if (p == placement::none) return std::vector<int>{};
+  topology topo;
+  CAIRN_RETURN_IF_ERROR(topo.load(synthetic));
+  hwloc_topology_t t = topo.get();
+  hwloc_const_cpuset_t allowed = hwloc_topology_get_allowed_cpuset(t);
+  if (p == placement::node) return cpus_of(allowed);
+  hwloc_obj_t pu = home_cpu >= 0 ? hwloc_get_pu_obj_by_os_index(t, static_cast<unsigned>(home_cpu)) : nullptr;
+  if (pu == nullptr)
+    return status(errc::invalid_argument, "placement: CPU " + std::to_string(home_cpu) +
+                                              ", where the application thread runs, is not in the machine's topology");
+  bitmap set;
+  if (p == placement::socket) {
+    // A machine whose topology has no package level counts as one package.
+    hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(t, HWLOC_OBJ_PACKAGE, pu);
+    hwloc_bitmap_and(set.b, pkg ? pkg->cpuset : allowed, allowed);
+  } else {
+    // core: the application's core's other PUs, where an engine thread
+    // shares the core's caches but not its thread of execution (paper 001);
+    // without SMT the core itself. No core level: the PU is its own core.
+    hwloc_obj_t core = hwloc_get_ancestor_obj_by_type(t, HWLOC_OBJ_CORE, pu);
+    hwloc_bitmap_and(set.b, core ? core->cpuset : pu->cpuset, allowed);
+    bitmap spare;
+    hwloc_bitmap_andnot(spare.b, set.b, pu->cpuset);
+    if (!hwloc_bitmap_iszero(spare.b)) hwloc_bitmap_copy(set.b, spare.b);
   }
-  switch (p) {
-    case placement::none:
-      return {};
-    case placement::node:
-      return online;
-    case placement::socket: {
-      std::string pkg = read_line(cpu_path(home_cpu, "physical_package_id"));
-      std::vector<int> out;
-      for (int c : online)
-        if (read_line(cpu_path(c, "physical_package_id")) == pkg) out.push_back(c);
-      return out.empty() ? online : out;
-    }
-    case placement::core: {
-      std::vector<int> sib = parse_cpu_list(read_line(cpu_path(home_cpu, "thread_siblings_list")));
-      std::vector<int> out;
-      for (int c : sib)
-        if (c != home_cpu) out.push_back(c);
-      if (out.empty()) out.push_back(home_cpu);
-      return out;
-    }
-  }
-  return {};
+  // The application's own CPU is always usable, even if hwloc says otherwise.
+  if (hwloc_bitmap_iszero(set.b)) hwloc_bitmap_copy(set.b, pu->cpuset);
+  return cpus_of(set.b);
 }
 
 status bind_this_thread(const std::vector<int>& cpus) {

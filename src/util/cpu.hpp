@@ -3,6 +3,7 @@
 #ifndef CAIRN_UTIL_CPU_HPP
 #define CAIRN_UTIL_CPU_HPP
 
+#include <string>
 #include <vector>
 
 #include "cairn/status.hpp"
@@ -10,11 +11,21 @@
 
 namespace cairn::util {
 
-// The CPUs an engine thread may use under `p`, relative to `home_cpu` (the CPU
-// the application thread ran on at init). Empty for placement::none (inherit).
-// core: the SMT siblings of home_cpu other than itself, or home_cpu alone when
-// it has none; socket: the CPUs of home_cpu's package; node: every online CPU.
-std::vector<int> placement_cpus(placement p, int home_cpu);
+// The CPUs (OS indexes) an engine thread may use under `p`, relative to
+// `home_cpu` (the CPU the application thread ran on at init), from the
+// machine's topology as hwloc sees it, so any topology works (SMT width,
+// packages, groups, offline or cgroup-disallowed CPUs):
+//   none:   empty (inherit the application thread's binding; hwloc not loaded);
+//   core:   the other hardware threads (PUs) of home_cpu's core, its spare
+//           SMT siblings; home_cpu's core itself when it has none;
+//   socket: the PUs of home_cpu's package;
+//   node:   every PU the process is allowed to use (its cgroup's cpuset).
+// Only allowed PUs are returned. `synthetic`: a hwloc synthetic topology
+// ("pack:2 core:2 pu:2") instead of this machine's (tests).
+// Errors: invalid_argument when home_cpu is not a PU of the topology or the
+// synthetic description is malformed; internal when hwloc cannot load the
+// machine's topology (the message says to use placement = none).
+result<std::vector<int>> placement_cpus(placement p, int home_cpu, const std::string& synthetic = {});
 
 // This node's load for the aggregation plan (lower is better): the 1-minute
 // load average per online CPU plus the fraction of memory in use, from

@@ -21,6 +21,7 @@ class xxh3_stream {
   xxh3_stream& operator=(const xxh3_stream&) = delete;
   void update(const void* data, size_t len);
   uint64_t digest() const;
+  void reset();  // back to the empty input (no allocation)
 
  private:
   void* state_;

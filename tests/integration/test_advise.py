@@ -103,13 +103,13 @@ def test_advise_run_json_and_text(advised_run):
     assert j["bandwidths"]["memory"] == 4 << 30 and j["bandwidths"]["source"]["memory"] == "given"
     assert j["bandwidths"]["source"]["persistent"] == "measured" and j["bandwidths"]["persistent_io"] > 0
     m = j["model"]
-    assert m["m"] == 7 and m["m_cpu"] == 6
+    assert m["m"] == 6 and m["m_cpu"] == 5  # checksum and hash trees are one pass
     s_node = j["workload"]["bytes_per_node"]
     # The local level is tmpfs here (the harness's scratch is under the test's
     # temporary directory: tmpfs or not), and its write is counted accordingly.
     local = s_node / (2 << 30) if j["bandwidths"]["local_in_memory"] else 2 * s_node / (4 << 30)
-    assert m["async_s"] == pytest.approx(4 * s_node / (4 << 30) + local, rel=1e-9)
-    assert [s["stage"] for s in m["stages"]] == ["capture", "checksum", "hash", "local", "persistent", "commit"]
+    assert m["async_s"] == pytest.approx(3 * s_node / (4 << 30) + local, rel=1e-9)
+    assert [s["stage"] for s in m["stages"]] == ["capture", "checksum", "local", "persistent", "commit"]
     assert j["bandwidths"]["commit_s"] > 0
     run = j["run"]
     assert run["run"] == "advised" and run["versions"] == STEPS // EVERY and run["shards"] == NRANKS * STEPS // EVERY
@@ -118,7 +118,7 @@ def test_advise_run_json_and_text(advised_run):
         assert st["measured_s"] > 0, st
         assert st["ratio"] == pytest.approx(st["predicted_s"] / st["measured_s"], rel=1e-9)
     measured = {st["stage"]: st["measured_s"] for st in run["stages"]}
-    thread_cost = measured["capture"] + measured["checksum"] + measured["hash"] + measured["local"]
+    thread_cost = measured["capture"] + measured["checksum"] + measured["local"]
     assert run["measured_cost_s"] == pytest.approx(thread_cost, rel=1e-9)
     a = j["advice"]
     assert a["mtbf_s"] == MTBF and a["cost_source"] == "measured (run advised)"
@@ -128,7 +128,7 @@ def test_advise_run_json_and_text(advised_run):
     assert a["persistent_interval"] >= 1
     text = cli(*args).stdout
     assert "checkpoint every" in text and "Daly" in text and "persistent_interval =" in text
-    assert re.search(r"^hash\s+memory\s+\S+ ms\s+\S+ ms\s+\d+\.\d\d$", text, re.M), text
+    assert re.search(r"^checksum\s+memory\s+\S+ ms\s+\S+ ms\s+\d+\.\d\d$", text, re.M), text
 
 
 def test_advise_measures_without_a_run(tmp_path):

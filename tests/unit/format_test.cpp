@@ -2,6 +2,7 @@
 // path, manifest round trip and checksum trailer, store layout names.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
+#include "format/tree.hpp"
 #include "storage/storage_env.hpp"
 #include "test_store.hpp"
 #include "util/hash.hpp"
@@ -586,6 +588,108 @@ TEST_F(FormatFiles, ListVersions) {
   EXPECT_EQ(format::list_versions(env_, dir_.path(), "r", "n"), (std::vector<int64_t>{3, 7, 12}));
   EXPECT_TRUE(format::list_versions(env_, dir_.path(), "r", "missing").empty());
   EXPECT_EQ(format::list_subdirs(env_, format::runs_dir(dir_.path())), std::vector<std::string>{"r"});
+}
+
+// ---- checksums and hash trees in one pass (format::checksum_and_tree) --------
+
+// Regions of every shape the fused pass must get right: empty, one element,
+// around a chunk boundary, several chunks and blocks, with a partial last
+// chunk; float regions hold real values mixed with NaN, infinities and values
+// out of the quantum's range (raw tokens), so tolerant leaves take every path.
+struct fused_case {
+  std::vector<region_spec> specs;
+  std::vector<std::vector<std::byte>> data;
+};
+
+fused_case fused_regions(uint64_t chunk_bytes, uint64_t seed) {
+  fused_case c;
+  auto elems = [&](uint8_t type, int64_t delta) {
+    int64_t n = static_cast<int64_t>(format::elements_per_chunk(chunk_bytes, type)) + delta;
+    return static_cast<uint64_t>(std::max<int64_t>(n, 0));
+  };
+  const uint64_t per64 = format::elements_per_chunk(chunk_bytes, CAIRN_FLOAT64);
+  c.specs = {{"empty", CAIRN_FLOAT64, 0, {}, false},
+             {"empty_bytes", CAIRN_BYTE, 0, {}, false},
+             {"one", CAIRN_FLOAT32, 1, {}, false},
+             {"chunk_minus_one", CAIRN_FLOAT64, elems(CAIRN_FLOAT64, -1), {}, false},
+             {"chunk", CAIRN_INT32, elems(CAIRN_INT32, 0), {}, false},
+             {"chunk_plus_one", CAIRN_FLOAT32, elems(CAIRN_FLOAT32, 1), {}, false},
+             {"bytes", CAIRN_BYTE, 3 * chunk_bytes + 17, {}, false},
+             {"grid", CAIRN_FLOAT64, 5 * per64 + 3, {}, false},
+             {"big", CAIRN_UINT8, 5 * format::kFusedBlock + 1234, {}, false}};
+  for (const auto& sp : c.specs) {
+    const size_t es = format::type_size(sp.type);
+    std::vector<std::byte> d(sp.count * es);
+    for (size_t i = 0; i < d.size(); ++i) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      d[i] = static_cast<std::byte>(seed >> 56);
+    }
+    // Most float values real (some equal across chunks), the rest random bits.
+    for (size_t i = 0; sp.type == CAIRN_FLOAT64 && i < sp.count; i += 1 + i % 3) {
+      double v = std::sin(static_cast<double>(i)) * 100;
+      std::memcpy(d.data() + i * 8, &v, 8);
+    }
+    for (size_t i = 0; sp.type == CAIRN_FLOAT32 && i < sp.count; i += 1 + i % 3) {
+      float v = static_cast<float>(std::cos(static_cast<double>(i)) * 10);
+      std::memcpy(d.data() + i * 4, &v, 4);
+    }
+    c.data.push_back(std::move(d));
+  }
+  if (c.specs.size() > 3 && c.data[3].size() >= 24) {  // the special values, once each
+    const double special[3] = {std::nan(""), INFINITY, 1e300};
+    std::memcpy(c.data[3].data(), special, sizeof special);
+  }
+  return c;
+}
+
+TEST(FusedPass, SameChecksumsAndTreesAsSeparatePasses) {
+  for (uint64_t chunk : {uint64_t{64} << 10, uint64_t{4096}, uint64_t{1000}, uint64_t{200} << 10}) {
+    for (double quantum : {0.0, 1e-3, 0.5}) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk) + ", quantum " + std::to_string(quantum));
+      fused_case c = fused_regions(chunk, chunk * 31 + static_cast<uint64_t>(quantum * 1000));
+      auto img = test::make_shard_image("run1", "ckpt", 3, 0, 1, c.specs);
+      ASSERT_TRUE(img.is_ok()) << img.error().to_string();
+      format::shard_header h = img->header;
+      std::vector<const std::byte*> regions;
+      for (auto& d : c.data) regions.push_back(d.data());
+
+      // Separate passes: today's checksum, then build_tree over the encoded header.
+      format::shard_header want = h;
+      for (size_t i = 0; i < want.regions.size(); ++i)
+        want.regions[i].checksum = util::xxh3(regions[i], want.regions[i].length);
+      std::vector<std::byte> want_image(want.file_size);
+      format::encode_header(want, want_image);
+      const std::string want_tree = format::encode_tree(format::build_tree(want, regions, chunk, quantum));
+
+      // One pass.
+      format::shard_header got = h;
+      for (auto& r : got.regions) r.checksum = 0;
+      format::tree_file tree;
+      double trees_s = -1;
+      format::checksum_and_tree(&got, regions, chunk, quantum, &tree, &trees_s);
+      std::vector<std::byte> got_image(got.file_size);
+      format::encode_header(got, got_image);
+      tree.shard_header_checksum = got.header_checksum;
+      for (size_t i = 0; i < got.regions.size(); ++i)
+        EXPECT_EQ(got.regions[i].checksum, want.regions[i].checksum) << got.regions[i].name;
+      EXPECT_EQ(got.header_checksum, want.header_checksum);
+      EXPECT_TRUE(got_image == want_image);
+      EXPECT_EQ(format::encode_tree(tree), want_tree);
+      EXPECT_GE(trees_s, 0);
+      // Tolerant leaves were really computed where they apply.
+      const format::region_tree* grid = tree.find("grid");
+      ASSERT_NE(grid, nullptr);
+      EXPECT_EQ(grid->has_tolerant, quantum > 0);
+      EXPECT_EQ(grid->exact.size(), 6u);
+
+      // hash_trees off: the same checksums, no tree.
+      format::shard_header only = h;
+      for (auto& r : only.regions) r.checksum = 0;
+      format::checksum_and_tree(&only, regions, chunk, quantum, nullptr);
+      for (size_t i = 0; i < only.regions.size(); ++i)
+        EXPECT_EQ(only.regions[i].checksum, want.regions[i].checksum) << only.regions[i].name;
+    }
+  }
 }
 
 }  // namespace

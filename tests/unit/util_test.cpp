@@ -4,7 +4,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
+#include <vector>
 
 #include <cerrno>
 #include <cstdio>
@@ -108,6 +110,60 @@ TEST(cpu, thread_setup_applies_to_the_calling_thread_only) {
   EXPECT_EQ(nice, nice_before + 3);
   EXPECT_EQ(sched_getscheduler(0), policy_before);
   EXPECT_EQ(getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid))), nice_before);
+}
+
+// Placement from hwloc synthetic topologies, so the test does not depend on
+// the machine it runs on. Synthetic PUs are numbered in order: in
+// "pack:2 core:2 pu:2", PUs 0-1 are core 0 and 0-3 package 0.
+std::vector<int> cpus(placement p, int home, const char* topo) {
+  auto r = util::placement_cpus(p, home, topo);
+  EXPECT_TRUE(r) << r.error().to_string();
+  return r ? *r : std::vector<int>{-1};
+}
+
+TEST(cpu, placement_on_synthetic_topologies) {
+  using v = std::vector<int>;
+  const char* smt = "pack:2 core:2 pu:2";
+  EXPECT_EQ(cpus(placement::none, 3, smt), v{});
+  EXPECT_EQ(cpus(placement::core, 0, smt), v{1});  // the spare hardware thread of the core
+  EXPECT_EQ(cpus(placement::core, 5, smt), v{4});
+  EXPECT_EQ(cpus(placement::socket, 5, smt), (v{4, 5, 6, 7}));
+  EXPECT_EQ(cpus(placement::socket, 1, smt), (v{0, 1, 2, 3}));
+  EXPECT_EQ(cpus(placement::node, 1, smt), (v{0, 1, 2, 3, 4, 5, 6, 7}));
+  // SMT-4 cores under caches (filtered out) and a package of two L3 groups.
+  const char* wide = "pack:2 l3:2 core:2 pu:4";
+  EXPECT_EQ(cpus(placement::core, 9, wide), (v{8, 10, 11}));
+  EXPECT_EQ(cpus(placement::socket, 17, wide), (v{16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31}));
+  // No SMT: core is the application's own core.
+  const char* flat = "pack:1 core:4 pu:1";
+  EXPECT_EQ(cpus(placement::core, 2, flat), v{2});
+  EXPECT_EQ(cpus(placement::socket, 2, flat), (v{0, 1, 2, 3}));
+  EXPECT_EQ(cpus(placement::node, 0, flat), (v{0, 1, 2, 3}));
+}
+
+TEST(cpu, placement_errors_say_what) {
+  auto out = util::placement_cpus(placement::core, 8, "pack:1 core:4 pu:2");
+  ASSERT_FALSE(out);
+  EXPECT_EQ(out.error().code(), errc::invalid_argument);
+  EXPECT_NE(out.error().message().find("CPU 8"), std::string::npos) << out.error().message();
+  auto bad = util::placement_cpus(placement::socket, 0, "pack:two");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), errc::invalid_argument);
+  EXPECT_NE(bad.error().message().find("synthetic"), std::string::npos) << bad.error().message();
+}
+
+// This machine's topology: whatever it is, the engine gets CPUs it may run on.
+TEST(cpu, placement_on_this_machine) {
+  const int home = sched_getcpu();
+  ASSERT_GE(home, 0);
+  for (placement p : {placement::core, placement::socket, placement::node}) {
+    auto r = util::placement_cpus(p, home);
+    ASSERT_TRUE(r) << r.error().to_string();
+    ASSERT_FALSE(r->empty());
+    for (int c : *r) EXPECT_TRUE(c >= 0 && c < CPU_SETSIZE) << c;
+  }
+  auto node = util::placement_cpus(placement::node, home);
+  EXPECT_NE(std::find(node->begin(), node->end(), home), node->end());
 }
 
 TEST(config, unknown_file_key_is_named) {
