@@ -162,15 +162,24 @@ class StateSaver:
     def __init__(self, checkpointer, name: str):
         self.ck = checkpointer
         self.name = name
-        self._protected: List[str] = []   # tensor regions of the last save or load
+        # Regions of the last save or load: name -> (address, dtype, shape).
+        self._protected: Dict[str, Any] = {}
 
     def _set_regions(self, arrays: Dict[str, np.ndarray]) -> None:
         for r in self._protected:
             if r not in arrays:
                 self.ck.unprotect(r)
+        protected = {}
         for r, a in arrays.items():
-            self.ck.protect(r, a)
-        self._protected = list(arrays)
+            key = (a.__array_interface__["data"][0], a.dtype.str, a.shape)
+            # A training loop saves the same tensors again and again: an
+            # array already protected where it lies is not protected again
+            # (the Checkpointer still holds the view it was given, so the
+            # memory at that address is that tensor's).
+            if self._protected.get(r) != key:
+                self.ck.protect(r, a)
+            protected[r] = key
+        self._protected = protected
 
     def save(self, state, version: int) -> None:
         """Captures `state` as `version` and returns once it is copied (mode
