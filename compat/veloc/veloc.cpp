@@ -588,22 +588,26 @@ int VELOC_Checkpoint_end(int success) {
   if (g->ph != phase::checkpoint) return fail(__func__, "call VELOC_Checkpoint_begin first");
   const bool file = g->file_routed;
   const bool mem = g->mem_requested;
-  // One agreement: every rank succeeded, and all took the same kind of checkpoint.
+  // One agreement: every rank succeeded (its regions protected in cairn),
+  // and all took the same kind of checkpoint. Each collective costs a
+  // scheduling round on a busy node, so the protection's outcome rides on it.
   bool ok = success != 0 && (file || mem);
+  bool protected_here = true;
+  if (ok && mem && !file) protected_here = ok = sync_protected(__func__, g->mem_selection) == VELOC_SUCCESS;
   int flags[3] = {ok ? 1 : 0, file ? 1 : 0, file ? 0 : 1};
   if (g->comm != MPI_COMM_NULL) MPI_Allreduce(MPI_IN_PLACE, flags, 3, MPI_INT, MPI_MIN, g->comm);
   const std::string route = g->route_path;
   const std::string name = g->name;
   const int version = g->version;
-  const auto selection = g->mem_selection;
   end_sequence();
   if (flags[0] == 0 || (flags[1] == 0 && flags[2] == 0)) {
     if (!route.empty()) std::remove(route.c_str());
+    if (!protected_here) return VELOC_FAILURE;  // sync_protected said why
     if (flags[0] == 0 && !(success != 0 && (file || mem)))
       return fail(__func__, success ? "nothing to checkpoint (no VELOC_Checkpoint_mem or VELOC_Route_file)"
                                     : "the application reported failure: version " + std::to_string(version) +
                                           " of '" + name + "' is not taken (cairn never keeps a partial version)");
-    if (flags[0] == 0) return fail(__func__, "another rank reported failure: version not taken");
+    if (flags[0] == 0) return fail(__func__, "another rank reported failure (or could not protect its regions): version not taken");
     return fail(__func__, "ranks mixed a routed file and memory regions in one checkpoint: version not taken");
   }
   int rc;
@@ -633,9 +637,6 @@ int VELOC_Checkpoint_end(int success) {
     }
     rc = cairn_checkpoint_end(g->c, moved ? 1 : 0);  // collective: one failing rank fails all
   } else {
-    rc = sync_protected(__func__, selection);
-    bool ready = all_ranks(rc == VELOC_SUCCESS);
-    if (!ready) return fail(__func__, "regions could not be protected on some rank: version not taken");
     rc = cairn_checkpoint(g->c, name.c_str(), version);
   }
   if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
