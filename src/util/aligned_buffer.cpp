@@ -56,6 +56,9 @@ result<aligned_buffer> aligned_buffer::map_shared(int fd, size_t size) {
     errno = e;
     return no_memory(size);
   }
+  // Huge pages for shared memory where the node allows it
+  // (transparent_hugepage/shmem_enabled = advise); advisory only.
+  (void)madvise(p, size, MADV_HUGEPAGE);
   aligned_buffer buf;
   buf.data_ = static_cast<std::byte*>(p);
   buf.size_ = size;
