@@ -45,6 +45,9 @@ status local_recycler::retire(const std::string& path) {
   if (!env_->exists(path)) return {};  // gone already (cairn gc, a rebuild): nothing to retire
   CAIRN_RETURN_IF_ERROR(env_->make_dirs(dir_));
   if (status st = env_->rename(path, to); !st) {
+    // Removed meanwhile (a concurrent retention of the same version, cairn
+    // gc): gone already, which is all retiring asks for.
+    if (!env_->exists(path)) return {};
     (void)env_->remove_file(path);
     return st;
   }
