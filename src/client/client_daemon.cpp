@@ -113,8 +113,7 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   nlohmann::json start = {{"redundancy", nullptr}};
   if (redundancy_on()) {
     CAIRN_RETURN_IF_ERROR(start_redundancy(paths, nullptr, 0));
-    std::vector<std::string> peers;
-    for (const auto& hex : comm::allgather_lines(*comm_, util::hex_encode(daemon_->plane_name()))) peers.push_back(hex);
+    const auto peers = comm::allgather_lines(*comm_, util::hex_encode(daemon_->plane_name()));
     const auto& set = redundancy_set_;
     start["redundancy"] = {{"scheme", cfg_.redundancy}, {"k", set.geo.k},         {"m", set.geo.m},
                            {"members", set.members},    {"nodes", set.nodes},     {"position", set.position},

@@ -93,6 +93,7 @@ class session {
   config cfg_;
   int rank_ = -1;
   std::string executable_, mode_;
+  std::string start_error_ = "no start from the rank";  // why engine_ is null
   std::unique_ptr<storage::storage_env> rate_env_;
   std::unique_ptr<engine::engine> engine_;
 #ifdef CAIRN_HAVE_FABRIC
@@ -113,7 +114,10 @@ void session::serve() {
     status st;
     switch (f->type) {
       case msg::hello: st = hello(*f); break;
-      case msg::start: st = start(*f); break;
+      case msg::start:
+        st = start(*f);
+        if (!st) start_error_ = st.to_string();
+        break;
       case msg::slot: st = take_slot(*f); break;
       case msg::job: st = take_job(*f); break;
       case msg::committed: {
@@ -244,14 +248,15 @@ status session::take_slot(frame& f) {
 }
 
 status session::take_job(const frame& f) {
-  if (!engine_) return {errc::invalid_argument, "a job before start"};
   auto m = json::parse(f.meta, nullptr, false);
   if (m.is_discarded()) return {errc::corruption, "unreadable job"};
   auto j = std::make_shared<job>();
   j->id = m.value("id", uint64_t{0});
   auto slot = slots_.find(m.value("slot", uint64_t{0}));
   status st;
-  if (slot == slots_.end()) st = status(errc::internal, "a job in a staging slot the rank never handed over");
+  // Every refused job is reported, so the rank's proxies never wait for it.
+  if (!engine_) st = status(errc::internal, "the daemon's engine did not start: " + start_error_);
+  else if (slot == slots_.end()) st = status(errc::internal, "a job in a staging slot the rank never handed over");
   if (st) {
     auto h = format::decode_header(std::as_bytes(std::span<const char>(f.payload.data(), f.payload.size())),
                                    "the planned header of job " + std::to_string(j->id));
@@ -261,7 +266,7 @@ status session::take_job(const frame& f) {
   if (st && j->header.file_size > slot->second->size())
     st = status(errc::internal, "a job larger than its staging slot");
   if (!st) {
-    report(*j, "image", st);  // the rank runs it itself
+    report(*j, "image", st);  // the version fails on the rank with this message
     return st;
   }
   j->image = slot->second.get();
