@@ -1309,14 +1309,20 @@ void client_impl::on_level_complete(version_record& rec, unsigned level) {
     // node-local shards, which retention may now remove below this one.
     if (redundancy_on()) {
       rec.protected_at = util::wall_s();
-      record_protected(rec);
+      record_runtime_level(rec, CAIRN_LEVEL_PROTECTED, rec.protected_at,
+                           std::max(0.0, rec.protected_at - rec.job->captured_at));
       auto [it, fresh] = newest_protected_.emplace(rec.name, rec.version);
       if (!fresh) it->second = std::max(it->second, rec.version);
       schedule_retention(rec.name, CAIRN_LEVEL_LOCAL);
     }
     return;
   }
-  if (level == CAIRN_LEVEL_LOCAL) rec.local_done_at = util::wall_s();
+  if (level == CAIRN_LEVEL_LOCAL) {
+    rec.local_done_at = util::wall_s();
+    // The persistent level finished first and its commit's catalog update
+    // went without the local time (on_durable): record it now.
+    if (rec.shards_durable) record_runtime_level(rec, CAIRN_LEVEL_LOCAL, rec.local_done_at, 0);
+  }
   if (level == CAIRN_LEVEL_PERSISTENT && daemon_) daemon_->committed(rec.name, rec.version);
   auto& list = complete_[{rec.name, level}];
   list.push_back(rec.version);
@@ -1324,14 +1330,13 @@ void client_impl::on_level_complete(version_record& rec, unsigned level) {
   schedule_retention(rec.name, level);
 }
 
-void client_impl::record_protected(const version_record& rec) {
+void client_impl::record_runtime_level(const version_record& rec, unsigned level, double at, double took) {
   if (rank() != 0) return;
-  const double at = rec.protected_at, took = std::max(0.0, at - rec.job->captured_at);
   engine_->submit_task(
-      [this, run = cfg_.run, name = rec.name, version = rec.version, at, took]() -> status {
+      [this, run = cfg_.run, name = rec.name, version = rec.version, level, at, took]() -> status {
         std::lock_guard lk(catalog_mu_);
         if (!catalog_) return {};
-        if (status cs = catalog_->record_level(run, name, version, CAIRN_LEVEL_PROTECTED, at, took); !cs)
+        if (status cs = catalog_->record_level(run, name, version, level, at, took); !cs)
           std::fprintf(stderr, "cairn: warning: catalog not updated (%s)\n", cs.to_string().c_str());
         return {};
       },

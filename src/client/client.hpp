@@ -205,9 +205,11 @@ class client_impl {
   // code and message. Collective.
   void agree_level_failure(version_record& rec, unsigned level);
   void on_level_complete(version_record& rec, unsigned level);
-  // Rank 0: the catalog's runtime event of a version's redundancy sets
-  // completing (the manifest has it only when it came before the commit).
-  void record_protected(const version_record& rec);
+  // Rank 0: the catalog's runtime event of a version reaching `level` at
+  // `at` (seconds since its capture: `took`), for a level that completes
+  // after the manifest commit started (redundancy sets; the local level,
+  // which runs beside the persistent one and may finish after it).
+  void record_runtime_level(const version_record& rec, unsigned level, double at, double took);
   void schedule_retention(const std::string& name, unsigned level);
   // Rank 0, engine task: deletes the persistent versions of `name` below `threshold`.
   status remove_persistent_below(const std::string& name, int64_t threshold);
