@@ -25,24 +25,16 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from run_advise import run  # noqa: E402
 from run_core import ForeignLoad, loadavg, log  # noqa: E402
 
 PLACEMENTS = ["none", "core", "socket", "node"]
 MODES = ["thread", "sync"]
-
-
-def run(cmd, env, timeout=1800):
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-    if p.returncode != 0:
-        raise RuntimeError("command failed (%d): %s\n%s%s" % (p.returncode, " ".join(map(str, cmd)), p.stdout,
-                                                              p.stderr))
-    return json.loads(p.stdout)
 
 
 def main():
