@@ -110,6 +110,19 @@ uint64_t merkle_root(std::span<const uint64_t> leaves) {
   return level[0];
 }
 
+namespace {
+// A region's tree before its leaves: what it describes, and whether it has
+// tolerant leaves.
+region_tree empty_tree(const region_desc& r, double quantum) {
+  region_tree rt;
+  rt.name = r.name;
+  rt.type = r.type;
+  rt.count = r.count;
+  rt.has_tolerant = quantum > 0 && type_is_float(r.type);
+  return rt;
+}
+}  // namespace
+
 tree_file build_tree(const shard_header& h, std::span<const std::byte> image, uint64_t chunk_bytes, double quantum) {
   std::vector<const std::byte*> regions;
   for (const auto& r : h.regions) regions.push_back(image.data() + r.offset);
@@ -124,11 +137,7 @@ tree_file build_tree(const shard_header& h, std::span<const std::byte* const> re
   t.shard_header_checksum = h.header_checksum;
   for (size_t i = 0; i < h.regions.size(); ++i) {
     const auto& r = h.regions[i];
-    region_tree rt;
-    rt.name = r.name;
-    rt.type = r.type;
-    rt.count = r.count;
-    rt.has_tolerant = quantum > 0 && type_is_float(r.type);
+    region_tree rt = empty_tree(r, quantum);
     const uint64_t per = elements_per_chunk(chunk_bytes, r.type);
     const uint64_t es = type_size(r.type);
     for (uint64_t first = 0; first < r.count; first += per) {
@@ -160,11 +169,7 @@ void checksum_and_tree(shard_header* h, std::span<const std::byte* const> region
     sum.reset();
     uint64_t covered = 0;  // bytes fed to the checksum so far
     if (tree) {
-      region_tree rt;
-      rt.name = r.name;
-      rt.type = r.type;
-      rt.count = r.count;
-      rt.has_tolerant = quantum > 0 && type_is_float(r.type);
+      region_tree rt = empty_tree(r, quantum);
       const uint64_t per = elements_per_chunk(chunk_bytes, r.type);
       const uint64_t es = type_size(r.type);
       rt.exact.reserve((r.count + per - 1) / per);
