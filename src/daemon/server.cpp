@@ -54,13 +54,12 @@ class session {
   struct job : engine::version_job {
     uint64_t id = 0;
   };
-  // Runs `inner` and reports its outcome as `report` (always, or only on
-  // failure when `failures_only`); a successful persistent write is kept as
-  // a commit candidate.
+  // Runs `inner` and reports its outcome to the rank as `report`; a
+  // successful persistent write is kept as a commit candidate.
   class reporting final : public engine::stage {
    public:
-    reporting(session* s, std::unique_ptr<engine::stage> inner, std::string report, bool failures_only)
-        : s_(s), inner_(std::move(inner)), report_(std::move(report)), failures_only_(failures_only) {}
+    reporting(session* s, std::unique_ptr<engine::stage> inner, std::string report)
+        : s_(s), inner_(std::move(inner)), report_(std::move(report)) {}
     const char* name() const override { return inner_->name(); }
     unsigned level() const override { return inner_->level(); }
     bool essential() const override { return inner_->essential(); }
@@ -68,7 +67,7 @@ class session {
     bool applies(const engine::version_job& j) const override { return inner_->applies(j); }
     status run(engine::version_job& j) override {
       status st = inner_->run(j);
-      if (!st || !failures_only_) s_->report(static_cast<job&>(j), report_, st);
+      s_->report(static_cast<job&>(j), report_, st);
       if (st && level() == CAIRN_LEVEL_PERSISTENT) s_->wrote_persistent(j.header);
       return st;
     }
@@ -77,7 +76,6 @@ class session {
     session* s_;
     std::unique_ptr<engine::stage> inner_;
     std::string report_;
-    bool failures_only_;
   };
 
   status hello(const frame& f);
@@ -196,10 +194,10 @@ status session::start(const frame& f) {
   engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
   engine::stage_graph g;
   const size_t image = g.add(std::make_unique<reporting>(
-      this, engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs), "image", false));
+      this, engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs), "image"));
   size_t local = image;
   if (cfg_.local_enabled)
-    local = g.add(std::make_unique<reporting>(this, engine::make_local_stage(env, paths), "local", false), {image});
+    local = g.add(std::make_unique<reporting>(this, engine::make_local_stage(env, paths), "local"), {image});
   if (m.contains("redundancy") && !m["redundancy"].is_null()) {
 #ifdef CAIRN_HAVE_FABRIC
     const auto& r = m["redundancy"];
@@ -220,15 +218,13 @@ status session::start(const frame& f) {
       peers.push_back(std::move(name));
     }
     plane_->set_peers(std::move(peers));
-    g.add(std::make_unique<reporting>(this, redundancy::make_stage(env, paths, std::move(set), plane_, {}), "redundancy",
-                                      false),
+    g.add(std::make_unique<reporting>(this, redundancy::make_stage(env, paths, std::move(set), plane_, {}), "redundancy"),
           {local});
 #else
     return {errc::not_supported, "redundancy needs the libfabric data plane, which this cairnd lacks"};
 #endif
   }
-  g.add(std::make_unique<reporting>(this, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), "persistent",
-                                    false),
+  g.add(std::make_unique<reporting>(this, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), "persistent"),
         {image});
   util::thread_setup setup{{}, cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(engine_mode::thread, cfg_.io_threads, setup, std::move(g));
