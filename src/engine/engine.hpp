@@ -192,6 +192,8 @@ class engine {
   void run_stage(version_job& job, size_t i);  // runs it (without mu_), then ends it
   void run_task(const std::function<status()>& task);
   void release_slots(std::vector<std::shared_ptr<version_job>> finished);
+  // Wakes a worker for each of `items` new queue entries (at most all).
+  void wake_workers(size_t items);
   void latch(const status& st);
 
   const engine_mode mode_;
@@ -199,7 +201,8 @@ class engine {
   std::vector<std::vector<size_t>> after_;
 
   std::mutex mu_;
-  std::condition_variable cv_;          // queue and state changes
+  std::condition_variable work_cv_;     // workers: something was queued (or stopping)
+  std::condition_variable state_cv_;    // waiters: a stage, job or worker ended
   std::deque<std::shared_ptr<version_job>> active_;  // GUARDED_BY(mu_): submitted, not finished, by seq
   std::deque<ready_stage> ready_;       // GUARDED_BY(mu_): may run now
   std::deque<std::function<status()>> tasks_, low_tasks_;  // GUARDED_BY(mu_)
