@@ -387,7 +387,11 @@ status client_impl::start() {
       o.direct_io = cfg_.direct_io;
       stages.add(aggregate::make_self_write_stage(flush_env, paths, o), {image_done});
     } else {
-      stages.add(engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), {image_done});
+      // The data part is written as the application captures it, the header
+      // once the checksum pass has filled it in.
+      const size_t data = stages.add(engine::make_persistent_data_stage(flush_env, paths, cfg_.direct_io), {});
+      stages.add(engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), {image_done, data});
+      stream_capture_ = cfg_.mode == engine_mode::thread;
     }
   }
   if (!cfg_.reference_run.empty()) {
@@ -422,13 +426,14 @@ status client_impl::start() {
 
 // Test hook, "key=value" pairs separated by commas:
 //   level=local|persistent|capture, action=error|kill, kind=write|sync|create|rename|any,
-//   errno=N, after=N, version=V, rank=R
+//   errno=N, after=N, version=V, rank=R, file=NAME (a file of version V's directory, e.g. MANIFEST)
 // e.g. "level=persistent,action=kill,version=20,rank=1".
 status client_impl::install_fault() {
   storage::fault_spec spec;
   std::string level = "persistent";
   std::string role;
   int only_rank = -1;
+  std::string file;
   auto bad = [&](const std::string& why) {
     return status(errc::invalid_argument, "configuration key 'fault_inject': " + why);
   };
@@ -449,6 +454,7 @@ status client_impl::install_fault() {
       else if (k == "after") spec.after = std::stoi(v);
       else if (k == "rank") only_rank = std::stoi(v);
       else if (k == "role") role = v;
+      else if (k == "file") file = v;
       else if (k == "version") {
         kill_capture_version_ = std::stoll(v);
         spec.path_part = "/" + format::version_dir_name(kill_capture_version_) + "/";
@@ -457,6 +463,10 @@ status client_impl::install_fault() {
     } catch (const std::exception&) {
       return bad("bad number in '" + kv + "'");
     }
+  }
+  if (!file.empty()) {
+    if (kill_capture_version_ < 0) return bad("file needs version");
+    spec.path_part += file;
   }
   if (level != "local" && level != "persistent" && level != "capture" && level != "transfer" && level != "redundancy")
     return bad("level must be local, persistent, capture, transfer or redundancy");
@@ -838,7 +848,18 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     if (!slots) st = slots.take_status();
     if (st && (h.file_size > pool_.slot_bytes() || pool_.slots() < *slots)) {
       if (h.file_size > pool_.slot_bytes()) engine_->wait_idle();  // slots are replaced
-      st = pool_.reserve(h.file_size, *slots);
+      // Thread mode: this checkpoint needs one slot; the others are made by
+      // an engine task, off the application's call (on this VM faulting in
+      // a 512 MiB slot costs 0.7-1.4 s).
+      const int now = cfg_.mode == engine_mode::thread ? 1 : *slots;
+      st = pool_.reserve(h.file_size, now);
+      if (st && now < *slots && !more_slots_queued_.exchange(true)) {
+        engine_->submit_task([this, size = pool_.slot_bytes(), n = *slots]() -> status {
+          (void)pool_.try_reserve(size, size, n);  // best effort: a later capture reserves what it needs
+          more_slots_queued_ = false;
+          return {};
+        }, engine::task_priority::low);
+      }
     }
   }
   // st is agreed by the progress round below (one collective, not two).
@@ -906,26 +927,48 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
 
   engine::aligned_buffer* slot = pool_.acquire(true);
   auto job = std::make_shared<engine::version_job>();
+  ++count_[name];
+  unsigned wanted = CAIRN_LEVEL_CAPTURED;
+  if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
+  if (redundancy_on() && count_[name] % cfg_.redundancy_interval == 0) wanted |= CAIRN_LEVEL_PROTECTED;
+  if (agents_) wanted |= CAIRN_LEVEL_PROTECTED;  // the agents (or the fallback) write the persistent level
+  else if (to_persistent) wanted |= CAIRN_LEVEL_PERSISTENT;
+  job->header = std::move(h);
+  job->image = slot;
+  job->pool = &pool_;
+  job->wanted = wanted;
+  job->plan = std::move(plan);
   job->captured_at = util::wall_s();
   double t0 = util::now_s();
   std::byte* img = slot->data();
+  const auto& regions = job->header.regions;
   // agents_lend: contiguous regions stay where they are; the agents read them.
   const bool lend = cfg_.agents_lend && agents_ && agents_->has_agent();
   if (lend) job->lent.assign(regs.size(), nullptr);
+  // The persistent write starts with the copy and follows it (16 MiB at a
+  // time): it need not wait for the whole image.
+  const bool stream = stream_capture_ && !lend && (wanted & CAIRN_LEVEL_PERSISTENT);
+  if (stream) engine_->submit(job, true);
+  constexpr uint64_t kPiece = 16ull << 20;
   for (size_t i = 0; i < regs.size(); ++i) {
-    const auto& d = h.regions[i];
+    const auto& d = regions[i];
     if (lend && regs[i].mem_shape.empty() && d.length) {
       job->lent[i] = static_cast<const std::byte*>(regs[i].ptr);
     } else if (!regs[i].mem_shape.empty()) {
       copy_block(img + d.offset, static_cast<std::byte*>(regs[i].ptr), format::type_size(d.type), row_major_dims(regs[i]),
                  regs[i].mem_shape, regs[i].mem_start, true);
-    } else if (d.length) {
-      std::memcpy(img + d.offset, regs[i].ptr, d.length);
+    } else {
+      for (uint64_t at = 0; at < d.length; at += kPiece) {
+        std::memcpy(img + d.offset + at, static_cast<const std::byte*>(regs[i].ptr) + at,
+                    std::min(kPiece, d.length - at));
+        if (stream && at + kPiece < d.length) job->capture.publish(d.offset + at + kPiece);
+      }
     }
     if (version == kill_capture_version_) ::raise(SIGKILL);  // test hook: crash mid-capture
     // Zero the alignment padding so no stale bytes of earlier layouts leak to disk.
     uint64_t end = format::align_up(d.offset + d.length);
     if (end > d.offset + d.length) std::memset(img + d.offset + d.length, 0, end - d.offset - d.length);
+    if (stream) job->capture.publish(end);
   }
   job->capture_s = util::now_s() - t0;
   warnings_at_capture_ = warnings;
@@ -934,19 +977,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   stats_dirty_ = true;
   if (near_deadline()) deadline_checkpointed_ = true;  // agreed: the same on every rank
 
-  ++count_[name];
-  unsigned wanted = CAIRN_LEVEL_CAPTURED;
-  if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
-  if (redundancy_on() && count_[name] % cfg_.redundancy_interval == 0) wanted |= CAIRN_LEVEL_PROTECTED;
-  if (agents_) wanted |= CAIRN_LEVEL_PROTECTED;  // the agents (or the fallback) write the persistent level
-  else if (to_persistent) wanted |= CAIRN_LEVEL_PERSISTENT;
   ++checkpoints_taken_;
-  last_image_bytes_ = h.file_size;
-  job->header = std::move(h);
-  job->image = slot;
-  job->pool = &pool_;
-  job->wanted = wanted;
-  job->plan = std::move(plan);
+  last_image_bytes_ = job->header.file_size;
   // A lent version is captured once the agents hold it (or it was copied).
   job->done = job->lent.empty() ? CAIRN_LEVEL_CAPTURED : 0;
   last_version_[name] = version;
@@ -968,7 +1000,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   // The daemon gets the version before cairn_checkpoint returns: if the
   // application dies right after, the daemon still has it.
   if (daemon_) daemon_->submit(*job);
-  engine_->submit(job);
+  if (stream) engine_->captured(*job);
+  else engine_->submit(job);
   if (agents_) schedule_agents_retention(name);
   if (agents_ && cfg_.agents_blocking) {
     // Blocking agents mode: return once the agent holds the version (or it

@@ -423,6 +423,8 @@ class client_impl {
   // Collective part of progress for the online comparison.
   void progress_divergence(int64_t global_first);
   bool finalized_ = false;
+  bool stream_capture_ = false;
+  std::atomic<bool> more_slots_queued_{false};  // an engine task makes the staging slots a capture did not  // the persistent write follows the capture (engine::submit(job, true))
   // Agents: null when the configuration key 'agents' is empty.
   std::unique_ptr<agents_data> agents_;
   std::optional<agents_control> control_;  // rank 0 only

@@ -43,11 +43,14 @@ engine::engine(engine_mode mode, int threads, util::thread_setup setup, stage_gr
 
 engine::~engine() { shutdown(false); }
 
-void engine::submit(std::shared_ptr<version_job> job) {
+void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
+  capturing &= mode_ == engine_mode::thread;
+  if (capturing) job->capture.start();
   std::unique_lock lk(mu_);
   job->seq = next_seq_++;
   job->stage_state.assign(stages_.size(), 0);
   job->stages_left = stages_.size();
+  job->capturing = capturing;
   active_.push_back(job);
   if (mode_ == engine_mode::thread) {
     const size_t before = ready_.size();
@@ -73,6 +76,22 @@ void engine::submit(std::shared_ptr<version_job> job) {
     run_stage(*r.job, r.stage);
     lk.lock();
   }
+}
+
+void engine::captured(version_job& job) {
+  job.capture.finish();
+  size_t queued = 0;
+  std::vector<std::shared_ptr<version_job>> finished;
+  {
+    std::lock_guard lk(mu_);
+    if (!job.capturing) return;
+    job.capturing = false;
+    const size_t before = ready_.size();
+    finished = schedule();
+    queued = ready_.size() - before;
+  }
+  wake_workers(queued);
+  release_slots(std::move(finished));
 }
 
 void engine::submit_task(std::function<status()> task, task_priority priority) {
@@ -117,6 +136,7 @@ std::vector<std::shared_ptr<version_job>> engine::schedule() {
     for (auto& job : active_) {
       for (size_t i = 0; i < stages_.size(); ++i) {
         if (job->stage_state[i] != 0 || stage_next_[i] != job->seq) continue;
+        if (job->capturing && !stages_[i]->follows_capture()) continue;
         if (!std::all_of(after_[i].begin(), after_[i].end(), [&](size_t a) { return job->stage_state[a] == 2; }))
           continue;
         if (!job->abandoned && stages_[i]->applies(*job)) {
@@ -194,6 +214,7 @@ void engine::release_slots(std::vector<std::shared_ptr<version_job>> finished) {
   // The slot goes back before the job reads as finished: whoever waits for
   // that may take the slot at once.
   for (auto& job : finished) {
+    job->carry.reset();  // before the slot: a carry may still read the image
     if (job->pool && job->image) job->pool->release(job->image);
     job->image = nullptr;
   }

@@ -42,6 +42,54 @@
 
 namespace cairn::engine {
 
+// State a stage leaves for a later stage of the same version (the
+// persistent write begun during the capture, finished after the checksum).
+// Dropped when the job finishes, and with it what it still holds (an
+// unfinished temporary file), e.g. when an essential stage failed.
+struct stage_carry {
+  virtual ~stage_carry() = default;
+};
+
+// How much of a job's image the application thread has captured (bytes from
+// offset 0, in the image's order), for stages that follow the capture as it
+// goes (stage::follows_capture). Complete unless engine::submit was told the
+// capture is still running.
+class capture_progress {
+ public:
+  void start() {
+    std::lock_guard lk(mu_);
+    bytes_ = 0;
+    done_ = false;
+  }
+  void publish(uint64_t bytes) {
+    {
+      std::lock_guard lk(mu_);
+      bytes_ = bytes;
+    }
+    cv_.notify_one();
+  }
+  void finish() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until more than `past` bytes are captured or the capture ended;
+  // returns the bytes captured (all of `total` once it ended).
+  uint64_t wait_past(uint64_t past, uint64_t total) {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return done_ || bytes_ > past; });
+    return done_ ? total : bytes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t bytes_ = 0;
+  bool done_ = true;
+};
+
 // One rank's part of one version as it moves through the stages.
 struct version_job {
   format::shard_header header;     // layout; checksums filled by the checksum stage
@@ -52,6 +100,8 @@ struct version_job {
   uint64_t daemon_id = 0;          // engine_host = daemon: its id on the rank's connection (0: not handed over)
 
   std::string tree_image;          // encoded hash trees (checksum stage), written beside the shard
+  capture_progress capture;        // the application thread's copy, for stages that follow it
+  std::unique_ptr<stage_carry> carry;  // see stage_carry
   // agents_lend: per region (header.regions order), the application memory
   // that holds its bytes, lent until the version reaches CAIRN_LEVEL_CAPTURED
   // (the agents hold it, or lend_stage copied it into the image); null: the
@@ -87,6 +137,7 @@ struct version_job {
   std::vector<uint8_t> stage_state;
   size_t stages_left = 0;
   bool abandoned = false;
+  bool capturing = false;  // only stages that follow the capture may start
 
   // Written by stages, read through engine::levels().
   unsigned done = 0;    // GUARDED_BY(engine::mu_)
@@ -117,6 +168,10 @@ class stage {
   virtual bool latches() const { return true; }
   // Whether the job needs this stage (e.g. only every k-th version persistent).
   virtual bool applies(const version_job& job) const { return level() == 0 || (job.wanted & level()); }
+  // Whether it may start while the application thread is still capturing
+  // the image (engine::submit(job, true)): it reads only what
+  // job.capture says is captured.
+  virtual bool follows_capture() const { return false; }
   virtual status run(version_job& job) = 0;
 };
 
@@ -154,7 +209,12 @@ class engine {
 
   // Queues a captured job (thread mode) or runs it to the end (sync mode).
   // The job's image slot returns to job->pool when the job finishes.
-  void submit(std::shared_ptr<version_job> job);
+  // capturing (thread mode only): the caller is still copying the image and
+  // publishes its progress in job->capture; only stages that follow the
+  // capture start before captured(job).
+  void submit(std::shared_ptr<version_job> job, bool capturing = false);
+  // The capture of a job submitted with capturing = true is complete.
+  void captured(version_job& job);
   // Queues a task (thread mode; tasks of one priority run in submission
   // order) or runs it now (sync mode). A failing task's status is latched.
   void submit_task(std::function<status()> task, task_priority priority = task_priority::normal);

@@ -10,41 +10,67 @@
 
 namespace cairn::engine {
 
-status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
-                        bool direct, bool durable, const std::string& tree, bool tmp_exists) {
-  const std::string dir = storage::dirname_of(path);
-  CAIRN_RETURN_IF_ERROR(env->make_dirs(dir));
-  const std::string tmp = path + ".tmp";
+result<std::unique_ptr<shard_file_writer>> shard_file_writer::create(storage::storage_env* env, const std::string& path,
+                                                                    bool direct, bool tmp_exists) {
+  CAIRN_RETURN_IF_ERROR(env->make_dirs(storage::dirname_of(path)));
+  std::unique_ptr<shard_file_writer> w(new shard_file_writer(env, path));
+  CAIRN_ASSIGN_OR_RETURN(w->file_, env->create(path + ".tmp", direct, !tmp_exists));
+  return w;
+}
+
+shard_file_writer::~shard_file_writer() {
+  if (!file_) return;
+  (void)file_->close();
+  (void)env_->remove_file(path_ + ".tmp");  // never leave a partial file behind
+}
+
+status shard_file_writer::write(uint64_t offset, const std::byte* data, uint64_t len) {
+  return file_->write_at(offset, data, len);
+}
+
+status shard_file_writer::finish(bool durable, const std::string& tree) {
+  const std::string dir = storage::dirname_of(path_);
   uint32_t rank = 0;
-  format::parse_shard_name(path.substr(dir.size() + 1), &rank);
+  format::parse_shard_name(path_.substr(dir.size() + 1), &rank);
   const std::string tree_path = storage::join(dir, format::tree_file_name(rank));
   auto fail = [&](status st) {
-    (void)env->remove_file(tmp);  // never leave a partial file behind
-    (void)env->remove_file(tree_path + ".tmp");
-    return st;
+    (void)env_->remove_file(tree_path + ".tmp");
+    return st;  // the destructor removes the shard's temporary
   };
+  std::unique_ptr<storage::writable_file> t;
   if (!tree.empty()) {
-    auto t = env->create(tree_path + ".tmp", false);
-    if (!t) return fail(t.take_status());
-    if (status st = (*t)->write_at(0, tree.data(), tree.size()); !st) return fail(st);
-    if (durable) {
-      if (status st = (*t)->sync(); !st) return fail(st);
-    }
-    if (status st = (*t)->close(); !st) return fail(st);
+    auto made = env_->create(tree_path + ".tmp", false);
+    if (!made) return fail(made.take_status());
+    t = std::move(made).value();
+    if (status st = t->write_at(0, tree.data(), tree.size()); !st) return fail(st);
   }
-  auto f = env->create(tmp, direct, !tmp_exists);
-  if (!f) return fail(f.take_status());
-  if (status st = (*f)->write_at(0, image, size); !st) return fail(st);
   if (durable) {
-    if (status st = (*f)->sync(); !st) return fail(st);
+    // The tree first: its sync commits the file system's metadata of both
+    // files (one journal commit), and the shard's sync then only flushes.
+    if (t) {
+      if (status st = t->sync(); !st) return fail(st);
+    }
+    if (status st = file_->sync(); !st) return fail(st);
   }
-  if (status st = (*f)->close(); !st) return fail(st);
-  if (!tree.empty()) {
-    if (status st = env->rename(tree_path + ".tmp", tree_path); !st) return fail(st);
+  if (t) {
+    if (status st = t->close(); !st) return fail(st);
   }
-  if (status st = env->rename(tmp, path); !st) return fail(st);
-  if (durable) return env->sync_dir(dir);
+  if (status st = file_->close(); !st) return fail(st);
+  // The tree's rename first: a committed shard always has its tree.
+  if (t) {
+    if (status st = env_->rename(tree_path + ".tmp", tree_path); !st) return fail(st);
+  }
+  if (status st = env_->rename(path_ + ".tmp", path_); !st) return fail(st);
+  file_.reset();
+  if (durable) return env_->sync_dir(dir);
   return {};
+}
+
+status write_shard_file(storage::storage_env* env, const std::string& path, const std::byte* image, uint64_t size,
+                        bool direct, bool durable, const std::string& tree, bool tmp_exists) {
+  CAIRN_ASSIGN_OR_RETURN(auto w, shard_file_writer::create(env, path, direct, tmp_exists));
+  CAIRN_RETURN_IF_ERROR(w->write(0, image, size));
+  return w->finish(durable, tree);
 }
 
 namespace {
@@ -114,6 +140,52 @@ class local_stage final : public stage {
   std::shared_ptr<local_recycler> recycler_;
 };
 
+// The persistent write, begun while the application thread still copies
+// the image: the data part ([data_offset, file_size)) is written as it is
+// captured, side by side with the checksum pass; persistent_stage writes the
+// header (known once the checksums are) and makes the shard durable.
+struct persistent_carry final : stage_carry {
+  std::unique_ptr<shard_file_writer> writer;
+  status error;
+  double started = 0;
+};
+
+class persistent_data_stage final : public stage {
+ public:
+  persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct)
+      : env_(env), paths_(std::move(paths)), direct_(direct) {}
+  const char* name() const override { return "persistent (data)"; }
+  bool applies(const version_job& job) const override { return job.wanted & CAIRN_LEVEL_PERSISTENT; }
+  bool follows_capture() const override { return true; }
+  status run(version_job& job) override {
+    auto c = std::make_unique<persistent_carry>();
+    c->started = util::now_s();
+    const auto& h = job.header;
+    // A failure is the persistent stage's to report (it owns the level).
+    c->error = [&]() -> status {
+      CAIRN_ASSIGN_OR_RETURN(c->writer, shard_file_writer::create(
+                                            env_, format::shard_path(paths_.persistent, h.run, h.name, h.version, h.rank),
+                                            direct_, false));
+      // Whatever is captured when the write starts goes in one request: the
+      // capture runs several times faster than the device, so this is a few
+      // large writes, not one per captured piece.
+      for (uint64_t at = h.data_offset; at < h.file_size;) {
+        const uint64_t upto = job.capture.wait_past(at, h.file_size);
+        CAIRN_RETURN_IF_ERROR(c->writer->write(at, job.image->data() + at, upto - at));
+        at = upto;
+      }
+      return {};
+    }();
+    job.carry = std::move(c);
+    return {};
+  }
+
+ private:
+  storage::storage_env* env_;
+  level_paths paths_;
+  bool direct_;
+};
+
 class persistent_stage final : public stage {
  public:
   persistent_stage(storage::storage_env* env, level_paths paths, bool direct)
@@ -123,8 +195,17 @@ class persistent_stage final : public stage {
   status run(version_job& job) override {
     double t0 = util::now_s();
     auto& h = job.header;
-    std::string path = format::shard_path(paths_.persistent, h.run, h.name, h.version, h.rank);
-    CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, direct_, true, job.tree_image));
+    if (auto* c = dynamic_cast<persistent_carry*>(job.carry.get())) {
+      // The data are written (persistent_data_stage): the header, then durable.
+      std::unique_ptr<stage_carry> own = std::move(job.carry);
+      CAIRN_RETURN_IF_ERROR(c->error);
+      CAIRN_RETURN_IF_ERROR(c->writer->write(0, job.image->data(), h.data_offset));
+      CAIRN_RETURN_IF_ERROR(c->writer->finish(true, job.tree_image));
+      t0 = c->started;
+    } else {
+      std::string path = format::shard_path(paths_.persistent, h.run, h.name, h.version, h.rank);
+      CAIRN_RETURN_IF_ERROR(write_shard_file(env_, path, job.image->data(), h.file_size, direct_, true, job.tree_image));
+    }
     job.persistent_s = util::now_s() - t0;
     job.persistent_at = util::wall_s();
     return {};
@@ -172,6 +253,9 @@ std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths p
 }
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io) {
   return std::make_unique<persistent_stage>(env, std::move(paths), direct_io);
+}
+std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct_io) {
+  return std::make_unique<persistent_data_stage>(env, std::move(paths), direct_io);
 }
 
 }  // namespace cairn::engine

@@ -31,13 +31,44 @@ std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths p
                                         std::shared_ptr<local_recycler> recycler = nullptr);
 // Writes the image to the store with O_DIRECT where possible, fdatasync,
 // rename, fsync of the directory: durable before the level is reported.
+// After a persistent data stage (below) it writes only the header, then
+// makes the shard durable.
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io);
+// Begins the persistent write while the application thread still captures:
+// the image's data part, as it is captured (follows_capture), side by side
+// with the checksum pass. Goes before make_persistent_stage, which must
+// follow it and the checksum stage. Its failure is the persistent stage's.
+std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct_io);
 
 // agents_lend: when the agents did not take a version whose regions the
 // application lent (PROTECTED failed), copies them into the image and marks
 // the version CAPTURED (the application may change them again). Goes right
 // after the agents stage.
 std::unique_ptr<stage> make_unlend_stage();
+
+// A shard file written through its temporary name (<path>.tmp), whole or
+// in pieces, then finished: the hash-tree file beside it (when `tree` is not
+// empty), with `durable` the syncs, then the renames (the shard's last: a
+// committed shard always has its tree). Destroyed unfinished, it removes
+// its temporary.
+class shard_file_writer {
+ public:
+  // tmp_exists: <path>.tmp is there with the right size (a recycled file)
+  // and is overwritten, not truncated.
+  static result<std::unique_ptr<shard_file_writer>> create(storage::storage_env* env, const std::string& path,
+                                                           bool direct, bool tmp_exists);
+  ~shard_file_writer();
+  shard_file_writer(const shard_file_writer&) = delete;
+  shard_file_writer& operator=(const shard_file_writer&) = delete;
+  status write(uint64_t offset, const std::byte* data, uint64_t len);
+  status finish(bool durable, const std::string& tree);
+
+ private:
+  shard_file_writer(storage::storage_env* env, std::string path) : env_(env), path_(std::move(path)) {}
+  storage::storage_env* env_;
+  std::string path_;
+  std::unique_ptr<storage::writable_file> file_;
+};
 
 // Writes `image` to `path` and, when `tree` is not empty, the tree file beside it
 // (tree first), each through a temporary name; `durable` adds the syncs. The

@@ -13,6 +13,9 @@
 #include "engine/engine.hpp"
 #include "engine/recycler.hpp"
 #include "engine/staging.hpp"
+#include "engine/stages.hpp"
+#include "format/layout.hpp"
+#include "format/shard.hpp"
 #include "storage/storage_env.hpp"
 
 namespace cairn::engine {
@@ -271,6 +274,120 @@ TEST(engine, essential_failure_in_a_graph_fails_every_level_after_it) {
   EXPECT_EQ(failed, 0u);
   EXPECT_EQ(done, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL | CAIRN_LEVEL_PERSISTENT);
   EXPECT_EQ(t.events.size(), 7u);  // 3 + 1 + 3
+}
+
+// Follows the capture: records how much was captured when it started and
+// reads the rest through job.capture.
+class follower_stage final : public stage {
+ public:
+  follower_stage(trace* t, std::atomic<uint64_t>* seen_at_start) : t_(t), seen_(seen_at_start) {}
+  const char* name() const override { return "follower"; }
+  bool follows_capture() const override { return true; }
+  status run(version_job& job) override {
+    t_->add("follower", job.header.version);
+    seen_->store(job.capture.wait_past(0, 100));
+    for (uint64_t at = 0; at < 100;) at = job.capture.wait_past(at, 100);
+    return {};
+  }
+
+ private:
+  trace* t_;
+  std::atomic<uint64_t>* seen_;
+};
+
+TEST(engine, a_stage_that_follows_the_capture_starts_before_it_ends_and_the_others_after) {
+  trace t;
+  std::atomic<uint64_t> seen{0};
+  stage_graph g;
+  size_t image = g.add(std::make_unique<fake_stage>("checksum", 0, &t, true));
+  size_t follow = g.add(std::make_unique<follower_stage>(&t, &seen), {});
+  g.add(std::make_unique<fake_stage>("persistent", CAIRN_LEVEL_PERSISTENT, &t), {image, follow});
+  engine e(engine_mode::thread, 2, {}, std::move(g));
+  auto j = make_job(0);
+  e.submit(j, true);
+  j->capture.publish(40);
+  // The follower runs and sees the 40 bytes; the checksum waits for the capture.
+  for (int i = 0; i < 2000 && seen.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(seen.load(), 40u);
+  {
+    std::lock_guard lk(t.mu);
+    ASSERT_EQ(t.events.size(), 1u);
+    EXPECT_EQ(t.events[0].first, "follower");
+  }
+  e.captured(*j);
+  e.wait_idle();
+  ASSERT_EQ(t.events.size(), 3u);
+  EXPECT_EQ(t.events[1].first, "checksum");
+  EXPECT_EQ(t.events[2].first, "persistent");
+  unsigned done, failed;
+  bool fin;
+  e.levels(*j, &done, &failed, &fin);
+  EXPECT_TRUE(fin);
+  EXPECT_EQ(done, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_PERSISTENT);
+}
+
+// The persistent write begun during the capture (data part) and finished
+// after the checksum (header, syncs, rename) produces the whole image; when
+// the version is abandoned before the finish, its temporary goes.
+TEST(engine, persistent_write_split_around_the_checksum_writes_the_image_or_leaves_nothing) {
+  char tmpl[] = "/tmp/cairn-split-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto* env = storage::storage_env::posix();
+  for (bool fail_checksum : {false, true}) {
+    const std::string store = dir + (fail_checksum ? "/failed" : "/written");
+    level_paths paths{"run", dir + "/scratch", store};
+    trace t;
+    stage_graph g;
+    size_t image = fail_checksum ? g.add(std::make_unique<fake_stage>("checksum", 0, &t, true, 1))
+                                 : g.add(make_checksum_stage());
+    size_t data = g.add(make_persistent_data_stage(env, paths, true), {});
+    g.add(make_persistent_stage(env, paths, true), {image, data});
+    engine e(engine_mode::thread, 2, {}, std::move(g));
+    auto j = make_job(1, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_PERSISTENT);
+    j->header.run = "run";
+    j->header.nranks = 1;
+    format::region_desc d;
+    d.name = "x";
+    d.type = CAIRN_BYTE;
+    d.count = 3 * 4096 + 100;
+    j->header.regions.push_back(d);
+    ASSERT_TRUE(format::plan_layout(j->header));
+    auto buf = aligned_buffer::allocate(j->header.file_size);
+    ASSERT_TRUE(buf);
+    aligned_buffer slot = std::move(buf).value();
+    j->image = &slot;
+    e.submit(j, true);
+    std::byte* img = slot.data() + j->header.regions[0].offset;
+    const uint64_t len = j->header.regions[0].length;
+    for (uint64_t i = 0; i < len; ++i) img[i] = static_cast<std::byte>(i * 7 + 1);
+    std::memset(img + len, 0, j->header.file_size - j->header.regions[0].offset - len);
+    j->capture.publish(j->header.regions[0].offset + 4096);
+    e.captured(*j);
+    e.wait_idle();
+    unsigned done = 0, failed = 0;
+    bool fin = false;
+    for (int i = 0; i < 2000 && !fin; ++i) {
+      e.levels(*j, &done, &failed, &fin);
+      if (!fin) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(fin);
+    const std::string path = format::shard_path(paths.persistent, "run", "t", 1, 0);
+    if (fail_checksum) {
+      EXPECT_EQ(failed & CAIRN_LEVEL_PERSISTENT, CAIRN_LEVEL_PERSISTENT);
+      EXPECT_FALSE(env->exists(path));
+      EXPECT_FALSE(env->exists(path + ".tmp"));
+      (void)e.take_error();
+    } else {
+      EXPECT_EQ(done & CAIRN_LEVEL_PERSISTENT, CAIRN_LEVEL_PERSISTENT);
+      auto got = env->read_all(path);
+      ASSERT_TRUE(got);
+      ASSERT_EQ(got->size(), j->header.file_size);
+      EXPECT_EQ(std::memcmp(got->data(), slot.data(), got->size()), 0);
+      EXPECT_FALSE(env->exists(path + ".tmp"));
+    }
+  }
+  (void)env->remove_tree(dir);
 }
 
 TEST(engine, normal_tasks_go_before_queued_stages_and_low_tasks_after) {
