@@ -53,11 +53,10 @@ void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
   job->capturing = capturing;
   active_.push_back(job);
   if (mode_ == engine_mode::thread) {
-    const size_t before = ready_.size();
     auto finished = schedule();
-    const size_t queued = ready_.size() - before;
+    const bool wake = claim_wake();
     lk.unlock();
-    wake_workers(queued);
+    if (wake) work_cv_.notify_one();
     release_slots(std::move(finished));  // a job none of whose stages applies
     return;
   }
@@ -80,17 +79,16 @@ void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
 
 void engine::captured(version_job& job) {
   job.capture.finish();
-  size_t queued = 0;
+  bool wake = false;
   std::vector<std::shared_ptr<version_job>> finished;
   {
     std::lock_guard lk(mu_);
     if (!job.capturing) return;
     job.capturing = false;
-    const size_t before = ready_.size();
     finished = schedule();
-    queued = ready_.size() - before;
+    wake = claim_wake();
   }
-  wake_workers(queued);
+  if (wake) work_cv_.notify_one();
   release_slots(std::move(finished));
 }
 
@@ -99,20 +97,25 @@ void engine::submit_task(std::function<status()> task, task_priority priority) {
     run_task(task);
     return;
   }
+  bool wake = false;
   {
     std::lock_guard lk(mu_);
     (priority == task_priority::low ? low_tasks_ : tasks_).push_back(std::move(task));
+    wake = claim_wake();
   }
-  wake_workers(1);
+  if (wake) work_cv_.notify_one();
 }
 
-void engine::wake_workers(size_t items) {
-  // One worker per new item, not all of them: on a core shared with the
-  // application thread, waking several threads at once makes the kernel
-  // switch to one of them inside the application's call (measured: 3-9 ms
-  // more blocked time per checkpoint); waking one does not. A worker that
-  // finds nothing goes back to sleep.
-  for (size_t i = 0; i < std::min(items, workers_.size()); ++i) work_cv_.notify_one();
+bool engine::claim_wake() {
+  // One wake-up in flight at a time, not one per queued item: on a core
+  // shared with the application thread, two threads woken at once (or back
+  // to back, before the first ran) make the kernel switch to one of them
+  // inside the application's call (measured: 3-9 ms more blocked time per
+  // checkpoint); one does not. The woken worker wakes the next one when it
+  // leaves work queued (worker_main).
+  if (wake_pending_ || idle_ == 0 || !has_work()) return false;
+  wake_pending_ = true;
+  return true;
 }
 
 void engine::latch(const status& st) {
@@ -196,16 +199,15 @@ void engine::end_stage(version_job& job, size_t i, bool ran, const status& st) {
 void engine::run_stage(version_job& job, size_t i) {
   status st = stages_[i]->run(job);
   std::vector<std::shared_ptr<version_job>> finished;
-  size_t queued = 0;
+  bool wake = false;
   {
     std::lock_guard lk(mu_);
     end_stage(job, i, true, st);
-    const size_t before = ready_.size();
     finished = schedule();
-    queued = ready_.size() - before;
+    wake = mode_ == engine_mode::thread && claim_wake();
   }
   state_cv_.notify_all();
-  if (mode_ == engine_mode::thread) wake_workers(queued);
+  if (wake) work_cv_.notify_one();
   release_slots(std::move(finished));
 }
 
@@ -229,21 +231,26 @@ void engine::worker_main(const util::thread_setup& setup) {
   (void)util::setup_this_thread(setup);  // best effort: placement and priority are hints
   std::unique_lock lk(mu_);
   for (;;) {
-    work_cv_.wait(lk, [&] {
-      return !tasks_.empty() || !ready_.empty() || !low_tasks_.empty() || (stopping_ && running_ == 0);
-    });
-    if (tasks_.empty() && ready_.empty() && low_tasks_.empty()) return;  // stopping and drained
+    ++idle_;
+    work_cv_.wait(lk, [&] { return has_work() || (stopping_ && running_ == 0); });
+    --idle_;
+    wake_pending_ = false;
+    if (!has_work()) return;  // stopping and drained
     ++running_;
     if (!tasks_.empty() || (ready_.empty() && !low_tasks_.empty())) {
       auto& q = !tasks_.empty() ? tasks_ : low_tasks_;
       std::function<status()> task = std::move(q.front());
       q.pop_front();
+      const bool wake = claim_wake();  // more queued: the next worker
       lk.unlock();
+      if (wake) work_cv_.notify_one();
       run_task(task);
     } else {
       ready_stage r = std::move(ready_.front());
       ready_.pop_front();
+      const bool wake = claim_wake();  // more queued: the next worker
       lk.unlock();
+      if (wake) work_cv_.notify_one();
       run_stage(*r.job, r.stage);
     }
     lk.lock();

@@ -252,8 +252,12 @@ class engine {
   void run_stage(version_job& job, size_t i);  // runs it (without mu_), then ends it
   void run_task(const std::function<status()>& task);
   void release_slots(std::vector<std::shared_ptr<version_job>> finished);
-  // Wakes a worker for each of `items` new queue entries (at most all).
-  void wake_workers(size_t items);
+  // Caller holds mu_. Whether the caller should wake a worker (notify_one
+  // after releasing mu_): work is queued, a worker is idle, and no wake-up
+  // is in flight already.
+  bool claim_wake();
+  // Caller holds mu_.
+  bool has_work() const { return !tasks_.empty() || !ready_.empty() || !low_tasks_.empty(); }
   void latch(const status& st);
 
   const engine_mode mode_;
@@ -269,6 +273,8 @@ class engine {
   std::vector<uint64_t> stage_next_;    // GUARDED_BY(mu_): next seq allowed into stage i
   uint64_t next_seq_ = 0;               // GUARDED_BY(mu_)
   int running_ = 0;                     // GUARDED_BY(mu_)
+  int idle_ = 0;                        // GUARDED_BY(mu_): workers waiting for work
+  bool wake_pending_ = false;           // GUARDED_BY(mu_): a worker was notified and has not woken yet
   bool stopping_ = false;               // GUARDED_BY(mu_)
   status error_;                        // GUARDED_BY(mu_)
   std::vector<std::thread> workers_;
