@@ -41,30 +41,28 @@ status staging_pool::reserve(size_t slot_bytes, int slots, bool wait) {
       cv_.wait(lk, [&] { return free_.size() == all_.size(); });
       continue;
     }
+    // One slot at a time, each usable as soon as it is made: a capture
+    // needing its first slot can use one an engine task made while the task
+    // makes the next. Of two reservers' slots, those beyond `slots` go.
     const bool shared = shared_;
     lk.unlock();
-    std::vector<std::unique_ptr<aligned_buffer>> made;
-    for (size_t i = have; i < static_cast<size_t>(slots); ++i) {
-      auto buf = shared ? aligned_buffer::allocate_shared(size) : aligned_buffer::allocate(size);
-      if (!buf) return buf.take_status();
-      made.push_back(std::make_unique<aligned_buffer>(std::move(buf).value()));
-    }
+    auto buf = shared ? aligned_buffer::allocate_shared(size) : aligned_buffer::allocate(size);
+    if (!buf) return buf.take_status();
+    auto made = std::make_unique<aligned_buffer>(std::move(buf).value());
     lk.lock();
     // Another reserve may have changed the pool meanwhile: then look again.
-    if (replace ? (slot_bytes_ >= slot_bytes || free_.size() != all_.size()) : (slot_bytes_ != size || all_.size() != have))
+    if (replace ? (slot_bytes_ >= slot_bytes || free_.size() != all_.size()) : (slot_bytes_ != size))
       continue;
     if (replace) {
       all_.clear();
       free_.clear();
       slot_bytes_ = size;
     }
-    for (auto& b : made) {
-      free_.push_back(b.get());
-      all_.push_back(std::move(b));
+    if (static_cast<int>(all_.size()) < slots) {
+      free_.push_back(made.get());
+      all_.push_back(std::move(made));
+      cv_.notify_all();
     }
-    lk.unlock();
-    cv_.notify_all();
-    return {};
   }
 }
 
