@@ -10,9 +10,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "util/config.hpp"
+#include "util/copy.hpp"
 #include "util/cpu.hpp"
 #include "util/hash.hpp"
 
@@ -26,6 +28,22 @@ std::string write_temp(const std::string& text) {
   close(fd);
   std::ofstream(path) << text;
   return path;
+}
+
+TEST(copy, stream_copy_copies_every_byte_at_any_alignment_and_size) {
+  // Below and above the non-temporal threshold (1 MiB), with heads and
+  // tails that are not multiples of the vector width.
+  std::vector<unsigned char> src((3u << 20) + 4096), dst(src.size() + 4096);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t len : {size_t{0}, size_t{1}, size_t{4095}, size_t{1} << 20, (size_t{1} << 20) + 77, (size_t{3} << 20) + 3})
+    for (size_t so : {0, 1, 16, 63})
+      for (size_t dof : {0, 5, 32, 64}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        util::stream_copy(dst.data() + dof, src.data() + so, len);
+        ASSERT_EQ(std::memcmp(dst.data() + dof, src.data() + so, len), 0) << len << " " << so << " " << dof;
+        for (size_t i = 0; i < dof; ++i) ASSERT_EQ(dst[i], 0xEE);  // nothing before
+        ASSERT_EQ(dst[dof + len], 0xEE);                              // nor after
+      }
 }
 
 TEST(config, defaults_without_file_or_environment) {
