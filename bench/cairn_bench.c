@@ -15,7 +15,8 @@
  *                   for the time to persistent (bench/run_core.py adds `dd
  *                   oflag=direct`, measured by the driver, as the headline one)
  *   per mode (--modes, default "thread,sync"; CAIRN_MODE is set per handle):
- *     first_blocked_s  the first cairn_checkpoint (allocates staging); excluded
+ *     first_blocked_s  the first cairn_checkpoint (makes a staging slot); excluded,
+ *                      with the --warmup K - 1 untimed checkpoints after it
  *     blocked_s        time inside cairn_checkpoint, median over --checkpoints
  *     blocked_cpu_s    CPU time of the application thread inside cairn_checkpoint,
  *                      mean per checkpoint (busiest rank): blocked_s without the
@@ -97,6 +98,7 @@
 
 static int g_rank = 0, g_size = 1;
 static int g_settle_ms = 0; /* pause before each timed checkpoint (--settle-ms) */
+static int g_warmup = 3;     /* untimed checkpoints before the timed ones (--warmup), the first one timed apart */
 static const char *g_run = RUN_ID;       /* --run */
 static int g_agents = 0;                 /* CAIRN_AGENTS is set: wait for PROTECTED too */
 static int g_wait_persistent = 1;        /* --no-wait-persistent clears it */
@@ -125,15 +127,16 @@ static void check(const char *what, int rc) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: cairn_bench --store DIR --scratch DIR [--bytes B] [--checkpoints N]\n"
-          "                   [--reps R] [--settle-ms T] [--modes thread,sync] [--drop-caches]\n"
+          "                   [--reps R] [--settle-ms T] [--warmup K] [--modes thread,sync] [--drop-caches]\n"
           "                   [--run NAME] [--no-restart] [--no-wait-persistent] [--until-file F]\n"
           "                   [--json]\n"
           "  --store DIR       persistent level; reference files are written here too\n"
           "  --scratch DIR     local level (e.g. under /dev/shm)\n"
           "  --bytes B         bytes per rank, suffixes K, M, G (default 64M)\n"
-          "  --checkpoints N   timed checkpoints per mode after one warm-up (default 5)\n"
+          "  --checkpoints N   timed checkpoints per mode after the warm-up (default 5)\n"
           "  --reps R          repetitions of the references and of restart (default 3)\n"
           "  --settle-ms T     pause before each timed checkpoint (default 0)\n"
+          "  --warmup K        untimed checkpoints first, the first timed apart (default 3)\n"
           "  --modes LIST      comma-separated engine modes (default thread,sync)\n"
           "  --drop-caches     drop the page cache before persistent-level reads\n"
           "  --run NAME        run name, CAIRN_RUN (default cairn_bench)\n"
@@ -315,6 +318,7 @@ static stage_times manifest_times(const char *store, const char *name, int64_t v
 /* ---- measurements ---------------------------------------------------------- */
 
 typedef struct mode_result {
+  int64_t last; /* the newest version taken (restarted from) */
   char mode[32];
   int n;
   double first_blocked;
@@ -374,6 +378,19 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   out->first_blocked = gmax(MPI_Wtime() - t0);
   if (g_agents) (void)cairn_wait(c, name, 0, CAIRN_LEVEL_PROTECTED);
   if (g_wait_persistent) check("cairn_wait", cairn_wait(c, name, 0, CAIRN_LEVEL_PERSISTENT));
+  /* The rest of the warm-up: one-time work that follows the first checkpoint
+   * (the staging slots it did not make, the catalog's first writes) ends
+   * before the steady state is timed. */
+  for (int64_t v = 1; v < g_warmup; ++v) {
+    fill(data, bytes, v);
+    if (g_settle_ms > 0) {
+      struct timespec ts = {g_settle_ms / 1000, (long)(g_settle_ms % 1000) * 1000000L};
+      nanosleep(&ts, NULL);
+    }
+    check("cairn_checkpoint", cairn_checkpoint(c, name, v));
+    if (g_agents) (void)cairn_wait(c, name, v, CAIRN_LEVEL_PROTECTED);
+    if (g_wait_persistent) check("cairn_wait", cairn_wait(c, name, v, CAIRN_LEVEL_PERSISTENT));
+  }
 
   /* CPU time of every thread but this one over the timed checkpoints, up to
    * the end of cairn_finalize (which joins cairn's threads, whose time stays
@@ -385,7 +402,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   cairn_io_counters(&io0);
   int done = 0;
   for (int k = 0; k < n; ++k) {
-    const int64_t v = k + 1;
+    const int64_t v = (g_warmup > 1 ? g_warmup : 1) + k;
     if (g_until_file) {
       int stop = g_rank == 0 && access(g_until_file, F_OK) == 0;
       MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -427,6 +444,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   }
   if (done == 0) die("no timed checkpoint was taken (--until-file existed from the start)%s%s", NULL, NULL);
   out->n = n = done;
+  out->last = (g_warmup > 1 ? g_warmup : 1) + done - 1;
   check("cairn_finalize", cairn_finalize(&c, 1));
   const double background = (cpu_s(RUSAGE_SELF) - self0) - (cpu_s(RUSAGE_THREAD) - main0);
   out->background_cpu = gmax(background / n);
@@ -552,6 +570,8 @@ int main(int argc, char **argv) {
       bytes = parse_size(v), ++i;
     } else if (v && !strcmp(a, "--checkpoints")) {
       n = atoi(v), ++i;
+    } else if (v && !strcmp(a, "--warmup")) {
+      g_warmup = atoi(v), ++i;
     } else if (v && !strcmp(a, "--settle-ms")) {
       g_settle_ms = atoi(v), ++i;
     } else if (v && !strcmp(a, "--reps")) {
@@ -642,9 +662,9 @@ int main(int argc, char **argv) {
   restart_result rl = {0, 0, 0, 0, 0}, rp = {0, 0, 0, 0, 0};
   if (!no_restart) {
     set_env("CAIRN_MODE", modes[0]);
-    if (res[0].local_enabled) run_restart(name0, res[0].n, data, bytes, ref_local, 0, reps, &rl);
+    if (res[0].local_enabled) run_restart(name0, res[0].last, data, bytes, ref_local, 0, reps, &rl);
     set_env("CAIRN_SCRATCH", empty_scratch);
-    run_restart(name0, res[0].n, data, bytes, ref_persistent, want_drop, reps, &rp);
+    run_restart(name0, res[0].last, data, bytes, ref_persistent, want_drop, reps, &rp);
     set_env("CAIRN_SCRATCH", local_dir);
   }
 
