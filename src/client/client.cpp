@@ -392,7 +392,7 @@ status client_impl::start() {
       // once the checksum pass has filled it in.
       const size_t data = stages.add(engine::make_persistent_data_stage(flush_env, paths, cfg_.direct_io), {});
       stages.add(engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), {image_done, data});
-      stream_capture_ = cfg_.mode == engine_mode::thread;  // and placement allows: below
+      stream_capture_ = cfg_.mode == engine_mode::thread;  // and write_during_capture allows: below
     }
   }
   if (!cfg_.reference_run.empty()) {
@@ -420,13 +420,15 @@ status client_impl::start() {
   if (in_daemon) CAIRN_RETURN_IF_ERROR(start_daemon(paths, flush_env, &stages));
   int home = sched_getcpu();
   CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
-  // The persistent write starts with the capture only where it does not
-  // compete with it for the application thread's core (engine threads
-  // placed on other CPUs): sharing the core, it made the copy 25 % slower at
-  // 512 MiB (its I/O submission and DMA). Otherwise it starts when the
-  // capture ends, beside the checksum pass.
-  stream_capture_ = stream_capture_ && !engine_cpus.empty() &&
-                    std::find(engine_cpus.begin(), engine_cpus.end(), home) == engine_cpus.end();
+  // write_during_capture = auto: the persistent write starts with the
+  // capture only where it does not compete with it for the application
+  // thread's core (engine threads placed on other CPUs): sharing the core,
+  // it made the copy 25 % slower at 512 MiB (its I/O submission and DMA).
+  // Otherwise it starts when the capture ends, beside the checksum pass.
+  if (cfg_.write_during_capture == capture_overlap::off) stream_capture_ = false;
+  else if (cfg_.write_during_capture == capture_overlap::automatic)
+    stream_capture_ = stream_capture_ && !engine_cpus.empty() &&
+                      std::find(engine_cpus.begin(), engine_cpus.end(), home) == engine_cpus.end();
   util::thread_setup setup{std::move(engine_cpus), cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads, std::move(setup), std::move(stages));
   return {};

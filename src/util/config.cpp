@@ -114,6 +114,14 @@ const std::vector<key_def>& keys() {
          switch (c.placement) { case placement::core: return std::string("core");
            case placement::socket: return std::string("socket"); case placement::node: return std::string("node");
            default: return std::string("none"); } }},
+      {"write_during_capture", "persistent write during the capture: auto, true or false",
+       [](config& c, const std::string& v) {
+         return parse_enum<capture_overlap>("write_during_capture", v, {{"auto", capture_overlap::automatic},
+                                            {"true", capture_overlap::on}, {"false", capture_overlap::off}},
+                                            &c.write_during_capture); },
+       [](const config& c) {
+         switch (c.write_during_capture) { case capture_overlap::on: return std::string("true");
+           case capture_overlap::off: return std::string("false"); default: return std::string("auto"); } }},
       {"engine_priority", "scheduling of engine threads: normal, batch or idle", [](config& c, const std::string& v) {
          return parse_enum<thread_priority>("engine_priority", v, {{"normal", thread_priority::normal},
                                             {"batch", thread_priority::batch}, {"idle", thread_priority::idle}},

@@ -17,6 +17,10 @@ enum class engine_mode { thread, sync };
 // node daemon cairnd (docs/design/daemon.md), which survives the application.
 enum class engine_host { thread, daemon };
 enum class placement { none, core, socket, node };
+// Whether the persistent write may start while the application thread still
+// copies the image (write_during_capture): automatic = only when the engine
+// threads are placed on other CPUs than the application thread.
+enum class capture_overlap { automatic, on, off };
 // Scheduling of engine threads (issue 11): normal (inherit), batch
 // (SCHED_BATCH: never preempts the application on wakeup), idle (SCHED_IDLE:
 // runs only on otherwise idle CPUs).
@@ -45,6 +49,7 @@ struct config {
   // build tree's tools/cairnd/cairnd), else `cairnd` on PATH.
   std::string daemon_program;
   cairn::placement placement = placement::none;
+  cairn::capture_overlap write_during_capture = capture_overlap::automatic;
   cairn::thread_priority engine_priority = thread_priority::batch;
   int engine_nice = 0;  // added to engine threads' nice value (0..19)
   int keep_local = 2;       // 0 = keep all

@@ -60,14 +60,17 @@ class TestKill:
     # the shard's: the process dies halfway through the shard. Level
     # "manifest": rank 0 killed while writing the MANIFEST of version 6
     # (file=MANIFEST), all shards durable.
-    @pytest.mark.parametrize("nranks,level,rank", [
-        (2, "capture", 0), (2, "capture", 1),
-        (2, "local", 0), (2, "local", 1),
-        (2, "persistent", 0), (2, "persistent", 1),
-        (2, "manifest", 0),
-        (4, "capture", 2), (4, "local", 3), (4, "persistent", 3),
+    # overlap: write_during_capture = true, the persistent write following the
+    # copy (the path taken when engine threads have cores of their own).
+    @pytest.mark.parametrize("nranks,level,rank,overlap", [
+        (2, "capture", 0, False), (2, "capture", 1, False),
+        (2, "local", 0, False), (2, "local", 1, False),
+        (2, "persistent", 0, False), (2, "persistent", 1, False),
+        (2, "manifest", 0, False),
+        (4, "capture", 2, False), (4, "local", 3, False), (4, "persistent", 3, False),
+        (2, "capture", 1, True), (2, "persistent", 0, True), (2, "manifest", 0, True),
     ])
-    def test_kill_restores_newest_committed_version(self, nranks, level, rank, reference, make_job):
+    def test_kill_restores_newest_committed_version(self, nranks, level, rank, overlap, reference, make_job):
         ref = reference(nranks)
         job = make_job(nranks)
         if level == "capture":
@@ -76,7 +79,8 @@ class TestKill:
             spec = "level=persistent,action=kill,kind=write,version=6,rank=0,file=MANIFEST"
         else:
             spec = f"level={level},action=kill,kind=write,version=6,rank={rank}"
-        killed = job.run("--steps", 10, "--wait-persistent", fault_inject=spec, hash_trees="false")
+        killed = job.run("--steps", 10, "--wait-persistent", fault_inject=spec, hash_trees="false",
+                         write_during_capture="true" if overlap else "auto")
         assert killed.rc != 0 and not killed.timed_out, killed.describe()
         assert "final hash" not in killed.stdout, killed.describe()
         waits = killed.waits()

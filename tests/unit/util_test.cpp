@@ -74,13 +74,15 @@ TEST(config, file_then_environment_wins) {
 TEST(config, values_round_trip) {
   auto c = config::load("", {{"CAIRN_ENGINE_HOST", "daemon"}, {"CAIRN_IO_RATE_LIMIT", "200M"},
                              {"CAIRN_PLACEMENT", "socket"}, {"CAIRN_PERSISTENT_LAYOUT", "aggregated"},
-                             {"CAIRN_HASH_ABS", "1e-9"}, {"CAIRN_TAGS", "a=1,b=2"}});
+                             {"CAIRN_HASH_ABS", "1e-9"}, {"CAIRN_TAGS", "a=1,b=2"},
+                             {"CAIRN_WRITE_DURING_CAPTURE", "true"}});
   ASSERT_TRUE(c.is_ok()) << c.error().to_string();
   EXPECT_EQ(c->engine_host, engine_host::daemon);
   auto back = config::from_values(c->values());
   ASSERT_TRUE(back.is_ok()) << back.error().to_string();
   EXPECT_EQ(back->values(), c->values());
   EXPECT_EQ(back->engine_host, engine_host::daemon);
+  EXPECT_EQ(back->write_during_capture, capture_overlap::on);
   EXPECT_FALSE(config::from_values({{"no_such_key", "1"}}).is_ok());
   EXPECT_FALSE(config::load("", {{"CAIRN_ENGINE_HOST", "process"}}).is_ok());
 }
