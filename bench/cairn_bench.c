@@ -16,7 +16,9 @@
  *                   oflag=direct`, measured by the driver, as the headline one)
  *   per mode (--modes, default "thread,sync"; CAIRN_MODE is set per handle):
  *     first_blocked_s  the first cairn_checkpoint (makes a staging slot); excluded,
- *                      with the --warmup K - 1 untimed checkpoints after it
+ *                      with the untimed checkpoints after it (at least --warmup K
+ *                      in all, for at least --warmup-s S: on this VM faulting in
+ *                      the other 512 MiB slot takes an engine task up to 1.6 s)
  *     blocked_s        time inside cairn_checkpoint, median over --checkpoints
  *     blocked_cpu_s    CPU time of the application thread inside cairn_checkpoint,
  *                      mean per checkpoint (busiest rank): blocked_s without the
@@ -99,6 +101,7 @@
 static int g_rank = 0, g_size = 1;
 static int g_settle_ms = 0; /* pause before each timed checkpoint (--settle-ms) */
 static int g_warmup = 3;     /* untimed checkpoints before the timed ones (--warmup), the first one timed apart */
+static double g_warmup_s = 3; /* ... and for at least this long after the first (--warmup-s) */
 static const char *g_run = RUN_ID;       /* --run */
 static int g_agents = 0;                 /* CAIRN_AGENTS is set: wait for PROTECTED too */
 static int g_wait_persistent = 1;        /* --no-wait-persistent clears it */
@@ -127,7 +130,8 @@ static void check(const char *what, int rc) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: cairn_bench --store DIR --scratch DIR [--bytes B] [--checkpoints N]\n"
-          "                   [--reps R] [--settle-ms T] [--warmup K] [--modes thread,sync] [--drop-caches]\n"
+          "                   [--reps R] [--settle-ms T] [--warmup K] [--warmup-s S] [--modes thread,sync]\n"
+          "                   [--drop-caches]\n"
           "                   [--run NAME] [--no-restart] [--no-wait-persistent] [--until-file F]\n"
           "                   [--json]\n"
           "  --store DIR       persistent level; reference files are written here too\n"
@@ -137,6 +141,7 @@ static void usage(FILE *f) {
           "  --reps R          repetitions of the references and of restart (default 3)\n"
           "  --settle-ms T     pause before each timed checkpoint (default 0)\n"
           "  --warmup K        untimed checkpoints first, the first timed apart (default 3)\n"
+          "  --warmup-s S      ... and for at least S seconds after the first (default 3)\n"
           "  --modes LIST      comma-separated engine modes (default thread,sync)\n"
           "  --drop-caches     drop the page cache before persistent-level reads\n"
           "  --run NAME        run name, CAIRN_RUN (default cairn_bench)\n"
@@ -370,7 +375,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   out->protected_failed = 0;
   out->stages = calloc((size_t)n, sizeof(stage_times));
 
-  /* Warm-up: the first checkpoint allocates and faults in the staging slots. */
+  /* Warm-up: the first checkpoint allocates and faults in a staging slot. */
   fill(data, bytes, 0);
   MPI_Barrier(MPI_COMM_WORLD);
   double t0 = MPI_Wtime();
@@ -381,7 +386,13 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   /* The rest of the warm-up: one-time work that follows the first checkpoint
    * (the staging slots it did not make, the catalog's first writes) ends
    * before the steady state is timed. */
-  for (int64_t v = 1; v < g_warmup; ++v) {
+  const double warm0 = t0;
+  int64_t warm = 1;
+  for (;; ++warm) {
+    int more = warm < g_warmup || MPI_Wtime() - warm0 < g_warmup_s;
+    MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD); /* the same count on every rank */
+    if (!more) break;
+    const int64_t v = warm;
     fill(data, bytes, v);
     if (g_settle_ms > 0) {
       struct timespec ts = {g_settle_ms / 1000, (long)(g_settle_ms % 1000) * 1000000L};
@@ -402,7 +413,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   cairn_io_counters(&io0);
   int done = 0;
   for (int k = 0; k < n; ++k) {
-    const int64_t v = (g_warmup > 1 ? g_warmup : 1) + k;
+    const int64_t v = warm + k;
     if (g_until_file) {
       int stop = g_rank == 0 && access(g_until_file, F_OK) == 0;
       MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
@@ -444,7 +455,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   }
   if (done == 0) die("no timed checkpoint was taken (--until-file existed from the start)%s%s", NULL, NULL);
   out->n = n = done;
-  out->last = (g_warmup > 1 ? g_warmup : 1) + done - 1;
+  out->last = warm + done - 1;
   check("cairn_finalize", cairn_finalize(&c, 1));
   const double background = (cpu_s(RUSAGE_SELF) - self0) - (cpu_s(RUSAGE_THREAD) - main0);
   out->background_cpu = gmax(background / n);
@@ -572,6 +583,8 @@ int main(int argc, char **argv) {
       n = atoi(v), ++i;
     } else if (v && !strcmp(a, "--warmup")) {
       g_warmup = atoi(v), ++i;
+    } else if (v && !strcmp(a, "--warmup-s")) {
+      g_warmup_s = atof(v), ++i;
     } else if (v && !strcmp(a, "--settle-ms")) {
       g_settle_ms = atoi(v), ++i;
     } else if (v && !strcmp(a, "--reps")) {
