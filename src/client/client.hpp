@@ -121,8 +121,6 @@ class client_impl {
   // max_version >= 0: the newest restartable version at or below it.
   result<int64_t> restart_test(const std::string& name, int64_t max_version = -1);
   status restart(const std::string& name, int64_t version);
-  // Drops the restart image (a mapped one is unmapped by an engine task).
-  void release_restart_image();
   status restore(const std::string& name, int64_t version);  // restart, without preparing staging
   status finalize(bool wait_for_pending);
 
@@ -163,6 +161,8 @@ class client_impl {
   result<uint64_t> restart_region_size(const std::string& region) const;
 
  private:
+  // Drops the restart image (a mapped one is unmapped by an engine task).
+  void release_restart_image();
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
   status start();
   status install_fault();
