@@ -422,9 +422,10 @@ status client_impl::start() {
   CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
   // write_during_capture = auto: the persistent write starts with the
   // capture only where it does not compete with it for the application
-  // thread's core (engine threads placed on other CPUs): sharing the core,
-  // it made the copy 25 % slower at 512 MiB (its I/O submission and DMA).
-  // Otherwise it starts when the capture ends, beside the checksum pass.
+  // thread's core (engine threads placed on other CPUs). Sharing the core,
+  // its I/O submission runs inside the application's call; measured on 2
+  // cores its gain was within the noise (docs/benchmarks.md). Otherwise it
+  // starts when the capture ends, beside the checksum pass.
   if (cfg_.write_during_capture == capture_overlap::off) stream_capture_ = false;
   else if (cfg_.write_during_capture == capture_overlap::automatic)
     stream_capture_ = stream_capture_ && !engine_cpus.empty() &&
