@@ -240,6 +240,34 @@ TEST_F(ShardCompressFiles, CheckRunsBeforeTheData) {
   EXPECT_EQ(r.error().message(), "wrong rank");
 }
 
+// A large uncompressed shard is read in pieces on a second thread and
+// checksummed as they arrive: the same image, and a byte flipped in a later
+// piece (and in a region that spans pieces) still refused.
+TEST_F(ShardCompressFiles, LargeImageVerifiedWhileItIsRead) {
+  const std::vector<test::region_spec> regions = {{"a", CAIRN_BYTE, (40u << 20) + 123, {}, false},
+                                                  {"b", CAIRN_FLOAT64, 5u << 20, {}, false},
+                                                  {"c", CAIRN_INT32, 7, {}, false}};
+  auto made = test::make_shard_image("run1", "big", 1, 0, 1, regions);
+  ASSERT_TRUE(made.is_ok()) << made.error().to_string();
+  const test::shard_image& img = *made;
+  ASSERT_GT(img.bytes.size(), 64u << 20);
+  auto back = read_back(img.bytes);
+  ASSERT_TRUE(back.is_ok()) << message_of(back);
+  ASSERT_EQ(back->bytes().size(), img.bytes.size());
+  EXPECT_EQ(std::memcmp(back->bytes().data(), img.bytes.data(), img.bytes.size()), 0);
+  for (uint64_t at : {img.header.regions[0].offset + (33u << 20), img.header.regions[1].offset + (30u << 20)}) {
+    std::vector<std::byte> bad = img.bytes;
+    bad[at] ^= std::byte{1};
+    auto r = read_back(bad);
+    ASSERT_FALSE(r.is_ok()) << at;
+    EXPECT_EQ(r.error().code(), errc::corruption);
+    EXPECT_NE(r.error().message().find("checksum mismatch in region"), std::string::npos) << message_of(r);
+  }
+  // Truncated: the read's own error, not a checksum mismatch.
+  auto cut = read_back(img.bytes, img.bytes.size() - (10u << 20));
+  ASSERT_FALSE(cut.is_ok());
+}
+
 // The node-local level's restart: an uncompressed shard verified where it
 // lies (mapped, no copy), a damaged one refused, a compressed one read as
 // read_shard_image reads it.
