@@ -45,7 +45,12 @@ engine::~engine() { shutdown(false); }
 
 void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
   capturing &= mode_ == engine_mode::thread;
-  if (capturing) job->capture.start();
+  if (capturing) {
+    job->capture.start();
+  } else {
+    job->capture.publish(job->header.file_size);
+    job->capture.end();
+  }
   std::unique_lock lk(mu_);
   job->seq = next_seq_++;
   job->stage_state.assign(stages_.size(), 0);
@@ -78,7 +83,7 @@ void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
 }
 
 void engine::captured(version_job& job) {
-  job.capture.finish();
+  job.capture.end();
   bool wake = false;
   std::vector<std::shared_ptr<version_job>> finished;
   {
@@ -216,7 +221,7 @@ void engine::release_slots(std::vector<std::shared_ptr<version_job>> finished) {
   // The slot goes back before the job reads as finished: whoever waits for
   // that may take the slot at once.
   for (auto& job : finished) {
-    job->carry.reset();  // before the slot: a carry may still read the image
+    job->carry.reset();  // an unfinished temporary file goes with it
     if (job->pool && job->image) job->pool->release(job->image);
     job->image = nullptr;
   }

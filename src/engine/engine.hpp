@@ -39,6 +39,7 @@
 #include "format/shard.hpp"
 #include "util/config.hpp"
 #include "util/cpu.hpp"
+#include "util/progress.hpp"
 
 namespace cairn::engine {
 
@@ -48,46 +49,6 @@ namespace cairn::engine {
 // unfinished temporary file), e.g. when an essential stage failed.
 struct stage_carry {
   virtual ~stage_carry() = default;
-};
-
-// How much of a job's image the application thread has captured (bytes from
-// offset 0, in the image's order), for stages that follow the capture as it
-// goes (stage::follows_capture). Complete unless engine::submit was told the
-// capture is still running.
-class capture_progress {
- public:
-  void start() {
-    std::lock_guard lk(mu_);
-    bytes_ = 0;
-    done_ = false;
-  }
-  void publish(uint64_t bytes) {
-    {
-      std::lock_guard lk(mu_);
-      bytes_ = bytes;
-    }
-    cv_.notify_one();
-  }
-  void finish() {
-    {
-      std::lock_guard lk(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-  }
-  // Blocks until more than `past` bytes are captured or the capture ended;
-  // returns the bytes captured (all of `total` once it ended).
-  uint64_t wait_past(uint64_t past, uint64_t total) {
-    std::unique_lock lk(mu_);
-    cv_.wait(lk, [&] { return done_ || bytes_ > past; });
-    return done_ ? total : bytes_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t bytes_ = 0;
-  bool done_ = true;
 };
 
 // One rank's part of one version as it moves through the stages.
@@ -100,7 +61,10 @@ struct version_job {
   uint64_t daemon_id = 0;          // engine_host = daemon: its id on the rank's connection (0: not handed over)
 
   std::string tree_image;          // encoded hash trees (checksum stage), written beside the shard
-  capture_progress capture;        // the application thread's copy, for stages that follow it
+  // The application thread's copy (bytes of the image captured, in order),
+  // for stages that follow it (stage::follows_capture); complete unless the
+  // job was submitted with capturing = true.
+  util::byte_progress capture;
   std::unique_ptr<stage_carry> carry;  // see stage_carry
   // agents_lend: per region (header.regions order), the application memory
   // that holds its bytes, lent until the version reaches CAIRN_LEVEL_CAPTURED

@@ -170,7 +170,10 @@ class persistent_data_stage final : public stage {
       // capture runs several times faster than the device, so this is a few
       // large writes, not one per captured piece.
       for (uint64_t at = h.data_offset; at < h.file_size;) {
-        const uint64_t upto = job.capture.wait_past(at, h.file_size);
+        const uint64_t upto = job.capture.wait_past(at);
+        if (upto <= at)
+          return status(errc::internal, "the capture ended at byte " + std::to_string(at) + " of " +
+                                            std::to_string(h.file_size));
         CAIRN_RETURN_IF_ERROR(c->writer->write(at, job.image->data() + at, upto - at));
         at = upto;
       }

@@ -5,12 +5,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <mutex>
 #include <thread>
 
 #include "util/hash.hpp"
+#include "util/progress.hpp"
 
 namespace cairn::format {
 namespace {
@@ -327,43 +326,25 @@ constexpr uint64_t kOverlapPiece = 32ull << 20;
 // Reads the whole uncompressed image (pieces of kOverlapPiece, on a second
 // thread) and verifies every region's checksum as the pieces arrive.
 status read_and_verify(shard_reader& rd, const shard_header& h, std::span<std::byte> image) {
-  std::mutex mu;
-  std::condition_variable cv;
-  uint64_t ready = 0;  // GUARDED_BY(mu): bytes [0, ready) read
-  status read_st;      // GUARDED_BY(mu)
-  bool ended = false;  // GUARDED_BY(mu)
+  util::byte_progress read;
+  read.start();
+  status read_st;                 // the reader's, read after join
   std::atomic<bool> stop{false};  // a mismatch: the rest need not be read
   std::thread reader([&] {
-    status st;
-    for (uint64_t at = 0; st && !stop && at < image.size(); at += kOverlapPiece) {
+    for (uint64_t at = 0; read_st && !stop && at < image.size(); at += kOverlapPiece) {
       const uint64_t n = std::min<uint64_t>(kOverlapPiece, image.size() - at);
-      st = rd.read(at, image.data() + at, n);
-      if (st) {
-        std::lock_guard lk(mu);
-        ready = at + n;
-      }
-      cv.notify_one();
+      read_st = rd.read(at, image.data() + at, n);
+      if (read_st) read.publish(at + n);
     }
-    {
-      std::lock_guard lk(mu);
-      read_st = st;
-      ended = true;
-    }
-    cv.notify_one();
+    read.end();
   });
-  // Waits until [0, upto) is read; false when the read failed first.
-  auto wait_for = [&](uint64_t upto) {
-    std::unique_lock lk(mu);
-    cv.wait(lk, [&] { return ready >= upto || ended; });
-    return ready >= upto;
-  };
   status st;
   util::xxh3_stream hash;
   for (const auto& r : h.regions) {
     hash.reset();
     for (uint64_t at = r.offset; st && at < r.offset + r.length;) {
       const uint64_t end = std::min(r.offset + r.length, (at / kOverlapPiece + 1) * kOverlapPiece);
-      if (!wait_for(end)) {
+      if (read.wait_past(end - 1) < end) {
         st = status(errc::internal, "read ended early");  // replaced by the read's own error below
         break;
       }

@@ -285,8 +285,8 @@ class follower_stage final : public stage {
   bool follows_capture() const override { return true; }
   status run(version_job& job) override {
     t_->add("follower", job.header.version);
-    seen_->store(job.capture.wait_past(0, 100));
-    for (uint64_t at = 0; at < 100;) at = job.capture.wait_past(at, 100);
+    seen_->store(job.capture.wait_past(0));
+    for (uint64_t at = 0; at < 100;) at = job.capture.wait_past(at);
     return {};
   }
 
@@ -314,6 +314,7 @@ TEST(engine, a_stage_that_follows_the_capture_starts_before_it_ends_and_the_othe
     ASSERT_EQ(t.events.size(), 1u);
     EXPECT_EQ(t.events[0].first, "follower");
   }
+  j->capture.publish(100);
   e.captured(*j);
   e.wait_idle();
   ASSERT_EQ(t.events.size(), 3u);
@@ -363,6 +364,7 @@ TEST(engine, persistent_write_split_around_the_checksum_writes_the_image_or_leav
     for (uint64_t i = 0; i < len; ++i) img[i] = static_cast<std::byte>(i * 7 + 1);
     std::memset(img + len, 0, j->header.file_size - j->header.regions[0].offset - len);
     j->capture.publish(j->header.regions[0].offset + 4096);
+    j->capture.publish(j->header.file_size);
     e.captured(*j);
     e.wait_idle();
     unsigned done = 0, failed = 0;

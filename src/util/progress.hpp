@@ -1,0 +1,54 @@
+// How far one thread has made a buffer ready, for threads that follow it.
+#ifndef CAIRN_UTIL_PROGRESS_HPP
+#define CAIRN_UTIL_PROGRESS_HPP
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+
+namespace cairn::util {
+
+// Bytes [0, n) of a buffer are ready, n growing: the application thread
+// copying a checkpoint image (the persistent write follows it), a reader
+// filling a restart image (the verification follows it). Starts ended with
+// nothing ready.
+class byte_progress {
+ public:
+  void start() {
+    std::lock_guard lk(mu_);
+    bytes_ = 0;
+    ended_ = false;
+  }
+  void publish(uint64_t bytes) {
+    {
+      std::lock_guard lk(mu_);
+      bytes_ = bytes;
+    }
+    cv_.notify_one();
+  }
+  // No more will be ready than is now (complete, or stopped by an error).
+  void end() {
+    {
+      std::lock_guard lk(mu_);
+      ended_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Blocks until more than `past` bytes are ready or it ended; returns the
+  // bytes ready (not more than `past` only when it ended there).
+  uint64_t wait_past(uint64_t past) {
+    std::unique_lock lk(mu_);
+    cv_.wait(lk, [&] { return ended_ || bytes_ > past; });
+    return bytes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t bytes_ = 0;
+  bool ended_ = true;
+};
+
+}  // namespace cairn::util
+
+#endif
