@@ -213,6 +213,16 @@ static void fill(unsigned char *data, uint64_t bytes, int64_t version) {
   for (uint64_t i = n * 8; i < bytes; ++i) data[i] = (unsigned char)(version + (int64_t)i);
 }
 
+/* The application's step before a checkpoint: new contents, then --settle-ms
+ * of "compute" (the engine's work of the previous version ends meanwhile). */
+static void refill(unsigned char *data, uint64_t bytes, int64_t version) {
+  fill(data, bytes, version);
+  if (g_settle_ms > 0) {
+    struct timespec ts = {g_settle_ms / 1000, (long)(g_settle_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static int verify(const unsigned char *data, uint64_t bytes, int64_t version) {
   const uint64_t *w = (const uint64_t *)data;
   const uint64_t seed = ((uint64_t)g_rank << 48) ^ ((uint64_t)version * UINT64_C(0x9e3779b97f4a7c15));
@@ -393,11 +403,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
     MPI_Bcast(&more, 1, MPI_INT, 0, MPI_COMM_WORLD); /* the same count on every rank */
     if (!more) break;
     const int64_t v = warm;
-    fill(data, bytes, v);
-    if (g_settle_ms > 0) {
-      struct timespec ts = {g_settle_ms / 1000, (long)(g_settle_ms % 1000) * 1000000L};
-      nanosleep(&ts, NULL);
-    }
+    refill(data, bytes, v);
     check("cairn_checkpoint", cairn_checkpoint(c, name, v));
     if (g_agents) (void)cairn_wait(c, name, v, CAIRN_LEVEL_PROTECTED);
     if (g_wait_persistent) check("cairn_wait", cairn_wait(c, name, v, CAIRN_LEVEL_PERSISTENT));
@@ -419,11 +425,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
       MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
       if (stop) break;
     }
-    fill(data, bytes, v);
-    if (g_settle_ms > 0) {
-      struct timespec ts = {g_settle_ms / 1000, (long)(g_settle_ms % 1000) * 1000000L};
-      nanosleep(&ts, NULL);
-    }
+    refill(data, bytes, v);
     MPI_Barrier(MPI_COMM_WORLD);
     const double c0 = cpu_s(RUSAGE_THREAD);
     t0 = MPI_Wtime();
