@@ -675,9 +675,7 @@ status client_impl::protect(region r) {
       agents_ && it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
     agents_->forget_lent();
   regions_[r.name] = std::move(r);
-  // Not before a restart (restart_test, restart), which would compete with
-  // it for memory bandwidth; they prepare the slots when they are done.
-  if (restart_asked_) prepare_staging();
+  prepare_staging();
   return {};
 }
 
@@ -858,7 +856,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     auto slots = staging_slots(name, h.file_size);
     if (!slots) st = slots.take_status();
     if (st && (h.file_size > pool_.slot_bytes() || pool_.slots() < *slots)) {
-      if (h.file_size > pool_.slot_bytes()) engine_->wait_idle();  // slots are replaced
+      if (pool_.slots() > 0 && h.file_size > pool_.slot_bytes()) engine_->wait_idle();  // slots are replaced
       // Thread mode: this checkpoint needs one slot; the others are made by
       // an engine task, off the application's call (on this VM faulting in
       // a 512 MiB slot costs 0.7-1.4 s).

@@ -660,16 +660,13 @@ status client_impl::nothing_restartable(const std::string& name, const std::vect
 
 result<int64_t> client_impl::restart_test(const std::string& name, int64_t max_version) {
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
-  auto v = agree_restartable(name, max_version);
-  restart_asked_ = true;
-  if (!v) prepare_staging();  // no restart follows: make the slots now, before the first checkpoint
-  return v;
+  engine::staging_pause pause(pool_);
+  return agree_restartable(name, max_version);
 }
 
 status client_impl::restart(const std::string& name, int64_t version) {
-  status st = restore(name, version);
-  prepare_staging();  // after the restart, which needs the memory bandwidth more
-  return st;
+  engine::staging_pause pause(pool_);
+  return restore(name, version);
 }
 
 status client_impl::restore(const std::string& name, int64_t version) {
@@ -816,6 +813,7 @@ status client_impl::checkpoint_end(bool success) {
 status client_impl::restart_begin(const std::string& name, int64_t version) {
   if (files_) return {errc::invalid_argument, "a file-mode sequence is already open (call the matching _end)"};
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
+  engine::staging_pause pause(pool_);
   bool cached = restart_name_ == name && restart_version_ == version;
   if (comm_->min(cached ? 1 : 0) == 0) {
     reshard_.reset();
@@ -855,7 +853,6 @@ status client_impl::restart_end(bool) {
   restart_version_ = -1;
   release_restart_image();
   reshard_.reset();
-  prepare_staging();
   return {};
 }
 

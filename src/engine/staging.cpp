@@ -14,7 +14,20 @@ status staging_pool::try_reserve(size_t need_bytes, size_t slot_bytes, int slots
     std::lock_guard lk(mu_);
     if (need_bytes <= slot_bytes_ && static_cast<int>(all_.size()) >= slots) return {};
   }
-  return reserve(slot_bytes, slots, false);
+  return make(slot_bytes, slots, false, true);
+}
+
+void staging_pool::pause() {
+  std::lock_guard lk(mu_);
+  ++paused_;
+}
+
+void staging_pool::resume() {
+  {
+    std::lock_guard lk(mu_);
+    --paused_;
+  }
+  cv_.notify_all();
 }
 
 void staging_pool::set_shared(bool shared) {
@@ -28,8 +41,13 @@ size_t staging_pool::slot_bytes() const {
 }
 
 status staging_pool::reserve(size_t slot_bytes, int slots, bool wait) {
+  return make(slot_bytes, slots, wait, false);
+}
+
+status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
   // Buffers are mapped and faulted in outside the lock: acquire, release and
   // has_free stay quick meanwhile (an engine task may be the one reserving).
+  constexpr size_t piece = size_t{16} << 20;  // faulted in between two looks at pause
   std::unique_lock lk(mu_);
   for (;;) {
     const bool replace = slot_bytes > slot_bytes_;
@@ -41,15 +59,34 @@ status staging_pool::reserve(size_t slot_bytes, int slots, bool wait) {
       cv_.wait(lk, [&] { return free_.size() == all_.size(); });
       continue;
     }
+    // Slots being made at least this large serve too (one made larger
+    // replaces the others when it is done): wait for them.
+    const auto coming = std::count_if(making_.begin(), making_.end(), [&](size_t m) { return m >= slot_bytes; });
+    if (coming > 0 && static_cast<int>(have + static_cast<size_t>(coming)) >= slots) {
+      if (!wait) return {};
+      ++waiting_;
+      cv_.notify_all();  // a paused maker goes on for a waiting reserve
+      cv_.wait(lk);
+      --waiting_;
+      continue;
+    }
     // One slot at a time, each usable as soon as it is made: a capture
     // needing its first slot can use one an engine task made while the task
     // makes the next. Of two reservers' slots, those beyond `slots` go.
     const bool shared = shared_;
+    making_.push_back(size);
     lk.unlock();
-    auto buf = shared ? aligned_buffer::allocate_shared(size) : aligned_buffer::allocate(size);
-    if (!buf) return buf.take_status();
-    auto made = std::make_unique<aligned_buffer>(std::move(buf).value());
+    auto buf = shared ? aligned_buffer::allocate_shared(size, !ahead) : aligned_buffer::allocate(size, !ahead);
+    for (size_t off = 0; buf && ahead && off < size; off += piece) {
+      lk.lock();
+      cv_.wait(lk, [&] { return paused_ == 0 || waiting_ > 0; });
+      lk.unlock();
+      buf->touch(off, off + piece);
+    }
     lk.lock();
+    making_.erase(std::find(making_.begin(), making_.end(), size));
+    cv_.notify_all();  // waiters look once this holder of mu_ lets go
+    if (!buf) return buf.take_status();
     // Another reserve may have changed the pool meanwhile: then look again.
     if (replace ? (slot_bytes_ >= slot_bytes || free_.size() != all_.size()) : (slot_bytes_ != size))
       continue;
@@ -59,9 +96,9 @@ status staging_pool::reserve(size_t slot_bytes, int slots, bool wait) {
       slot_bytes_ = size;
     }
     if (static_cast<int>(all_.size()) < slots) {
+      auto made = std::make_unique<aligned_buffer>(std::move(buf).value());
       free_.push_back(made.get());
       all_.push_back(std::move(made));
-      cv_.notify_all();
     }
   }
 }

@@ -36,10 +36,19 @@ class staging_pool {
   // mapped. The client calls it for a larger layout only with the engine
   // idle, so that no slot it waits for belongs to a job still queued.
   status reserve(size_t slot_bytes, int slots, bool wait = true);
+  // A reserve finds slots that another reserve is making and that would
+  // serve it: it waits for them (or, with `wait` false, returns) rather than
+  // make more.
   // reserve() ahead of need (from an engine task): does nothing when slots of
   // need_bytes are there already, or when it would have to wait for a slot in
   // use; else reserves slots of slot_bytes (>= need_bytes, with room to spare).
+  // It faults the memory in by pieces and stops between them while paused.
   status try_reserve(size_t need_bytes, size_t slot_bytes, int slots);
+  // While paused (counted: each pause needs a resume), slots made ahead of
+  // need stop growing, unless a reserve is waiting for them: a restart wants
+  // the memory bandwidth and the CPU they would take.
+  void pause();
+  void resume();
 
   // Returns a free slot; blocks when `wait` is true, else returns nullptr.
   aligned_buffer* acquire(bool wait);
@@ -53,8 +62,25 @@ class staging_pool {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<aligned_buffer>> all_;  // GUARDED_BY(mu_)
   std::vector<aligned_buffer*> free_;                 // GUARDED_BY(mu_)
+  status make(size_t slot_bytes, int slots, bool wait, bool ahead);
+
   size_t slot_bytes_ = 0;                             // GUARDED_BY(mu_)
   bool shared_ = false;                               // GUARDED_BY(mu_)
+  std::vector<size_t> making_;                        // GUARDED_BY(mu_): sizes of the slots being made
+  int waiting_ = 0;                                   // GUARDED_BY(mu_): reserves waiting for them
+  int paused_ = 0;                                    // GUARDED_BY(mu_)
+};
+
+// staging_pool::pause for the lifetime of the object.
+class staging_pause {
+ public:
+  explicit staging_pause(staging_pool& pool) : pool_(pool) { pool_.pause(); }
+  ~staging_pause() { pool_.resume(); }
+  staging_pause(const staging_pause&) = delete;
+  staging_pause& operator=(const staging_pause&) = delete;
+
+ private:
+  staging_pool& pool_;
 };
 
 }  // namespace cairn::engine

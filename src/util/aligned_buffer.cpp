@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -39,12 +40,7 @@ result<aligned_buffer> aligned_buffer::allocate_shared(size_t size, bool touch) 
     return no_memory(size);
   }
   auto buf = map_shared(fd, size);
-  if (!buf) return buf;
-  if (touch) {
-    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-    auto* b = reinterpret_cast<volatile char*>(buf->data());
-    for (size_t off = 0; off < size; off += page) b[off] = 0;
-  }
+  if (buf && touch) buf->touch(0, size);
   return buf;
 }
 
@@ -68,22 +64,24 @@ result<aligned_buffer> aligned_buffer::map_shared(int fd, size_t size) {
 }
 
 result<aligned_buffer> aligned_buffer::allocate(size_t size, bool touch) {
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   size = round_to_pages(size);
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return no_memory(size);
   // Transparent huge pages cut TLB misses during capture; advisory only.
   (void)madvise(p, size, MADV_HUGEPAGE);
-  // Touch every page now, so that captures never pay for page faults.
-  if (touch) {
-    auto* b = static_cast<volatile char*>(p);
-    for (size_t off = 0; off < size; off += page) b[off] = 0;
-  }
   aligned_buffer buf;
   buf.data_ = static_cast<std::byte*>(p);
   buf.size_ = size;
   buf.id_ = next_id.fetch_add(1);
+  // Touch every page now, so that captures never pay for page faults.
+  if (touch) buf.touch(0, size);
   return buf;
+}
+
+void aligned_buffer::touch(size_t from, size_t to) const {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto* b = reinterpret_cast<volatile char*>(data_);
+  for (size_t off = from / page * page; off < std::min(to, size_); off += page) b[off] = 0;
 }
 
 aligned_buffer::~aligned_buffer() {

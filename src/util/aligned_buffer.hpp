@@ -33,6 +33,10 @@ class aligned_buffer {
   std::byte* data() const { return data_; }
   size_t size() const { return size_; }
   std::span<std::byte> span() const { return {data_, size_}; }
+  // Faults in every page of [from, to) by writing a zero to its first byte:
+  // allocate's `touch`, for a caller that does it in pieces. Only for memory
+  // not yet written.
+  void touch(size_t from, size_t to) const;
   // The shared memory file, -1 for a private buffer.
   int fd() const { return fd_; }
   // Unique within the process for the buffer's lifetime (never reused), so

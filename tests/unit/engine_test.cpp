@@ -460,6 +460,43 @@ TEST(staging, reserving_ahead_never_waits_for_a_slot_in_use) {
   EXPECT_EQ(pool.slot_bytes(), 100000u + 4096);
 }
 
+TEST(staging, a_paused_maker_waits_for_resume_or_for_a_reserve_that_needs_its_slot) {
+  constexpr size_t size = size_t{64} << 20;  // several pieces
+  staging_pool pool;
+  pool.pause();
+  std::atomic<bool> done{false};
+  std::thread maker([&] {
+    EXPECT_TRUE(pool.try_reserve(size, size, 1));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(done);  // paused between pieces
+  EXPECT_EQ(pool.slots(), 0);
+  // A capture's reserve waits for the slot being made, which goes on for it
+  // (had it made a slot of its own, the maker would stay paused).
+  ASSERT_TRUE(pool.reserve(size, 1));
+  EXPECT_EQ(pool.slots(), 1);
+  for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(done);
+  pool.resume();
+  maker.join();
+  EXPECT_EQ(pool.slots(), 1);
+
+  // Without a waiting reserve, a paused maker goes on at resume.
+  staging_pool other;
+  other.pause();
+  done = false;
+  std::thread ahead([&] {
+    EXPECT_TRUE(other.try_reserve(size, size, 2));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(done);
+  other.resume();
+  ahead.join();
+  EXPECT_EQ(other.slots(), 2);
+}
+
 TEST(staging, acquire_blocks_until_release_and_buffers_are_aligned) {
   staging_pool pool;
   ASSERT_TRUE(pool.reserve(10000, 1));
