@@ -106,6 +106,7 @@ static int g_settle_ms = 0; /* pause before each timed checkpoint (--settle-ms) 
 static int g_warmup = 3;     /* untimed checkpoints before the timed ones (--warmup), the first one timed apart */
 static double g_warmup_s = 3; /* ... and for at least this long after the first (--warmup-s) */
 static double g_first_after_s = 3; /* from cairn_protect to the first checkpoint (--first-after-s) */
+static int g_paired = 0;           /* a raw write before each timed checkpoint (--paired) */
 static const char *g_run = RUN_ID;       /* --run */
 static int g_agents = 0;                 /* CAIRN_AGENTS is set: wait for PROTECTED too */
 static int g_wait_persistent = 1;        /* --no-wait-persistent clears it */
@@ -134,7 +135,7 @@ static void check(const char *what, int rc) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: cairn_bench --store DIR --scratch DIR [--bytes B] [--checkpoints N]\n"
-          "                   [--reps R] [--settle-ms T] [--warmup K] [--warmup-s S] [--first-after-s S] [--modes thread,sync]\n"
+          "                   [--reps R] [--settle-ms T] [--warmup K] [--warmup-s S] [--first-after-s S] [--paired] [--modes thread,sync]\n"
           "                   [--drop-caches]\n"
           "                   [--run NAME] [--no-restart] [--no-wait-persistent] [--until-file F]\n"
           "                   [--json]\n"
@@ -147,6 +148,7 @@ static void usage(FILE *f) {
           "  --warmup K        untimed checkpoints first, the first timed apart (default 3)\n"
           "  --warmup-s S      ... and for at least S seconds after the first (default 3)\n"
           "  --first-after-s S the first checkpoint S seconds after cairn_protect (default 3)\n"
+          "  --paired          also time the raw write just before each timed checkpoint\n"
           "  --modes LIST      comma-separated engine modes (default thread,sync)\n"
           "  --drop-caches     drop the page cache before persistent-level reads\n"
           "  --run NAME        run name, CAIRN_RUN (default cairn_bench)\n"
@@ -347,6 +349,7 @@ typedef struct mode_result {
   double background_cpu_all; /* the same, summed over ranks */
   double blocked_cpu; /* CPU seconds of the application thread inside cairn_checkpoint, mean per checkpoint (max over ranks) */
   double *blocked, *local, *persistent;
+  double *paired_write; /* the raw O_DIRECT write just before each timed checkpoint (--paired) */
   double *protected_; /* agents only: until cairn_wait(PROTECTED) returned */
   int protected_failed; /* versions some rank's agent did not take (agents only) */
   stage_times *stages;
@@ -372,8 +375,8 @@ static void set_env(const char *key, const char *value) {
   if (setenv(key, value, 1) != 0) die("setenv %s failed%s", key, NULL);
 }
 
-static void run_mode(const char *mode, const char *store, unsigned char *data, uint64_t bytes, int n,
-                     mode_result *out) {
+static void run_mode(const char *mode, const char *store, const char *ref_write, unsigned char *data, uint64_t bytes,
+                     int n, mode_result *out) {
   char name[32];
   snprintf(name, sizeof name, "bench_%.16s", mode);
   set_env("CAIRN_MODE", mode);
@@ -386,6 +389,7 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
   out->blocked = calloc((size_t)n, sizeof(double));
   out->local = calloc((size_t)n, sizeof(double));
   out->persistent = calloc((size_t)n, sizeof(double));
+  out->paired_write = calloc((size_t)n, sizeof(double));
   out->protected_ = calloc((size_t)n, sizeof(double));
   out->protected_failed = 0;
   out->stages = calloc((size_t)n, sizeof(stage_times));
@@ -438,6 +442,16 @@ static void run_mode(const char *mode, const char *store, unsigned char *data, u
       if (stop) break;
     }
     refill(data, bytes, v);
+    if (g_paired && g_wait_persistent) {
+      /* The reference for this checkpoint's time to persistent, measured
+       * beside it: this VM's disk drifts more between minutes than the two
+       * differ. After the settle pause, so the engine is idle for both. */
+      unlink(ref_write);
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double w0 = MPI_Wtime();
+      write_file(ref_write, data, bytes, 1);
+      out->paired_write[k] = gmax(MPI_Wtime() - w0);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     const double c0 = cpu_s(RUSAGE_THREAD);
     t0 = MPI_Wtime();
@@ -558,6 +572,16 @@ static double stage_median(const mode_result *m, size_t field_offset) {
   return r;
 }
 
+/* Median over the timed checkpoints of time to persistent / the raw write
+ * just before it (--paired). */
+static double paired_ratio(const mode_result *m) {
+  double *v = malloc((size_t)m->n * sizeof(double));
+  for (int k = 0; k < m->n; ++k) v[k] = ratio(m->persistent[k], m->paired_write[k]);
+  double r = median(v, m->n);
+  free(v);
+  return r;
+}
+
 static void print_array(const double *v, int n) {
   printf("[");
   for (int i = 0; i < n; ++i) printf("%s%.6g", i ? ", " : "", v[i]);
@@ -597,6 +621,8 @@ int main(int argc, char **argv) {
       n = atoi(v), ++i;
     } else if (v && !strcmp(a, "--warmup")) {
       g_warmup = atoi(v), ++i;
+    } else if (!strcmp(a, "--paired")) {
+      g_paired = 1;
     } else if (v && !strcmp(a, "--first-after-s")) {
       g_first_after_s = atof(v), ++i;
     } else if (v && !strcmp(a, "--warmup-s")) {
@@ -682,7 +708,7 @@ int main(int argc, char **argv) {
   write_file(ref_local, dst, bytes, 0); /* tmpfs reference for the local restart */
 
   mode_result res[MAX_MODES];
-  for (int m = 0; m < nmodes; ++m) run_mode(modes[m], store_dir, data, bytes, n, &res[m]);
+  for (int m = 0; m < nmodes; ++m) run_mode(modes[m], store_dir, ref_persistent, data, bytes, n, &res[m]);
 
   /* Restart of the first mode's newest version: from the local level, then from
    * the persistent level with the local one hidden. */
@@ -728,6 +754,11 @@ int main(int argc, char **argv) {
         print_array(r->local, r->n);
         printf(", \"persistent_all_s\": ");
         print_array(r->persistent, r->n);
+        if (g_paired) {
+          printf(", \"paired_write_all_s\": ");
+          print_array(r->paired_write, r->n);
+          printf(", \"persistent_per_paired_write\": %.6g", paired_ratio(r));
+        }
         if (g_agents) {
           printf(", \"protected_s\": %.6g, \"protected_failed\": %d, \"protected_all_s\": ",
                  median(r->protected_, r->n), r->protected_failed);
@@ -772,6 +803,9 @@ int main(int argc, char **argv) {
           printf("  mode %-6s until held by agents  %9.4f s  (%d version(s) not taken)\n", r->mode,
                  median(r->protected_, r->n), r->protected_failed);
         printf("  mode %-6s until persistent      %9.4f s  = %.2f x O_DIRECT write\n", r->mode, p, ratio(p, wr));
+        if (g_paired)
+          printf("  mode %-6s until persistent      %9.2f x the write just before (median of %d; write %.4f s)\n",
+                 r->mode, paired_ratio(r), r->n, median(r->paired_write, r->n));
         printf("  mode %-6s background CPU        %9.4f s per checkpoint (other threads)\n", r->mode,
                r->background_cpu);
         printf("  mode %-6s stages: capture %.4f checksum %.4f hash %.4f local %.4f persistent %.4f commit %.4f s\n",
