@@ -338,6 +338,7 @@ status client_impl::start() {
     recycler_ = std::make_shared<engine::local_recycler>(env_, cfg_.scratch, cfg_.run, static_cast<uint32_t>(rank()));
     CAIRN_RETURN_IF_ERROR(recycler_->clear().with_context("local level (emptying the recycled files' bin)"));
   }
+  restart_first_ = restart_may_come();
   // The stages that write the persistent level write through the cap.
   storage::storage_env* flush_env = env_;
   if (cfg_.io_rate_limit > 0) {
@@ -675,7 +676,7 @@ status client_impl::protect(region r) {
       agents_ && it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
     agents_->forget_lent();
   regions_[r.name] = std::move(r);
-  prepare_staging();
+  if (!restart_first_ || restart_asked_) prepare_staging();
   return {};
 }
 
@@ -808,6 +809,16 @@ result<int> client_impl::staging_slots(const std::string& name, uint64_t file_si
                                               " bytes) is smaller than one checkpoint of '" + name + "' (" +
                                               std::to_string(file_size) + " bytes); raise CAIRN_STAGING_LIMIT");
   return slots;
+}
+
+bool client_impl::restart_may_come() const {
+  if (!cfg_.agents.empty()) return true;
+  for (const std::string& root : {cfg_.persistent, cfg_.scratch}) {
+    const std::string run = storage::join(format::runs_dir(root), cfg_.run);
+    for (const std::string& name : format::list_subdirs(env_, run))
+      if (!format::list_versions(env_, root, cfg_.run, name).empty()) return true;
+  }
+  return false;
 }
 
 void client_impl::prepare_staging() {

@@ -180,10 +180,17 @@ class client_impl {
   result<int> staging_slots(const std::string& name, uint64_t file_size) const;
   // Thread mode: an engine task (low priority) allocates and faults in the
   // staging slots the protected regions will need, so the first checkpoint
-  // does not pay for it. Called by protect; it pauses while a restart call
-  // (restart_test, restart, restart_begin) runs, which needs the memory
-  // bandwidth more. Best effort: the capture makes sure.
+  // does not pay for it. Best effort: the capture makes sure. Called by
+  // protect where no restart comes first, else once the restart phase is
+  // over (restart_test found nothing, restart or restart_end returned): a
+  // restart's own buffers need the memory and its bandwidth first. The task
+  // pauses while a restart call runs.
   void prepare_staging();
+  // Whether this execution may restart: the run has versions on a level of
+  // this rank, or agents may hold some. Decided at init.
+  bool restart_may_come() const;
+  bool restart_first_ = false;  // restart_may_come() at init
+  bool restart_asked_ = false;  // restart_test was called
   // The progress protocol (docs/design/core.md): one allreduce over the latched
   // error, the slot flag and every pending version's level states. Collective.
   // Returns the latched error of some rank (consumed) when consume_error.

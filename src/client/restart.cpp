@@ -660,13 +660,22 @@ status client_impl::nothing_restartable(const std::string& name, const std::vect
 
 result<int64_t> client_impl::restart_test(const std::string& name, int64_t max_version) {
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
-  engine::staging_pause pause(pool_);
-  return agree_restartable(name, max_version);
+  auto v = [&] {
+    engine::staging_pause pause(pool_);
+    return agree_restartable(name, max_version);
+  }();
+  restart_asked_ = true;
+  if (!v) prepare_staging();  // no restart follows
+  return v;
 }
 
 status client_impl::restart(const std::string& name, int64_t version) {
-  engine::staging_pause pause(pool_);
-  return restore(name, version);
+  status st = [&] {
+    engine::staging_pause pause(pool_);
+    return restore(name, version);
+  }();
+  prepare_staging();
+  return st;
 }
 
 status client_impl::restore(const std::string& name, int64_t version) {
@@ -853,6 +862,7 @@ status client_impl::restart_end(bool) {
   restart_version_ = -1;
   release_restart_image();
   reshard_.reset();
+  prepare_staging();
   return {};
 }
 
