@@ -83,7 +83,8 @@ def main():
             # The bandwidths the thread prediction used: CPU-accounted memory and
             # (tmpfs) local level, wall-clock persistent level and commit.
             local = bw["local_io_cpu"] if bw["local_in_memory"] else bw["local_io"]
-            given = ["--memory-bandwidth", "%d" % bw["memory_cpu"], "--local-bandwidth", "%d" % local,
+            given = ["--memory-bandwidth", "%d" % bw["memory_cpu"], "--checksum-bandwidth", "%d" % bw["checksum_cpu"],
+                     "--local-bandwidth", "%d" % local,
                      "--persistent-bandwidth", "%d" % bw["persistent_io"], "--commit-seconds",
                      "%.6f" % bw["commit_s"]]
             sync = run(common + given, dict(env, CAIRN_MODE="sync"))

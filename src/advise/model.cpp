@@ -40,11 +40,13 @@ result<double> job_mtbf(double node_mtbf_s, int64_t nodes) {
   return node_mtbf_s / static_cast<double>(nodes);
 }
 
-result<engine_shape> shape_from_config(const std::map<std::string, std::string>& values) {
+result<engine_shape> shape_from_config(const std::map<std::string, std::string>& values,
+                                       const std::string& persistent_fs) {
   // Parse the keys that decide the passes with the configuration's own parser
   // (same spellings, same errors); the others do not matter here.
   std::map<std::string, std::string> env;
-  for (const char* k : {"mode", "hash_trees", "local_enabled", "direct_io", "persistent_interval"}) {
+  for (const char* k : {"mode", "hash_trees", "hash_chunk", "hash_abs", "local_enabled", "direct_io", "persistent_interval", "engine_host",
+                        "persistent_layout", "aggregate_strategy", "agents"}) {
     auto it = values.find(k);
     if (it == values.end()) continue;
     std::string name = "CAIRN_";
@@ -55,9 +57,14 @@ result<engine_shape> shape_from_config(const std::map<std::string, std::string>&
   engine_shape s;
   s.sync = c.mode == engine_mode::sync;
   s.hash_trees = c.hash_trees;
+  s.hash_chunk = c.hash_chunk;
+  s.hash_abs = c.hash_abs;
   s.local = c.local_enabled;
   s.direct_io = c.direct_io;
   s.persistent_interval = c.persistent_interval;
+  s.recycled_local = c.engine_host != engine_host::daemon &&
+                     !(c.resolved_layout(persistent_fs) == persistent_layout::aggregated &&
+                       c.aggregate_strategy == aggregate_strategy::leaders);
   return s;
 }
 
@@ -99,6 +106,13 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
   const auto passes = memory_passes(s);
   p.m = passes_m(passes);
   p.m_cpu = passes_m(passes, true);
+  // A CPU's pass: at its CPU-accounted rate, which other load on the cores
+  // does not distort (docs/design/advise.md). The checksum pass at its own
+  // measured rate where there is one (hashing, not memory, bounds it).
+  auto cpu_pass_s = [&](const pass& ps) {
+    if (ps.stage == "checksum" && b.checksum_cpu > 0) return node / b.checksum_cpu;
+    return ps.traffic * node / bm_cpu;
+  };
   for (const auto& ps : passes) {
     stage_cost c{ps.stage, "memory", 0};
     if (ps.stage == "local") {
@@ -106,9 +120,8 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
     } else if (ps.stage == "persistent") {
       c = {ps.stage, "io", node / b.persistent_io};
     } else {
-      // Memory passes are CPU-bound: at the CPU-accounted bandwidth, which
-      // other load on the cores does not distort (docs/design/advise.md).
-      c.seconds = ps.traffic * node / bm_cpu;
+      c.seconds = cpu_pass_s(ps);
+      if (ps.stage == "checksum" && b.checksum_cpu > 0) c.bound = "cpu";
     }
     p.stages.push_back(c);
   }
@@ -121,7 +134,7 @@ result<prediction> predict(const engine_shape& s, const workload& w, const bandw
   p.sync_io_only_s = node / b.persistent_io;
   for (const auto& ps : passes) {
     if (!ps.cpu) continue;
-    p.async_s += ps.stage == "local" && b.local_in_memory ? node / local_bw : ps.traffic * node / bm_cpu;
+    p.async_s += ps.stage == "local" && b.local_in_memory ? node / local_bw : cpu_pass_s(ps);
   }
   p.async_paper_s = p.m * node / bm_cpu;
   p.blocked_async_s = p.stages.front().seconds;

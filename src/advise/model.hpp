@@ -25,14 +25,23 @@ result<double> job_mtbf(double node_mtbf_s, int64_t nodes);
 struct engine_shape {
   bool sync = false;           // mode = sync
   bool hash_trees = true;
+  uint64_t hash_chunk = 64 << 10;  // the trees' leaves, as the checksum stage hashes them
+  double hash_abs = 0;
   bool local = true;           // local_enabled
   bool direct_io = true;       // persistent level written with O_DIRECT
   int persistent_interval = 1; // every k-th version goes to the persistent level
+  // The local level overwrites a retired version's file in place
+  // (engine::local_recycler) rather than writing a new one and removing the
+  // old: not in daemon mode, nor with the leaders' aggregation.
+  bool recycled_local = true;
 };
 // From the configuration's key = value pairs (config::values(), or the run
 // identity's config JSON flattened to strings). Unknown keys are ignored;
-// a malformed value of a known key is invalid_argument.
-result<engine_shape> shape_from_config(const std::map<std::string, std::string>& values);
+// a malformed value of a known key is invalid_argument. persistent_fs (as
+// storage::detect_geometry names it) resolves persistent_layout = auto as
+// the client does; empty: taken as a file per process.
+result<engine_shape> shape_from_config(const std::map<std::string, std::string>& values,
+                                       const std::string& persistent_fs = "");
 
 // One pass the engine makes over a checkpoint's bytes in memory.
 struct pass {
@@ -59,6 +68,9 @@ struct bandwidths {
   // name, fdatasync, rename, directory fsync); 0 = not measured. A version's
   // commit is two: the MANIFEST and the catalog's transaction.
   double commit_s = 0;
+  // The checksum pass (with the trees) over CPU seconds, bytes hashed per
+  // second of the node: its cost where measured (> 0), else one read at B_M.
+  double checksum_cpu = 0;
 };
 
 struct workload {
@@ -68,7 +80,7 @@ struct workload {
 
 struct stage_cost {
   std::string stage;
-  std::string bound;   // "memory" or "io"
+  std::string bound;   // "memory", "cpu" (the checksum pass at its measured rate) or "io"
   double seconds = 0;  // per checkpoint and rank
 };
 

@@ -30,10 +30,7 @@ status client_impl::resolve_layout() {
     fs = g ? g->fs : "unknown";
   }
   comm_->broadcast(&fs, 0);
-  if (cfg_.persistent_layout == persistent_layout::automatic)
-    cfg_.persistent_layout = cfg_.agents.empty() && (fs == "cephfs" || fs == "lustre")
-                                 ? persistent_layout::aggregated
-                                 : persistent_layout::file_per_process;
+  cfg_.persistent_layout = cfg_.resolved_layout(fs);
   int64_t mine[2] = {aggregated() ? 1 : 0, aggregated() ? static_cast<int64_t>(cfg_.aggregate_strategy) : -1};
   int64_t lo[2] = {mine[0], mine[1]}, hi[2] = {-mine[0], -mine[1]};
   comm_->allreduce_min(lo);

@@ -427,6 +427,12 @@ result<config> config::from_values(const std::map<std::string, std::string>& val
   return c;
 }
 
+cairn::persistent_layout config::resolved_layout(const std::string& fs) const {
+  if (persistent_layout != persistent_layout::automatic) return persistent_layout;
+  return agents.empty() && (fs == "cephfs" || fs == "lustre") ? persistent_layout::aggregated
+                                                             : persistent_layout::file_per_process;
+}
+
 std::map<std::string, std::string> config::values() const {
   std::map<std::string, std::string> out;
   for (auto& k : keys())

@@ -131,6 +131,10 @@ struct config {
   std::string describe() const;
   // Every key and its value (the run identity records it).
   std::map<std::string, std::string> values() const;
+  // persistent_layout with `auto` resolved for a persistent level on the
+  // file system `fs` (storage::detect_geometry's name): aggregated on CephFS
+  // and Lustre without agents, else a file per process.
+  cairn::persistent_layout resolved_layout(const std::string& fs) const;
 };
 
 // Parses "64M", "1G", "4096" (K/M/G/T are powers of 1024).

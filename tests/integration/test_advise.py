@@ -161,3 +161,11 @@ def test_bad_input_is_refused_clearly(advised_run, extra, message):
             "--persistent-bandwidth", "1G", expect=2)
     assert message in r.stderr, r.stderr
     assert r.stdout == ""
+
+
+def test_checksum_bandwidth_alone_is_refused(advised_run):
+    job, _ = advised_run
+    r = cli("advise", job.store, "--run", "advised", "--mtbf", 10, "--checksum-bandwidth", "1G",
+            "--local-bandwidth", "1G", "--persistent-bandwidth", "1G", expect=2)
+    assert "--checksum-bandwidth needs --memory-bandwidth" in r.stderr, r.stderr
+    assert r.stdout == ""

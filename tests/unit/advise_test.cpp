@@ -66,6 +66,15 @@ TEST(Shape, FromConfigurationValues) {
   EXPECT_TRUE(s->local);
   EXPECT_TRUE(s->direct_io);
   EXPECT_EQ(s->persistent_interval, 4);
+  EXPECT_TRUE(s->recycled_local);
+  // The local level's files are recycled except in daemon mode and with the
+  // leaders' aggregation (persistent_layout = auto aggregates on CephFS).
+  EXPECT_FALSE(shape_from_config({{"engine_host", "daemon"}})->recycled_local);
+  EXPECT_FALSE(shape_from_config({}, "cephfs")->recycled_local);
+  EXPECT_TRUE(shape_from_config({}, "ext4")->recycled_local);
+  EXPECT_TRUE(shape_from_config({{"agents", "host:1"}}, "cephfs")->recycled_local);
+  EXPECT_TRUE(shape_from_config({{"aggregate_strategy", "aligned"}}, "cephfs")->recycled_local);
+  EXPECT_FALSE(shape_from_config({{"persistent_layout", "aggregated"}})->recycled_local);
   auto bad = shape_from_config({{"mode", "fast"}});
   ASSERT_FALSE(bad.is_ok());
   EXPECT_EQ(bad.error().code(), errc::invalid_argument);
@@ -113,6 +122,20 @@ TEST(Predict, TmpfsLocalLevelAndCommit) {
   s.sync = true;
   s.persistent_interval = 2;  // the commit too comes with every 2nd version only
   EXPECT_NEAR(predict(s, w, b)->sync_s, 0.201326592 - 0.134217728 / 2 + 0.005, 1e-12);
+}
+
+TEST(Predict, ChecksumPassAtItsMeasuredRate) {
+  engine_shape s;
+  workload w{64ull << 20, 2};
+  bandwidths b{10e9, 10e9, 5e9, 1e9};
+  b.checksum_cpu = 2e9;  // hashing bounds it, not the memory: slower than one read at B_M
+  auto p = predict(s, w, b);
+  ASSERT_TRUE(p.is_ok());
+  EXPECT_EQ(p->stages[1].stage, "checksum");
+  EXPECT_EQ(p->stages[1].bound, "cpu");
+  EXPECT_NEAR(p->stages[1].seconds, 0.067108864, 1e-12);  // S_node / 2 GB/s
+  EXPECT_NEAR(p->async_s, 0.067108864 - 0.0134217728 + 0.067108864, 1e-12);
+  EXPECT_NEAR(p->async_paper_s, 0.0805306368, 1e-12);  // the paper's m S / B_M is unchanged
 }
 
 TEST(Predict, MissingBandwidthIsAnError) {
@@ -165,15 +188,19 @@ TEST_F(Measure, MemoryAndIoBandwidthsArePositiveAndLeaveNothingBehind) {
   ASSERT_TRUE(m.is_ok()) << m.error().to_string();
   EXPECT_GT(m->bandwidth, 0);
   EXPECT_GT(m->bandwidth_cpu, 0);
-  EXPECT_EQ(steps, 4);  // 2 allocations, 2 rounds
+  EXPECT_EQ(steps, 6);  // 2 allocations, 2 copy rounds, 2 checksum rounds
+  EXPECT_GT(m->checksum, 0);
+  EXPECT_GT(m->checksum_cpu, 0);
   for (bool durable : {false, true}) {
-    auto io = measure_io(storage::storage_env::posix(), dir_, durable, durable, o);
-    ASSERT_TRUE(io.is_ok()) << io.error().to_string();
-    EXPECT_GT(io->bandwidth, 0);
-    EXPECT_EQ(io->durable, durable);
+    for (bool recycled : {false, true}) {
+      auto io = measure_io(storage::storage_env::posix(), dir_, durable, durable, recycled, o);
+      ASSERT_TRUE(io.is_ok()) << io.error().to_string();
+      EXPECT_GT(io->bandwidth, 0);
+      EXPECT_EQ(io->durable, durable);
+    }
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir_));  // the temporary files and directory are gone
-  auto missing = measure_io(storage::storage_env::posix(), dir_ + "/nope", false, false, o);
+  auto missing = measure_io(storage::storage_env::posix(), dir_ + "/nope", false, false, true, o);
   ASSERT_FALSE(missing.is_ok());
   EXPECT_EQ(missing.error().code(), errc::not_found);
   o.ranks = 0;

@@ -131,8 +131,10 @@ status run_advise(const advise_options& o, json* out) {
   } else {
     values = rc->config;
   }
-  CAIRN_ASSIGN_OR_RETURN(advise::engine_shape shape, advise::shape_from_config(values));
   std::string persistent = !o.store.empty() ? o.store : values.count("persistent") ? values["persistent"] : cfg.persistent;
+  auto persistent_geometry = storage::detect_geometry(persistent);
+  CAIRN_ASSIGN_OR_RETURN(advise::engine_shape shape,
+                         advise::shape_from_config(values, persistent_geometry ? persistent_geometry->fs : ""));
   std::string scratch = !o.scratch.empty() ? o.scratch : values.count("scratch") ? values["scratch"] : cfg.scratch;
   advise::workload w;
   if (!o.bytes.empty()) {
@@ -181,15 +183,24 @@ status run_advise(const advise_options& o, json* out) {
   mo.bytes_per_rank = w.bytes_per_rank;
   mo.ranks = w.ranks_per_node;
   mo.reps = o.reps;
+  mo.hash_trees = shape.hash_trees;
+  mo.hash_chunk = shape.hash_chunk;
+  mo.hash_abs = shape.hash_abs;
   mo.progress = [](const std::string& step) { std::fprintf(stderr, "cairn advise: measuring %s\n", step.c_str()); };
+  if (!o.checksum_bandwidth.empty() && o.memory_bandwidth.empty())
+    return {errc::invalid_argument, "--checksum-bandwidth needs --memory-bandwidth (without it both are measured)"};
   if (!o.memory_bandwidth.empty()) {
     CAIRN_ASSIGN_OR_RETURN(bw.memory, parse_bandwidth(o.memory_bandwidth, "--memory-bandwidth"));
     bw.memory_cpu = bw.memory;
+    if (!o.checksum_bandwidth.empty()) {
+      CAIRN_ASSIGN_OR_RETURN(bw.checksum_cpu, parse_bandwidth(o.checksum_bandwidth, "--checksum-bandwidth"));
+    }
     sources_j["memory"] = "given";
   } else {
     CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_memory(mo));
     bw.memory = m.bandwidth;
     bw.memory_cpu = m.bandwidth_cpu;
+    bw.checksum_cpu = m.checksum_cpu;
     sources_j["memory"] = "measured";
   }
   std::string local_fs;
@@ -201,7 +212,8 @@ status run_advise(const advise_options& o, json* out) {
       if (auto g = storage::detect_geometry(scratch)) local_fs = g->fs;
     } else {
       CAIRN_RETURN_IF_ERROR(check_directory(scratch, "local level directory (--scratch)"));
-      CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_io(storage::storage_env::posix(), scratch, false, false, mo));
+      CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_io(storage::storage_env::posix(), scratch, false, false,
+                                                                 shape.recycled_local, mo));
       bw.local_io = m.bandwidth;
       bw.local_io_cpu = m.bandwidth_cpu;
       local_fs = m.fs;
@@ -217,7 +229,7 @@ status run_advise(const advise_options& o, json* out) {
   } else {
     CAIRN_RETURN_IF_ERROR(check_directory(persistent, "persistent level directory (STORE)"));
     CAIRN_ASSIGN_OR_RETURN(auto m,
-                           advise::measure_io(storage::storage_env::posix(), persistent, shape.direct_io, true, mo));
+                           advise::measure_io(storage::storage_env::posix(), persistent, shape.direct_io, true, false, mo));
     bw.persistent_io = m.bandwidth;
     bw.commit_s = m.commit_s;
     sources_j["persistent"] = "measured";
@@ -284,7 +296,8 @@ status run_advise(const advise_options& o, json* out) {
                         {"scratch", scratch}, {"persistent", persistent}};
   j["workload"] = {{"bytes_per_rank", w.bytes_per_rank}, {"ranks_per_node", w.ranks_per_node},
                    {"bytes_per_node", w.bytes_per_rank * static_cast<uint64_t>(w.ranks_per_node)}};
-  j["bandwidths"] = {{"memory", bw.memory}, {"memory_cpu", bw.memory_cpu}, {"local_io", bw.local_io}, {"local_io_cpu", bw.local_io_cpu},
+  j["bandwidths"] = {{"memory", bw.memory}, {"memory_cpu", bw.memory_cpu}, {"checksum_cpu", bw.checksum_cpu},
+                     {"local_io", bw.local_io}, {"local_io_cpu", bw.local_io_cpu},
                      {"persistent_io", bw.persistent_io}, {"local_fs", local_fs},
                      {"local_in_memory", bw.local_in_memory}, {"commit_s", bw.commit_s}, {"source", sources_j}};
   j["model"] = {{"m", p.m}, {"m_cpu", p.m_cpu}, {"passes", passes}, {"stages", stages},
@@ -314,6 +327,8 @@ void print_text(const json& j) {
               format_bytes(w["bytes_per_node"].get<uint64_t>()).c_str());
   std::printf("bandwidths: B_M %s (%s, %s over CPU time)", rate_text(b["memory"]).c_str(),
               b["source"]["memory"].get<std::string>().c_str(), rate_text(b["memory_cpu"]).c_str());
+  if (b["checksum_cpu"].get<double>() > 0)
+    std::printf(", checksum pass %s over CPU time", rate_text(b["checksum_cpu"]).c_str());
   if (c["local_enabled"].get<bool>())
     std::printf(", B_IO local %s (%s)", rate_text(b["local_io"]).c_str(),
                 b["source"]["local"].get<std::string>().c_str());

@@ -120,7 +120,7 @@ struct advise_options {
   bool mtbf_given = false, node_mtbf_given = false;  // given at all (0 or negative is an error)
   double crash_fraction = 0.85;
   int reps = 3;
-  std::string memory_bandwidth, local_bandwidth, persistent_bandwidth;  // given: not measured
+  std::string memory_bandwidth, checksum_bandwidth, local_bandwidth, persistent_bandwidth;  // given: not measured
   double commit_s = 0;  // with persistent_bandwidth: one small durable write's seconds (0: commit not modelled)
   bool json = false;
 };

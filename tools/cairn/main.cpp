@@ -215,6 +215,8 @@ int run_cli(int argc, char** argv) {
       ->capture_default_str();
   adv_cmd->add_option("--reps", adv.reps, "Measurement rounds (best of)")->capture_default_str()->check(CLI::Range(1, 100));
   adv_cmd->add_option("--memory-bandwidth", adv.memory_bandwidth, "B_M in bytes/s of memory traffic (skips its measurement)");
+  adv_cmd->add_option("--checksum-bandwidth", adv.checksum_bandwidth,
+                      "B_H in bytes/s hashed by the checksum pass (with --memory-bandwidth; default: one read at B_M)");
   adv_cmd->add_option("--local-bandwidth", adv.local_bandwidth, "B_IO of the local level in bytes/s (skips its measurement)");
   adv_cmd->add_option("--persistent-bandwidth", adv.persistent_bandwidth, "B_IO of the persistent level in bytes/s (skips its measurement)");
   adv_cmd->add_option("--commit-seconds", adv.commit_s,
