@@ -248,8 +248,9 @@ TEST(engine, a_stage_waits_for_every_stage_it_names_and_versions_stay_in_order) 
     EXPECT_LT(pos("a", v), pos("c", v));
     EXPECT_LT(pos("b", v), pos("d", v));
     EXPECT_LT(pos("c", v), pos("d", v));
-    if (v > 0)
+    if (v > 0) {
       for (const char* s : {"a", "b", "c", "d"}) EXPECT_LT(pos(s, v - 1), pos(s, v)) << s << " " << v;
+    }
   }
 }
 
