@@ -40,6 +40,37 @@ void tell(const measure_options& o, const std::string& what) {
   if (o.progress) o.progress(what);
 }
 
+struct round_times {
+  double wall_s = 0;  // the best round's slowest thread
+  double cpu_s = 0;   // the least CPU time of a round's slowest thread
+};
+
+// fn(i) on o.ranks threads at once, o.reps rounds (each told as `what` k/reps).
+round_times best_of_rounds(const measure_options& o, const std::string& what, const std::function<void(int)>& fn) {
+  round_times best;
+  for (int rep = 0; rep < o.reps; ++rep) {
+    tell(o, what + " " + std::to_string(rep + 1) + "/" + std::to_string(o.reps));
+    std::vector<double> wall(o.ranks), cpu(o.ranks);
+    std::barrier sync(o.ranks);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < o.ranks; ++i) {
+      ts.emplace_back([&, i] {
+        sync.arrive_and_wait();
+        double t0 = util::now_s(), c0 = thread_cpu_s();
+        fn(i);
+        cpu[i] = thread_cpu_s() - c0;
+        wall[i] = util::now_s() - t0;
+      });
+    }
+    for (auto& t : ts) t.join();
+    double w = *std::max_element(wall.begin(), wall.end());
+    double c = *std::max_element(cpu.begin(), cpu.end());
+    if (best.wall_s == 0 || w < best.wall_s) best.wall_s = w;
+    if (best.cpu_s == 0 || (c > 0 && c < best.cpu_s)) best.cpu_s = c;
+  }
+  return best;
+}
+
 }  // namespace
 
 result<memory_measurement> measure_memory(const measure_options& o) {
@@ -57,65 +88,34 @@ result<memory_measurement> measure_memory(const measure_options& o) {
     dst.push_back(std::move(d));
   }
   memory_measurement best;
-  for (int rep = 0; rep < o.reps; ++rep) {
-    tell(o, "memory: copy round " + std::to_string(rep + 1) + "/" + std::to_string(o.reps));
-    std::vector<double> wall(o.ranks), cpu(o.ranks);
-    std::barrier sync(o.ranks);
-    std::vector<std::thread> ts;
-    for (int i = 0; i < o.ranks; ++i) {
-      ts.emplace_back([&, i] {
-        sync.arrive_and_wait();
-        double t0 = util::now_s(), c0 = thread_cpu_s();
-        util::stream_copy(dst[i].data(), src[i].data(), n);  // as the capture copies
-        cpu[i] = thread_cpu_s() - c0;
-        wall[i] = util::now_s() - t0;
-      });
-    }
-    for (auto& t : ts) t.join();
-    double w = *std::max_element(wall.begin(), wall.end());
-    double c = *std::max_element(cpu.begin(), cpu.end());
-    if (best.copy_s == 0 || w < best.copy_s) best.copy_s = w;
-    if (best.copy_cpu_s == 0 || (c > 0 && c < best.copy_cpu_s)) best.copy_cpu_s = c;
-  }
+  auto copy = best_of_rounds(o, "memory: copy round", [&](int i) {
+    util::stream_copy(dst[i].data(), src[i].data(), n);  // as the capture copies
+  });
+  best.copy_s = copy.wall_s;
+  best.copy_cpu_s = copy.cpu_s;
   const double traffic = 2.0 * static_cast<double>(n) * o.ranks;  // read + write
   best.bandwidth = traffic / best.copy_s;
   best.bandwidth_cpu = best.copy_cpu_s > 0 ? traffic / best.copy_cpu_s : best.bandwidth;
 
   // The checksum pass over the copies, as the checksum stage makes it: one
   // region (of doubles where leaves are tolerant, which quantize values).
-  double hash_s = 0, hash_cpu_s = 0;
-  for (int rep = 0; rep < o.reps; ++rep) {
-    tell(o, "checksum pass round " + std::to_string(rep + 1) + "/" + std::to_string(o.reps));
-    std::vector<double> wall(o.ranks), cpu(o.ranks);
-    std::barrier sync(o.ranks);
-    std::vector<std::thread> ts;
-    for (int i = 0; i < o.ranks; ++i) {
-      ts.emplace_back([&, i] {
-        format::shard_header h;
-        h.regions.resize(1);
-        h.regions[0].name = "advise";
-        h.regions[0].type = o.hash_abs > 0 ? CAIRN_FLOAT64 : CAIRN_BYTE;
-        h.regions[0].length = o.hash_abs > 0 ? n / 8 * 8 : n;
-        h.regions[0].count = o.hash_abs > 0 ? n / 8 : n;
-        const std::byte* regions[1] = {dst[i].data()};
-        format::tree_file tree;
-        sync.arrive_and_wait();
-        double t0 = util::now_s(), c0 = thread_cpu_s();
-        format::checksum_and_tree(&h, regions, o.hash_chunk, o.hash_abs, o.hash_trees ? &tree : nullptr);
-        if (o.hash_trees) (void)format::encode_tree(tree);
-        cpu[i] = thread_cpu_s() - c0;
-        wall[i] = util::now_s() - t0;
-      });
-    }
-    for (auto& t : ts) t.join();
-    double w = *std::max_element(wall.begin(), wall.end());
-    double c = *std::max_element(cpu.begin(), cpu.end());
-    if (hash_s == 0 || w < hash_s) hash_s = w;
-    if (hash_cpu_s == 0 || (c > 0 && c < hash_cpu_s)) hash_cpu_s = c;
+  std::vector<format::shard_header> headers(o.ranks);
+  for (auto& h : headers) {
+    h.regions.resize(1);
+    h.regions[0].name = "advise";
+    h.regions[0].type = o.hash_abs > 0 ? CAIRN_FLOAT64 : CAIRN_BYTE;
+    h.regions[0].count = o.hash_abs > 0 ? n / 8 : n;
+    h.regions[0].length = h.regions[0].count * (o.hash_abs > 0 ? 8 : 1);
   }
+  auto hash = best_of_rounds(o, "checksum pass round", [&](int i) {
+    const std::byte* regions[1] = {dst[i].data()};
+    format::tree_file tree;
+    format::checksum_and_tree(&headers[i], regions, o.hash_chunk, o.hash_abs, o.hash_trees ? &tree : nullptr);
+    if (o.hash_trees) (void)format::encode_tree(tree);
+  });
   const double hashed = static_cast<double>(n) * o.ranks;
-  best.checksum = hashed / hash_s;
-  best.checksum_cpu = hash_cpu_s > 0 ? hashed / hash_cpu_s : best.checksum;
+  best.checksum = hashed / hash.wall_s;
+  best.checksum_cpu = hash.cpu_s > 0 ? hashed / hash.cpu_s : best.checksum;
   return best;
 }
 

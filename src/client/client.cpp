@@ -811,14 +811,16 @@ result<int> client_impl::staging_slots(const std::string& name, uint64_t file_si
   return slots;
 }
 
-bool client_impl::restart_may_come() const {
-  if (!cfg_.agents.empty()) return true;
-  for (const std::string& root : {cfg_.persistent, cfg_.scratch}) {
-    const std::string run = storage::join(format::runs_dir(root), cfg_.run);
-    for (const std::string& name : format::list_subdirs(env_, run))
+bool client_impl::restart_may_come() {
+  auto has_versions = [&](const std::string& root) {
+    for (const std::string& name : format::list_subdirs(env_, storage::join(format::runs_dir(root), cfg_.run)))
       if (!format::list_versions(env_, root, cfg_.run, name).empty()) return true;
-  }
-  return false;
+    return false;
+  };
+  // The shared level is listed once (rank 0), not by every rank.
+  const bool mine = !cfg_.agents.empty() || (rank() == 0 && has_versions(cfg_.persistent)) ||
+                    has_versions(cfg_.scratch);
+  return comm_->min(mine ? -1 : 0) < 0;  // any rank's finding counts for all
 }
 
 void client_impl::prepare_staging() {

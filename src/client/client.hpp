@@ -186,9 +186,10 @@ class client_impl {
   // restart's own buffers need the memory and its bandwidth first. The task
   // pauses while a restart call runs.
   void prepare_staging();
-  // Whether this execution may restart: the run has versions on a level of
-  // this rank, or agents may hold some. Decided at init.
-  bool restart_may_come() const;
+  // Whether this execution may restart: the run has versions on the
+  // persistent level or on some rank's node-local level, or agents may hold
+  // some. Collective; called at init.
+  bool restart_may_come();
   bool restart_first_ = false;  // restart_may_come() at init
   bool restart_asked_ = false;  // restart_test was called
   // The progress protocol (docs/design/core.md): one allreduce over the latched
