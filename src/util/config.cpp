@@ -52,16 +52,26 @@ status parse_double(const std::string& key, const std::string& v, double* out) {
   return {};
 }
 
+// A key whose values are the spellings of an enumeration: each spelling
+// written once, for parsing and for describing.
 template <typename E>
-status parse_enum(const std::string& key, const std::string& v,
-                  std::initializer_list<std::pair<const char*, E>> choices, E* out) {
-  std::string expected;
-  for (auto& [n, e] : choices) {
-    if (v == n) { *out = e; return {}; }
-    if (!expected.empty()) expected += ", ";
-    expected += n;
-  }
-  return bad_value(key, v, ("one of " + expected).c_str());
+key_def enum_key(const char* name, const char* help, E config::*member,
+                 std::vector<std::pair<const char*, E>> choices) {
+  auto set = [name, member, choices](config& c, const std::string& v) -> status {
+    std::string expected;
+    for (auto& [n, e] : choices) {
+      if (v == n) { c.*member = e; return {}; }
+      if (!expected.empty()) expected += ", ";
+      expected += n;
+    }
+    return bad_value(name, v, ("one of " + expected).c_str());
+  };
+  auto get = [member, choices](const config& c) {
+    for (auto& [n, e] : choices)
+      if (c.*member == e) return std::string(n);
+    return std::string(choices.front().first);
+  };
+  return {name, help, std::move(set), std::move(get)};
 }
 
 status set_int(const std::string& k, const std::string& v, int lo, int hi, int* out) {
@@ -94,41 +104,27 @@ const std::vector<key_def>& keys() {
       {"persistent", "persistent level directory", [](config& c, const std::string& v) -> status {
          if (v.empty()) return bad_value("persistent", v, "a directory path");
          c.persistent = v; return {}; }, [](const config& c) { return c.persistent; }},
-      {"mode", "thread or sync", [](config& c, const std::string& v) {
-         return parse_enum<engine_mode>("mode", v, {{"thread", engine_mode::thread}, {"sync", engine_mode::sync}}, &c.mode); },
-       [](const config& c) { return std::string(c.mode == engine_mode::sync ? "sync" : "thread"); }},
-      {"engine_host", "where the engine runs: thread (in the application) or daemon (cairnd, one per node)",
-       [](config& c, const std::string& v) {
-         return parse_enum<engine_host>("engine_host", v, {{"thread", engine_host::thread}, {"daemon", engine_host::daemon}},
-                                        &c.engine_host); },
-       [](const config& c) { return std::string(c.engine_host == engine_host::daemon ? "daemon" : "thread"); }},
+      enum_key<engine_mode>("mode", "thread or sync", &config::mode,
+                            {{"thread", engine_mode::thread}, {"sync", engine_mode::sync}}),
+      enum_key<engine_host>("engine_host",
+                            "where the engine runs: thread (in the application) or daemon (cairnd, one per node)",
+                            &config::engine_host, {{"thread", engine_host::thread}, {"daemon", engine_host::daemon}}),
       {"daemon_program", "path of the cairnd program (engine_host = daemon)", [](config& c, const std::string& v) -> status {
          c.daemon_program = v; return {}; }, [](const config& c) { return c.daemon_program; }},
       {"io_threads", "engine worker threads", [](config& c, const std::string& v) {
          return set_int("io_threads", v, 1, 256, &c.io_threads); },
        [](const config& c) { return std::to_string(c.io_threads); }},
-      {"placement", "CPU placement of engine threads", [](config& c, const std::string& v) {
-         return parse_enum<placement>("placement", v, {{"none", placement::none}, {"core", placement::core},
-                                      {"socket", placement::socket}, {"node", placement::node}}, &c.placement); },
-       [](const config& c) {
-         switch (c.placement) { case placement::core: return std::string("core");
-           case placement::socket: return std::string("socket"); case placement::node: return std::string("node");
-           default: return std::string("none"); } }},
-      {"write_during_capture", "persistent write during the capture: auto, true or false",
-       [](config& c, const std::string& v) {
-         return parse_enum<capture_overlap>("write_during_capture", v, {{"auto", capture_overlap::automatic},
-                                            {"true", capture_overlap::on}, {"false", capture_overlap::off}},
-                                            &c.write_during_capture); },
-       [](const config& c) {
-         switch (c.write_during_capture) { case capture_overlap::on: return std::string("true");
-           case capture_overlap::off: return std::string("false"); default: return std::string("auto"); } }},
-      {"engine_priority", "scheduling of engine threads: normal, batch or idle", [](config& c, const std::string& v) {
-         return parse_enum<thread_priority>("engine_priority", v, {{"normal", thread_priority::normal},
-                                            {"batch", thread_priority::batch}, {"idle", thread_priority::idle}},
-                                            &c.engine_priority); },
-       [](const config& c) {
-         switch (c.engine_priority) { case thread_priority::normal: return std::string("normal");
-           case thread_priority::idle: return std::string("idle"); default: return std::string("batch"); } }},
+      enum_key<placement>("placement", "CPU placement of engine threads", &config::placement,
+                          {{"none", placement::none}, {"core", placement::core}, {"socket", placement::socket},
+                           {"node", placement::node}}),
+      enum_key<capture_overlap>("write_during_capture", "persistent write during the capture: auto, true or false",
+                                &config::write_during_capture,
+                                {{"auto", capture_overlap::automatic}, {"true", capture_overlap::on},
+                                 {"false", capture_overlap::off}}),
+      enum_key<thread_priority>("engine_priority", "scheduling of engine threads: normal, batch or idle",
+                                &config::engine_priority,
+                                {{"normal", thread_priority::normal}, {"batch", thread_priority::batch},
+                                 {"idle", thread_priority::idle}}),
       {"engine_nice", "nice increment of engine threads (0..19)", [](config& c, const std::string& v) {
          return set_int("engine_nice", v, 0, 19, &c.engine_nice); },
        [](const config& c) { return std::to_string(c.engine_nice); }},
@@ -158,10 +154,8 @@ const std::vector<key_def>& keys() {
          auto r = parse_size(v);
          if (!r) return bad_value("staging_limit", v, "a size such as 512M or 2G, or 0");
          c.staging_limit = *r; return {}; }, [](const config& c) { return std::to_string(c.staging_limit); }},
-      {"staging_policy", "block or eagain", [](config& c, const std::string& v) {
-         return parse_enum<staging_policy>("staging_policy", v, {{"block", staging_policy::block},
-                                           {"eagain", staging_policy::eagain}}, &c.staging_policy); },
-       [](const config& c) { return std::string(c.staging_policy == staging_policy::block ? "block" : "eagain"); }},
+      enum_key<staging_policy>("staging_policy", "block or eagain", &config::staging_policy,
+                               {{"block", staging_policy::block}, {"eagain", staging_policy::eagain}}),
       {"io_rate_limit", "persistent level write bandwidth cap per rank", [](config& c, const std::string& v) -> status {
          auto r = parse_size(v);
          if (!r) return bad_value("io_rate_limit", v, "bytes per second such as 200M or 1G, or 0 (no cap)");
@@ -169,28 +163,21 @@ const std::vector<key_def>& keys() {
       {"direct_io", "O_DIRECT for the persistent level", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("direct_io", v); if (!r) return r.take_status(); c.direct_io = *r; return {}; },
        [](const config& c) { return std::string(c.direct_io ? "true" : "false"); }},
-      {"persistent_layout", "auto, file_per_process or aggregated", [](config& c, const std::string& v) {
-         return parse_enum<persistent_layout>("persistent_layout", v, {{"auto", persistent_layout::automatic},
-                                              {"file_per_process", persistent_layout::file_per_process},
-                                              {"aggregated", persistent_layout::aggregated}}, &c.persistent_layout); },
-       [](const config& c) {
-         switch (c.persistent_layout) { case persistent_layout::aggregated: return std::string("aggregated");
-           case persistent_layout::file_per_process: return std::string("file_per_process");
-           default: return std::string("auto"); } }},
+      enum_key<persistent_layout>("persistent_layout", "auto, file_per_process or aggregated", &config::persistent_layout,
+                                  {{"auto", persistent_layout::automatic},
+                                   {"file_per_process", persistent_layout::file_per_process},
+                                   {"aggregated", persistent_layout::aggregated}}),
       {"aggregate_files", "data files per aggregated version (auto: leaders one per node up to the storage targets)", [](config& c, const std::string& v) -> status {
          if (v == "auto") { c.aggregate_files = 0; return {}; }
          auto r = parse_int("aggregate_files", v, 1, 1 << 24);
          if (!r) return bad_value("aggregate_files", v, "auto or an integer from 1 to the number of ranks");
          c.aggregate_files = static_cast<uint32_t>(*r); return {}; },
        [](const config& c) { return c.aggregate_files == 0 ? std::string("auto") : std::to_string(c.aggregate_files); }},
-      {"aggregate_strategy", "posix_shared, aligned, mpiio or leaders", [](config& c, const std::string& v) {
-         return parse_enum<aggregate_strategy>("aggregate_strategy", v, {{"posix_shared", aggregate_strategy::posix_shared},
-                                               {"aligned", aggregate_strategy::aligned}, {"mpiio", aggregate_strategy::mpiio},
-                                               {"leaders", aggregate_strategy::leaders}}, &c.aggregate_strategy); },
-       [](const config& c) {
-         switch (c.aggregate_strategy) { case aggregate_strategy::posix_shared: return std::string("posix_shared");
-           case aggregate_strategy::aligned: return std::string("aligned"); case aggregate_strategy::mpiio: return std::string("mpiio");
-           default: return std::string("leaders"); } }},
+      enum_key<aggregate_strategy>("aggregate_strategy", "posix_shared, aligned, mpiio or leaders",
+                                   &config::aggregate_strategy,
+                                   {{"posix_shared", aggregate_strategy::posix_shared},
+                                    {"aligned", aggregate_strategy::aligned}, {"mpiio", aggregate_strategy::mpiio},
+                                    {"leaders", aggregate_strategy::leaders}}),
       {"stripe_size", "stripe size of aggregated files (0: detected)", [](config& c, const std::string& v) -> status {
          auto r = parse_size(v);
          if (!r || (*r % 4096) != 0) return bad_value("stripe_size", v, "0 or a multiple of 4 KiB such as 1M");
@@ -222,10 +209,8 @@ const std::vector<key_def>& keys() {
          c.reference_run = v; return {}; }, [](const config& c) { return c.reference_run; }},
       {"reference_store", "store of the reference run", [](config& c, const std::string& v) -> status {
          c.reference_store = v; return {}; }, [](const config& c) { return c.reference_store; }},
-      {"on_divergence", "continue or stop", [](config& c, const std::string& v) {
-         return parse_enum<divergence_action>("on_divergence", v, {{"continue", divergence_action::cont},
-                                              {"stop", divergence_action::stop}}, &c.on_divergence); },
-       [](const config& c) { return std::string(c.on_divergence == divergence_action::stop ? "stop" : "continue"); }},
+      enum_key<divergence_action>("on_divergence", "continue or stop", &config::on_divergence,
+                                  {{"continue", divergence_action::cont}, {"stop", divergence_action::stop}}),
       {"compare_abs", "absolute tolerance", [](config& c, const std::string& v) {
          return parse_double("compare_abs", v, &c.compare_abs); },
        [](const config& c) { std::ostringstream os; os << c.compare_abs; return os.str(); }},
@@ -241,10 +226,8 @@ const std::vector<key_def>& keys() {
        [](const config& c) { return c.agents; }},
       {"agents_secret_file", "deployment secret of the agents", [](config& c, const std::string& v) -> status {
          c.agents_secret_file = v; return {}; }, [](const config& c) { return c.agents_secret_file; }},
-      {"agents_mode", "pull or push", [](config& c, const std::string& v) {
-         return parse_enum<agents_transfer>("agents_mode", v, {{"pull", agents_transfer::pull},
-                                            {"push", agents_transfer::push}}, &c.agents_mode); },
-       [](const config& c) { return std::string(c.agents_mode == agents_transfer::push ? "push" : "pull"); }},
+      enum_key<agents_transfer>("agents_mode", "pull or push", &config::agents_mode,
+                                {{"pull", agents_transfer::pull}, {"push", agents_transfer::push}}),
       {"agents_blocking", "checkpoint returns once agents hold the data", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("agents_blocking", v); if (!r) return r.take_status(); c.agents_blocking = *r; return {}; },
        [](const config& c) { return std::string(c.agents_blocking ? "true" : "false"); }},
