@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 #include <random>
 #include <set>
 #include <sstream>
@@ -27,6 +28,9 @@
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/commit.hpp"
+#include "format/run_info.hpp"
+#include "util/contain.hpp"
+#include "util/names.hpp"
 #include "format/shard_io.hpp"
 #include "format/tree.hpp"
 #include "redundancy/parity_file.hpp"
@@ -79,9 +83,12 @@ std::vector<uint64_t> row_major_dims(const region& r) {
 }
 
 status check_name(const std::string& what, const std::string& name) {
-  if (name.empty() || name.size() > format::kMaxNameBytes || name.find('/') != std::string::npos ||
-      name == "." || name == "..")
-    return {errc::invalid_argument, what + " name '" + name + "' must be 1 to 255 bytes without '/'"};
+  CAIRN_RETURN_IF_ERROR(util::check_name(what, name));
+  // A checkpoint is a directory beside the run's own files (runs/<run>/RUN
+  // and its temporaries: docs/format/store.md).
+  if (what == "checkpoint" && name.rfind(format::kRunFileName, 0) == 0)
+    return {errc::invalid_argument, "checkpoint name '" + name + "' starts with '" + format::kRunFileName +
+                                        "', which the store keeps for the run's identity file: choose another name"};
   return {};
 }
 
@@ -394,6 +401,14 @@ status client_impl::start() {
       const size_t data = stages.add(engine::make_persistent_data_stage(flush_env, paths, cfg_.direct_io), {});
       stages.add(engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), {image_done, data});
       stream_capture_ = cfg_.mode == engine_mode::thread;  // and write_during_capture allows: below
+      // The last rank to make its shard durable commits the version, after
+      // every level of it ended (the manifest records their times).
+      std::vector<size_t> levels(stages.size());
+      std::iota(levels.begin(), levels.end(), size_t{0});
+      stages.add(engine::make_commit_stage(
+                     env_, cfg_.persistent, [this](const engine::version_job& job) { return describe_version(job); },
+                     host_),
+                 std::move(levels));
     }
   }
   if (!cfg_.reference_run.empty()) {
@@ -410,7 +425,7 @@ status client_impl::start() {
     online_->my_run = cfg_.run;
     stages.add(std::make_unique<compare_stage>(online_), {image_done});
   }
-  CAIRN_RETURN_IF_ERROR(start_run_identity());
+  CAIRN_RETURN_IF_ERROR(agree(start_run_identity()));  // rank 0 writes: every rank learns how it went
   // The attempt tag of this execution's shards: rank 0 draws it.
   std::string tag;
   if (rank() == 0) tag = std::to_string(std::random_device{}() | 1u);
@@ -554,13 +569,19 @@ status client_impl::start_run_identity() {
   e.code_version = cfg_.code_version;
   e.config = cfg_.values();
   run_info_.executions.push_back(std::move(e));
-  return write_run_identity();
+  return write_run_identity(true);
 }
 
-status client_impl::write_run_identity() {
+status client_impl::write_run_identity(bool at_init) {
   if (rank() != 0) return {};
   status st = env_->make_dirs(storage::join(format::runs_dir(cfg_.persistent), cfg_.run));
   if (st) st = env_->write_atomic(format::run_file_path(cfg_.persistent, cfg_.run), format::encode_run_info(run_info_), true);
+  if (!st && at_init && st.code() != errc::no_space) {
+    // The first write of this execution to the store: a store that cannot be
+    // written (read-only, no permission) would lose every checkpoint.
+    return st.with_context("the persistent level (CAIRN_PERSISTENT=" + cfg_.persistent +
+                           ") cannot be written, so no checkpoint could be saved; give a writable directory");
+  }
   if (!st) {
     // The identity is a record, not state: a store that cannot take it (full,
     // read-only) must still restart. Say so and go on.
@@ -578,6 +599,7 @@ status client_impl::write_run_identity() {
 }
 
 status client_impl::set_code_version(const std::string& v) {
+  CAIRN_RETURN_IF_ERROR(util::check_text("code version", v));
   if (rank() != 0) return {};
   run_info_.code_version = v;
   if (!run_info_.executions.empty()) run_info_.executions.back().code_version = v;
@@ -585,8 +607,10 @@ status client_impl::set_code_version(const std::string& v) {
 }
 
 status client_impl::tag(const std::string& key, const std::string& value) {
-  if (key.empty() || key.find_first_of("=,") != std::string::npos)
-    return {errc::invalid_argument, "tag key '" + key + "' must be non-empty without '=' or ','"};
+  CAIRN_RETURN_IF_ERROR(util::check_name("tag key", key));
+  if (key.find_first_of("=,") != std::string::npos)
+    return {errc::invalid_argument, "tag key '" + util::escaped(key) + "' must not contain '=' or ','"};
+  CAIRN_RETURN_IF_ERROR(util::check_text("tag value", value));
   if (rank() != 0) return {};
   run_info_.tags[key] = value;
   return write_run_identity();
@@ -704,7 +728,10 @@ const client_impl::committed_floor& client_impl::floor_of(const std::string& nam
   if (auto it = floors_.find(name); it != floors_.end()) return it->second;
   committed_floor f;
   std::string what;
-  // The persistent level: the newest version with a MANIFEST, whoever wrote it.
+  // The persistent level: the newest version with a MANIFEST, whoever wrote
+  // it. Only committed versions count: what a killed execution left at the
+  // node-local level alone (of any rank count) was never committed, and a
+  // relaunch that restored an older version writes over it.
   if (rank() == 0) {
     auto vs = format::list_versions(env_, cfg_.persistent, cfg_.run, name);
     const auto& damaged = damaged_[name];
@@ -716,21 +743,6 @@ const client_impl::committed_floor& client_impl::floor_of(const std::string& nam
       what = "version " + std::to_string(*v) + " committed" +
              (m ? " by " + std::to_string(m->nranks) + " rank(s)" : std::string(" (its MANIFEST is unreadable)"));
       break;
-    }
-  }
-  // The local level: a shard of another rank count is part of another job's
-  // version (this job's own leftovers, partial versions of a crash, may go).
-  if (cfg_.local_enabled) {
-    const uint32_t me = static_cast<uint32_t>(rank());
-    auto vs = format::list_versions(env_, cfg_.scratch, cfg_.run, name);
-    for (auto v = vs.rbegin(); v != vs.rend() && *v > f.version; ++v) {
-      auto h = format::read_header(env_, format::shard_path(cfg_.scratch, cfg_.run, name, *v, me));
-      if (h && h->nranks != static_cast<uint32_t>(size())) {
-        f.version = *v;
-        what = "version " + std::to_string(*v) + " written by " + std::to_string(h->nranks) +
-               " rank(s) at the local level (" + cfg_.scratch + ")";
-        break;
-      }
     }
   }
   const int64_t newest = -comm_->min(-f.version);
@@ -1283,13 +1295,7 @@ void client_impl::on_durable(version_record& rec) {
   rec.manifest_error = std::make_shared<status>();
   if (rank() != 0) return;
 
-  format::manifest m;
-  m.run = cfg_.run;
-  m.name = rec.name;
-  m.version = rec.version;
-  m.nranks = static_cast<uint32_t>(size());
-  m.executable = program_invocation_short_name ? program_invocation_short_name : "";
-  m.mode = cfg_.mode == engine_mode::sync ? "sync" : "thread";
+  format::manifest m = describe_version(job);
   for (int r = 0; r < size(); ++r) {
     shard_digest sd;
     std::memcpy(&sd, all.data() + r * sizeof sd, sizeof sd);
@@ -1314,21 +1320,17 @@ void client_impl::on_durable(version_record& rec) {
     }
     m.shards.push_back(std::move(e));
   }
-  if (job.plan) describe_container(*job.plan, &m);
-  // The scheme this version was encoded with, whether or not its sets are
-  // complete yet (the levels are agreed independently); the time only when
-  // it is known now: the manifest is never rewritten.
-  if (rec.wanted & CAIRN_LEVEL_PROTECTED && redundancy_on()) {
-    m.redundancy = redundancy_record_;
-    if (rec.global_done & CAIRN_LEVEL_PROTECTED) m.redundancy->protected_at = rec.protected_at;
-  }
+  // The time only when it is known now: the manifest is never rewritten.
+  if (m.redundancy && (rec.global_done & CAIRN_LEVEL_PROTECTED)) m.redundancy->protected_at = rec.protected_at;
   auto state = rec.manifest_state;
   auto err = rec.manifest_error;
   double local_at = rec.local_done_at;
+  // Usually the last rank's commit stage has committed the version already;
+  // this commit stands in where it could not (write_commit leaves a MANIFEST
+  // with exactly these shards as it is).
   engine_->submit_task([this, m = std::move(m), state, err, local_at]() mutable -> status {
     m.committed_at = util::wall_s();
-    std::string path = format::manifest_path(cfg_.persistent, m.run, m.name, m.version);
-    status st = env_->write_atomic(path, format::encode_manifest(m), true);
+    status st = util::contained("committing the manifest", [&] { return format::write_commit(env_, cfg_.persistent, m); });
     if (!st) {
       *err = st;
       state->store(-1);
@@ -1355,6 +1357,22 @@ void client_impl::on_durable(version_record& rec) {
         engine::task_priority::low);
     return {};
   });
+}
+
+format::manifest client_impl::describe_version(const engine::version_job& job) const {
+  format::manifest m;
+  m.run = cfg_.run;
+  m.name = job.header.name;
+  m.version = job.header.version;
+  m.nranks = static_cast<uint32_t>(size());
+  m.executable = program_invocation_short_name ? program_invocation_short_name : "";
+  if (!util::valid_utf8(m.executable)) m.executable = util::escaped(m.executable);
+  m.mode = cfg_.mode == engine_mode::sync ? "sync" : "thread";
+  if (job.plan) describe_container(*job.plan, &m);
+  // The scheme this version was encoded with, whether or not its sets are
+  // complete yet (the levels are agreed independently).
+  if ((job.wanted & CAIRN_LEVEL_PROTECTED) && redundancy_on()) m.redundancy = redundancy_record_;
+  return m;
 }
 
 void client_impl::on_level_complete(version_record& rec, unsigned level) {
@@ -1438,10 +1456,8 @@ status client_impl::remove_persistent_below(const std::string& name, int64_t thr
   const std::string& root = cfg_.persistent;
   for (int64_t v : format::list_versions(env_, root, cfg_.run, name)) {
     if (v >= threshold) break;
-    // Withdraw the commit first, so no reader ever sees a manifest without its shards.
-    std::string dir = format::version_dir(root, cfg_.run, name, v);
-    CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::kManifestName)));
-    CAIRN_RETURN_IF_ERROR(env_->remove_tree(dir));
+    // The commit withdrawn first, so no reader ever sees a manifest without its shards.
+    CAIRN_RETURN_IF_ERROR(format::remove_version(env_, format::version_dir(root, cfg_.run, name, v)));
     std::lock_guard lk(catalog_mu_);
     if (catalog_) (void)catalog_->remove_version(cfg_.run, name, v);
   }

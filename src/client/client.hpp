@@ -168,8 +168,10 @@ class client_impl {
   status install_fault();
   // Collective at start: gathers the hosts; rank 0 appends this execution to RUN.
   status start_run_identity();
-  // Rank 0: rewrites RUN from run_info_ (a failure is a warning on stderr).
-  status write_run_identity();
+  // Rank 0: rewrites RUN from run_info_ (a failure is a warning on stderr,
+  // except at init, where a store that cannot be written is an error; a full
+  // one still lets the job restart).
+  status write_run_identity(bool at_init = false);
 
   // Captures `regions` as (name, version) and submits the job. Collective.
   status capture(const std::string& name, int64_t version, const std::vector<region>& regions);
@@ -210,6 +212,9 @@ class client_impl {
   // Exchanges the message of the lowest rank with `failing` set. Collective.
   std::string exchange_message(bool failing, const std::string& mine);
   void on_durable(version_record& rec);
+  // A version's manifest without its shards (what the commit stage and
+  // on_durable fill in). Thread-safe: reads what start() set.
+  format::manifest describe_version(const engine::version_job& job) const;
   // A level of rec failed on some rank: every rank records the failing rank's
   // code and message. Collective.
   void agree_level_failure(version_record& rec, unsigned level);

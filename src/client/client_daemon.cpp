@@ -40,7 +40,7 @@ std::string daemon_program(const config& cfg) {
 // Starts cairnd in a session of its own (a signal to the application's
 // process group, or the launcher's cleanup of it, does not reach the daemon),
 // with stdin and stdout on /dev/null and stderr shared with the rank.
-result<pid_t> spawn_daemon(const std::string& program, const std::string& socket, int ranks) {
+result<pid_t> spawn_daemon(const std::string& program, const std::string& socket, int ranks, double drain_s) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
@@ -52,8 +52,15 @@ result<pid_t> spawn_daemon(const std::string& program, const std::string& socket
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
   std::string ranks_s = std::to_string(ranks);
-  std::vector<char*> argv = {const_cast<char*>(program.c_str()), const_cast<char*>("--socket"),
-                             const_cast<char*>(socket.c_str()), const_cast<char*>("--ranks"), ranks_s.data(), nullptr};
+  std::string drain = std::to_string(drain_s);
+  std::vector<char*> argv = {const_cast<char*>(program.c_str()),
+                             const_cast<char*>("--socket"),
+                             const_cast<char*>(socket.c_str()),
+                             const_cast<char*>("--ranks"),
+                             ranks_s.data(),
+                             const_cast<char*>("--drain-s"),
+                             drain.data(),
+                             nullptr};
   pid_t pid = 0;
   int rc = posix_spawnp(&pid, program.c_str(), &fa, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -94,7 +101,7 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   const std::string socket = daemon::socket_name(attempt_, cfg_.run, node_);
   status st;
   if (rank() == leader) {
-    auto pid = spawn_daemon(daemon_program(cfg_), socket, local_ranks);
+    auto pid = spawn_daemon(daemon_program(cfg_), socket, local_ranks, cfg_.daemon_drain_s);
     if (pid) daemon_pid_ = *pid;
     else st = pid.take_status();
   }

@@ -1,6 +1,8 @@
 #include "daemon/server.hpp"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -34,6 +36,9 @@ namespace cairn::daemon {
 namespace {
 
 using nlohmann::json;
+
+std::atomic<bool> g_terminate{false};    // SIGTERM received
+std::atomic<bool> g_drain_over{false};  // the drain's time is up: drop queued work
 
 void log(const char* fmt, const std::string& a, const std::string& b = {}) {
   std::fprintf(stderr, "cairnd[%d]: ", static_cast<int>(getpid()));
@@ -138,7 +143,7 @@ void session::serve() {
   // After a goodbye the application waited for what it wanted; what is still
   // queued was abandoned by it. Without one, the application died: finish
   // everything, then commit what it could not.
-  engine_->shutdown(/*drain=*/!goodbye);
+  engine_->shutdown(/*drain=*/!goodbye && !g_drain_over.load());
   if (!goodbye) commit_leftovers();
 }
 
@@ -308,6 +313,20 @@ void session::commit_leftovers() {
 
 }  // namespace
 
+void install_drain_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { g_terminate.store(true); };
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  // Blocked here and in every thread started later (they inherit the mask):
+  // only run_server's wait takes it, so no session's read is interrupted.
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &term, nullptr);
+}
+
 int run_server(const server_options& o) {
   auto lfd = listen_on(o.socket);
   if (!lfd) {
@@ -317,21 +336,37 @@ int run_server(const server_options& o) {
   struct running {
     std::thread t;
     std::atomic<bool> done{false};
+    int wake = -1;  // a duplicate of the session's socket: shutting it down ends the session's wait
   };
   std::list<running> sessions;
   int started = 0;
   const double deadline = util::now_s() + o.connect_timeout;
+  double drain_until = 0;
+  sigset_t waiting;  // the mask while waiting: SIGTERM may arrive
+  pthread_sigmask(SIG_SETMASK, nullptr, &waiting);
+  sigdelset(&waiting, SIGTERM);
   for (;;) {
     const bool all_done = std::all_of(sessions.begin(), sessions.end(), [](const running& r) { return r.done.load(); });
-    if (all_done && (started >= o.ranks || util::now_s() >= deadline)) break;
+    if (all_done && (started >= o.ranks || util::now_s() >= deadline || drain_until > 0)) break;
+    if (g_terminate.load() && drain_until == 0) {
+      drain_until = util::now_s() + o.drain_s;
+      log("SIGTERM: finishing and committing what the job handed over (at most %s s)%s", std::to_string(o.drain_s));
+    }
+    if (drain_until > 0 && util::now_s() >= drain_until && !g_drain_over.load()) {
+      g_drain_over.store(true);
+      for (auto& r : sessions)
+        if (!r.done.load()) (void)::shutdown(r.wake, SHUT_RDWR);
+    }
     pollfd p{*lfd, POLLIN, 0};
-    if (started >= o.ranks) p.fd = -1;  // every rank came: only wait for the sessions to end
-    int n = poll(&p, 1, 200);
+    if (started >= o.ranks || drain_until > 0) p.fd = -1;  // only wait for the sessions to end
+    const timespec tick{0, 200'000'000};
+    int n = ppoll(&p, 1, &tick, &waiting);
     if (n > 0 && (p.revents & POLLIN)) {
       int fd = accept4(*lfd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
       ++started;
       auto& r = sessions.emplace_back();
+      r.wake = fcntl(fd, F_DUPFD_CLOEXEC, 0);
       r.t = std::thread([fd, &r] {
         session s(fd);
         s.serve();
@@ -340,7 +375,10 @@ int run_server(const server_options& o) {
     }
   }
   close(*lfd);
-  for (auto& r : sessions) r.t.join();
+  for (auto& r : sessions) {
+    r.t.join();
+    if (r.wake >= 0) close(r.wake);
+  }
   return 0;
 }
 

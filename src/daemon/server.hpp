@@ -14,6 +14,12 @@
 // (this daemon or another node's) writes its MANIFEST once every rank's shard
 // is there. The daemon exits once all its sessions have ended and their work
 // is done, or when no rank connects in time.
+//
+// SIGTERM (install_drain_handler) starts a drain: no new connection is
+// taken; sessions go on (their ranks usually die of the same signal, and each
+// session then finishes and commits as above); drain_s seconds later the
+// connections still open are closed as if their ranks had died, queued work
+// is dropped, what is durable is committed, and the daemon exits.
 #ifndef CAIRN_DAEMON_SERVER_HPP
 #define CAIRN_DAEMON_SERVER_HPP
 
@@ -25,7 +31,11 @@ struct server_options {
   std::string socket;          // abstract socket name (protocol.hpp socket_name)
   int ranks = 1;               // ranks of the job on this node
   double connect_timeout = 60;  // seconds to wait for them to connect
+  double drain_s = 20;          // after SIGTERM (config daemon_drain_s)
 };
+
+// SIGTERM starts the drain of run_server (async-signal-safe handler).
+void install_drain_handler();
 
 // Runs the daemon until it is done; returns the process exit code.
 int run_server(const server_options& o);

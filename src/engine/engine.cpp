@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cairn.h"
+#include "util/contain.hpp"
 #include "util/cpu.hpp"
 
 namespace cairn::engine {
@@ -129,7 +130,7 @@ void engine::latch(const status& st) {
 }
 
 void engine::run_task(const std::function<status()>& task) {
-  status st = task();
+  status st = util::contained("background task", task);
   if (!st) {
     std::lock_guard lk(mu_);
     latch(st);
@@ -202,7 +203,7 @@ void engine::end_stage(version_job& job, size_t i, bool ran, const status& st) {
 }
 
 void engine::run_stage(version_job& job, size_t i) {
-  status st = stages_[i]->run(job);
+  status st = util::contained("stage", [&] { return stages_[i]->run(job); });
   std::vector<std::shared_ptr<version_job>> finished;
   bool wake = false;
   {

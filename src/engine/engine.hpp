@@ -94,6 +94,7 @@ struct version_job {
   // Timings (seconds; *_at are wall-clock timestamps).
   double captured_at = 0, capture_s = 0, checksum_s = 0, hash_s = 0, local_s = 0, persistent_s = 0,
          persistent_at = 0;
+  double protected_at = 0;  // redundancy: when this rank's set was complete
 
   // The engine's own bookkeeping (GUARDED_BY(engine::mu_)): per stage,
   // 0 waiting, 1 queued or running, 2 ended; stages not yet ended; whether an

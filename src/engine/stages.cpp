@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cairn.h"
+#include "format/commit.hpp"
 #include "format/layout.hpp"
 #include "format/tree.hpp"
 #include "util/clock.hpp"
@@ -220,6 +221,30 @@ class persistent_stage final : public stage {
   bool direct_;
 };
 
+class commit_stage final : public stage {
+ public:
+  commit_stage(storage::storage_env* env, std::string store,
+               std::function<format::manifest(const version_job&)> describe, std::string host)
+      : env_(env), store_(std::move(store)), describe_(std::move(describe)), host_(std::move(host)) {}
+  const char* name() const override { return "commit"; }
+  bool latches() const override { return false; }
+  // Called under the engine's lock, which guards job.done.
+  bool applies(const version_job& job) const override { return (job.done & CAIRN_LEVEL_PERSISTENT) != 0; }
+  status run(version_job& job) override {
+    format::part_record p;
+    p.entry = shard_entry_of(job, host_);
+    p.aggregated = job.plan != nullptr;
+    p.protected_at = job.protected_at;
+    return format::record_part(env_, store_, describe_(job), job.header.attempt, p).take_status();
+  }
+
+ private:
+  storage::storage_env* env_;
+  std::string store_;
+  std::function<format::manifest(const version_job&)> describe_;
+  std::string host_;
+};
+
 // agents_lend: copies the regions the application lent into the image when
 // the agents did not take the version, so the stages after it (the rank's
 // own write) have a complete image and the application its memory back.
@@ -246,6 +271,29 @@ class unlend_stage final : public stage {
 
 }  // namespace
 
+format::shard_entry shard_entry_of(const version_job& job, const std::string& host) {
+  format::shard_entry e;
+  e.rank = job.header.rank;
+  e.size = job.header.file_size;
+  e.header_checksum = job.header.header_checksum;
+  e.captured_at = job.captured_at;
+  e.capture_s = job.capture_s;
+  e.checksum_s = job.checksum_s;
+  e.hash_s = job.hash_s;
+  e.tree = !job.tree_image.empty();
+  e.local_s = job.local_s;
+  e.persistent_s = job.persistent_s;
+  e.persistent_at = job.persistent_at;
+  e.host = host;
+  e.extents = job.extents;
+  return e;
+}
+
+std::unique_ptr<stage> make_commit_stage(storage::storage_env* env, std::string store,
+                                         std::function<format::manifest(const version_job&)> describe,
+                                         std::string host) {
+  return std::make_unique<commit_stage>(env, std::move(store), std::move(describe), std::move(host));
+}
 std::unique_ptr<stage> make_unlend_stage() { return std::make_unique<unlend_stage>(); }
 std::unique_ptr<stage> make_checksum_stage(bool hash_trees, uint64_t chunk_bytes, double quantum) {
   return std::make_unique<checksum_stage>(hash_trees, chunk_bytes, quantum);

@@ -3,10 +3,12 @@
 #ifndef CAIRN_ENGINE_STAGES_HPP
 #define CAIRN_ENGINE_STAGES_HPP
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "engine/engine.hpp"
+#include "format/manifest.hpp"
 #include "engine/recycler.hpp"
 #include "storage/storage_env.hpp"
 
@@ -39,6 +41,20 @@ std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_pa
 // with the checksum pass. Goes before make_persistent_stage, which must
 // follow it and the checksum stage. Its failure is the persistent stage's.
 std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct_io);
+
+// The commit by the last writer (format::record_part, docs/format/store.md
+// "Commit"): once this rank's part of a version is durable at the persistent
+// level (after every stage of `after` in the graph ended and the level is
+// done), records it; the rank that completes the version writes its MANIFEST,
+// on its engine thread, whether or not the application calls cairn again.
+// `describe`: the version's manifest without shards. Does not latch: a
+// failure only leaves the commit to the client's agreed one (rank 0, after
+// every rank reported its part durable).
+std::unique_ptr<stage> make_commit_stage(storage::storage_env* env, std::string store,
+                                         std::function<format::manifest(const version_job&)> describe,
+                                         std::string host);
+// This rank's entry in a version's manifest, from its job.
+format::shard_entry shard_entry_of(const version_job& job, const std::string& host);
 
 // agents_lend: when the agents did not take a version whose regions the
 // application lent (PROTECTED failed), copies them into the image and marks

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <climits>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -43,12 +44,16 @@ std::string manifest_path(const std::string& root, const std::string& run, const
 }
 
 namespace {
+// Decimal digits from `from` to the end, zero-padded or not, up to INT64_MAX
+// (a nanosecond timestamp used as a version has 19 digits).
 bool parse_digits(const std::string& s, size_t from, int64_t* out) {
-  if (s.size() <= from || s.size() - from > 18) return false;
+  if (s.size() <= from) return false;
   int64_t v = 0;
   for (size_t i = from; i < s.size(); ++i) {
     if (s[i] < '0' || s[i] > '9') return false;
-    v = v * 10 + (s[i] - '0');
+    const int d = s[i] - '0';
+    if (v > (INT64_MAX - d) / 10) return false;
+    v = v * 10 + d;
   }
   *out = v;
   return true;

@@ -10,6 +10,72 @@ namespace cairn::format {
 
 using nlohmann::json;
 
+namespace {
+
+json entry_json(const shard_entry& s, bool aggregated) {
+  json j = {{"rank", s.rank},
+            {"file", aggregated ? std::string() : shard_file_name(s.rank)},
+            {"size", s.size},
+            {"header_checksum", util::hex64(s.header_checksum)},
+            {"captured_at", s.captured_at},
+            {"capture_s", s.capture_s},
+            {"checksum_s", s.checksum_s},
+            {"hash_s", s.hash_s},
+            {"tree", s.tree},
+            {"local_s", s.local_s},
+            {"persistent_s", s.persistent_s},
+            {"persistent_at", s.persistent_at},
+            {"host", s.host}};
+  if (aggregated) {
+    json extents = json::array();
+    for (auto& e : s.extents) extents.push_back({e.src, e.length, e.file, e.offset, util::hex64(e.checksum)});
+    j["extents"] = extents;
+  }
+  return j;
+}
+
+// `extents`: the entry has them (an aggregated version's); `container`, when
+// not null, the data files they must lie in. Throws json::exception on a
+// missing field; the callers turn it into a corruption error.
+result<shard_entry> entry_from_json(const json& s, bool extents, const container_info* container,
+                                    const std::string& where) {
+  auto corrupt = [&](const std::string& what) { return status(errc::corruption, where + ": " + what); };
+  shard_entry e;
+  e.rank = s.at("rank");
+  e.size = s.at("size");
+  if (!util::parse_hex64(s.at("header_checksum"), &e.header_checksum)) return corrupt("bad shard checksum");
+  e.captured_at = s.value("captured_at", 0.0);
+  e.capture_s = s.value("capture_s", 0.0);
+  e.checksum_s = s.value("checksum_s", 0.0);
+  e.hash_s = s.value("hash_s", 0.0);
+  e.tree = s.value("tree", false);
+  e.local_s = s.value("local_s", 0.0);
+  e.persistent_s = s.value("persistent_s", 0.0);
+  e.persistent_at = s.value("persistent_at", 0.0);
+  e.host = s.value("host", "");
+  if (!extents) return e;
+  uint64_t next = 0;
+  for (auto& x : s.at("extents")) {
+    image_extent ie;
+    ie.src = x.at(0);
+    ie.length = x.at(1);
+    ie.file = x.at(2);
+    ie.offset = x.at(3);
+    if (!util::parse_hex64(x.at(4), &ie.checksum)) return corrupt("bad extent checksum");
+    if (ie.src != next || ie.length == 0 ||
+        (container && (ie.file >= container->files.size() || ie.offset + ie.length > container->files[ie.file].size)))
+      return corrupt("rank " + std::to_string(e.rank) + ": extents do not tile the image inside the data files");
+    next += ie.length;
+    e.extents.push_back(ie);
+  }
+  if (next != e.size)
+    return corrupt("rank " + std::to_string(e.rank) + ": extents cover " + std::to_string(next) + " of " +
+                   std::to_string(e.size) + " bytes");
+  return e;
+}
+
+}  // namespace
+
 // The body is JSON; the file ends with a line "xxh3 <16 hex>" checksumming the body.
 std::string encode_manifest(const manifest& m) {
   json j;
@@ -38,25 +104,7 @@ std::string encode_manifest(const manifest& m) {
                       {"padding", c.padding}};
   }
   json shards = json::array();
-  for (auto& s : m.shards) {
-    json extents = json::array();
-    for (auto& e : s.extents)
-      extents.push_back({e.src, e.length, e.file, e.offset, util::hex64(e.checksum)});
-    shards.push_back({{"rank", s.rank},
-                      {"file", m.aggregated ? std::string() : shard_file_name(s.rank)},
-                      {"size", s.size},
-                      {"header_checksum", util::hex64(s.header_checksum)},
-                      {"captured_at", s.captured_at},
-                      {"capture_s", s.capture_s},
-                      {"checksum_s", s.checksum_s},
-                      {"hash_s", s.hash_s},
-                      {"tree", s.tree},
-                      {"local_s", s.local_s},
-                      {"persistent_s", s.persistent_s},
-                      {"persistent_at", s.persistent_at},
-                      {"host", s.host}});
-    if (m.aggregated) shards.back()["extents"] = extents;
-  }
+  for (auto& s : m.shards) shards.push_back(entry_json(s, m.aggregated));
   j["shards"] = shards;
   if (m.redundancy) {
     const redundancy_info& r = *m.redundancy;
@@ -126,38 +174,7 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
       m.redundancy = std::move(ri);
     }
     for (auto& s : j.at("shards")) {
-      shard_entry e;
-      e.rank = s.at("rank");
-      e.size = s.at("size");
-      if (!util::parse_hex64(s.at("header_checksum"), &e.header_checksum)) return corrupt("bad shard checksum");
-      e.captured_at = s.value("captured_at", 0.0);
-      e.capture_s = s.value("capture_s", 0.0);
-      e.checksum_s = s.value("checksum_s", 0.0);
-      e.hash_s = s.value("hash_s", 0.0);
-      e.tree = s.value("tree", false);
-      e.local_s = s.value("local_s", 0.0);
-      e.persistent_s = s.value("persistent_s", 0.0);
-      e.persistent_at = s.value("persistent_at", 0.0);
-      e.host = s.value("host", "");
-      if (m.aggregated) {
-        uint64_t next = 0;
-        for (auto& x : s.at("extents")) {
-          image_extent ie;
-          ie.src = x.at(0);
-          ie.length = x.at(1);
-          ie.file = x.at(2);
-          ie.offset = x.at(3);
-          if (!util::parse_hex64(x.at(4), &ie.checksum)) return corrupt("bad extent checksum");
-          if (ie.src != next || ie.file >= m.container.files.size() ||
-              ie.offset + ie.length > m.container.files[ie.file].size || ie.length == 0)
-            return corrupt("rank " + std::to_string(e.rank) + ": extents do not tile the image inside the data files");
-          next += ie.length;
-          e.extents.push_back(ie);
-        }
-        if (next != e.size)
-          return corrupt("rank " + std::to_string(e.rank) + ": extents cover " + std::to_string(next) + " of " +
-                         std::to_string(e.size) + " bytes");
-      }
+      CAIRN_ASSIGN_OR_RETURN(shard_entry e, entry_from_json(s, m.aggregated, &m.container, where));
       m.shards.push_back(std::move(e));
     }
   } catch (const json::exception& e) {
@@ -173,6 +190,36 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
 result<manifest> read_manifest(storage::storage_env* env, const std::string& path) {
   CAIRN_ASSIGN_OR_RETURN(std::string text, env->read_all(path));
   return decode_manifest(text, path);
+}
+
+}  // namespace cairn::format
+
+namespace cairn::format {
+
+std::string encode_part(const part_record& p) {
+  json j = {{"format", "cairn-part"},
+            {"format_version", kPartFormatVersion},
+            {"aggregated", p.aggregated},
+            {"shard", entry_json(p.entry, p.aggregated)}};
+  if (p.protected_at > 0) j["protected_at"] = p.protected_at;
+  return seal_json(j.dump() + "\n");
+}
+
+result<part_record> decode_part(const std::string& text, const std::string& where) {
+  auto body = unseal_json(text, where, "part record");
+  if (!body) return body.take_status();
+  part_record p;
+  try {
+    json j = json::parse(*body);
+    if (j.at("format") != "cairn-part" || j.at("format_version") != kPartFormatVersion)
+      return status(errc::corruption, where + ": not a cairn part record of format " + std::to_string(kPartFormatVersion));
+    p.aggregated = j.at("aggregated");
+    CAIRN_ASSIGN_OR_RETURN(p.entry, entry_from_json(j.at("shard"), p.aggregated, nullptr, where));
+    p.protected_at = j.value("protected_at", 0.0);
+  } catch (const json::exception& e) {
+    return status(errc::corruption, where + ": malformed part record: " + e.what());
+  }
+  return p;
 }
 
 }  // namespace cairn::format

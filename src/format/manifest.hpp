@@ -100,6 +100,18 @@ std::string encode_manifest(const manifest& m);
 result<manifest> decode_manifest(const std::string& text, const std::string& where);
 result<manifest> read_manifest(storage::storage_env* env, const std::string& path);
 
+// One writer's part of a version, recorded once it is durable so that the
+// last writer can commit the version (format/commit.hpp, docs/format/store.md
+// "Commit"). Never read after the commit.
+inline constexpr int kPartFormatVersion = 1;
+struct part_record {
+  shard_entry entry;
+  bool aggregated = false;  // entry.extents locate the image in the version's data files
+  double protected_at = 0;  // redundancy: when this writer's set was complete (0: not protected)
+};
+std::string encode_part(const part_record& p);
+result<part_record> decode_part(const std::string& text, const std::string& where);
+
 }  // namespace cairn::format
 
 #endif

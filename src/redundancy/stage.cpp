@@ -166,6 +166,7 @@ class redundancy_stage final : public engine::stage {
       if (status s = agents::data_message_status(*m); !s)
         return status(errc::cancelled, "rank " + std::to_string(r) + " could not write its parity: " + s.message());
     }
+    job.protected_at = util::wall_s();
     return {};
   }
 

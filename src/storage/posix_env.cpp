@@ -221,6 +221,14 @@ class posix_env final : public storage_env {
       g_counters.mkdirs.fetch_add(1, std::memory_order_relaxed);
       if (::mkdir(it->c_str(), 0755) != 0 && errno != EEXIST) return status::from_errno(errno, "mkdir " + *it);
     }
+    // Each new entry made durable in its parent (docs/format/store.md): a
+    // power loss must not drop a directory a commit names. Also where another
+    // process won the race to create it: it may not have synced it yet.
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+      const size_t slash = it->find_last_of('/');
+      const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : it->substr(0, slash);
+      CAIRN_RETURN_IF_ERROR(sync_dir(parent));
+    }
     struct stat st {};
     if (::stat(dir.c_str(), &st) != 0) return status::from_errno(errno, "stat " + dir);
     if (!S_ISDIR(st.st_mode)) return {errc::io_error, dir + " exists and is not a directory"};

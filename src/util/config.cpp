@@ -1,5 +1,7 @@
 #include "util/config.hpp"
 
+#include "util/names.hpp"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,12 +86,13 @@ status set_int(const std::string& k, const std::string& v, int lo, int hi, int* 
 const std::vector<key_def>& keys() {
   static const std::vector<key_def> defs = {
       {"run", "run id", [](config& c, const std::string& v) -> status {
-         if (v.empty() || v.find('/') != std::string::npos || v == "." || v == "..")
-           return bad_value("run", v, "a non-empty name without '/'");
+         CAIRN_RETURN_IF_ERROR(util::check_name("configuration key 'run': run", v));
          c.run = v; return {}; }, [](const config& c) { return c.run; }},
       {"application", "application name", [](config& c, const std::string& v) -> status {
+         CAIRN_RETURN_IF_ERROR(util::check_text("configuration key 'application'", v));
          c.application = v; return {}; }, [](const config& c) { return c.application; }},
       {"code_version", "code version", [](config& c, const std::string& v) -> status {
+         CAIRN_RETURN_IF_ERROR(util::check_text("configuration key 'code_version'", v));
          c.code_version = v; return {}; }, [](const config& c) { return c.code_version; }},
       {"tags", "key=value tags", [](config& c, const std::string& v) -> status {
          std::stringstream ss(v);
@@ -97,6 +100,7 @@ const std::vector<key_def>& keys() {
          while (std::getline(ss, kv, ','))
            if (kv.find('=') == std::string::npos || kv.front() == '=')
              return bad_value("tags", v, "comma-separated key=value pairs");
+         CAIRN_RETURN_IF_ERROR(util::check_text("configuration key 'tags'", v));
          c.tags = v; return {}; }, [](const config& c) { return c.tags; }},
       {"scratch", "node-local level directory", [](config& c, const std::string& v) -> status {
          if (v.empty()) return bad_value("scratch", v, "a directory path");
@@ -111,6 +115,9 @@ const std::vector<key_def>& keys() {
                             &config::engine_host, {{"thread", engine_host::thread}, {"daemon", engine_host::daemon}}),
       {"daemon_program", "path of the cairnd program (engine_host = daemon)", [](config& c, const std::string& v) -> status {
          c.daemon_program = v; return {}; }, [](const config& c) { return c.daemon_program; }},
+      {"daemon_drain_s", "seconds cairnd goes on after SIGTERM to finish and commit what it holds",
+       [](config& c, const std::string& v) { return parse_double("daemon_drain_s", v, &c.daemon_drain_s); },
+       [](const config& c) { std::ostringstream os; os << c.daemon_drain_s; return os.str(); }},
       {"io_threads", "engine worker threads", [](config& c, const std::string& v) {
          return set_int("io_threads", v, 1, 256, &c.io_threads); },
        [](const config& c) { return std::to_string(c.io_threads); }},
@@ -186,6 +193,7 @@ const std::vector<key_def>& keys() {
          auto r = parse_int("stripe_count", v, 0, 1 << 16); if (!r) return r.take_status();
          c.stripe_count = static_cast<uint32_t>(*r); return {}; }, [](const config& c) { return std::to_string(c.stripe_count); }},
       {"node_id", "this rank's node (empty: the host name)", [](config& c, const std::string& v) -> status {
+         if (!v.empty()) CAIRN_RETURN_IF_ERROR(util::check_name("configuration key 'node_id': node", v));
          c.node_id = v; return {}; }, [](const config& c) { return c.node_id; }},
       {"ranks_per_node", "emulate nodes of this many consecutive ranks (0: off)", [](config& c, const std::string& v) {
          return set_int("ranks_per_node", v, 0, 1 << 20, &c.ranks_per_node); },

@@ -48,6 +48,10 @@ struct config {
   // The cairnd program; empty: next to libcairn (<prefix>/bin/cairnd, or the
   // build tree's tools/cairnd/cairnd), else `cairnd` on PATH.
   std::string daemon_program;
+  // cairnd after SIGTERM (Slurm's time limit, scancel): it stops taking new
+  // connections, finishes and commits what it holds, and exits at the latest
+  // this many seconds later (Slurm's KillWait is 30 s by default).
+  double daemon_drain_s = 20;
   cairn::placement placement = placement::none;
   cairn::capture_overlap write_during_capture = capture_overlap::automatic;
   cairn::thread_priority engine_priority = thread_priority::batch;

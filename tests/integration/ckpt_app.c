@@ -51,6 +51,9 @@
  * --die-after V: once cairn_checkpoint(V) returned on every rank (a barrier,
  * no cairn call in between), every rank kills itself with SIGKILL: the whole
  * application dies right after the checkpoint (engine_host = daemon tests).
+ * With --silence-ms MS the ranks first compute for MS milliseconds without
+ * any cairn call (the version must be committed meanwhile), then a barrier,
+ * then the kill.
  *
  * Batch jobs: --on-warning asks cairn_should_checkpoint after every step; when
  * it says yes the step is checkpointed (whatever --every says), waited for at
@@ -109,6 +112,7 @@ typedef struct options {
   int on_warning;                     /* --on-warning */
   int advice;                         /* --advice: print cairn_advice before the first and after the last checkpoint */
   long long die_after;                /* --die-after V (0: never) */
+  long long silence_ms;               /* --silence-ms MS: before the --die-after kill */
 } options_t;
 
 typedef struct state {
@@ -211,6 +215,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
     else if (!strcmp(a, "--on-warning")) o->on_warning = 1;
     else if (!strcmp(a, "--advice")) o->advice = 1;
     else if (!strcmp(a, "--die-after")) o->die_after = parse_ll(a, TAKE(), 1);
+    else if (!strcmp(a, "--silence-ms")) o->silence_ms = parse_ll(a, TAKE(), 0);
     else fail("unknown option '%s'", a);
 #undef TAKE
     if (i >= argc) fail("option '%s' needs a value", a);
@@ -580,6 +585,12 @@ int main(int argc, char **argv) {
 #ifndef CKPT_NO_MPI
       if (!o.serial) MPI_Barrier(MPI_COMM_WORLD);
 #endif
+      if (o.silence_ms > 0) {
+        sleep_ms(o.silence_ms);
+#ifndef CKPT_NO_MPI
+        if (!o.serial) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+      }
       raise(SIGKILL);
     }
     if (warned) {

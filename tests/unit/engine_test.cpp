@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <new>
+#include <stdexcept>
+
 #include <atomic>
 #include <cstring>
 #include <chrono>
@@ -120,6 +123,51 @@ TEST(engine, failing_stage_marks_its_level_and_latches_once) {
   status latched = e.take_error();
   EXPECT_EQ(latched.code(), errc::io_error);
   EXPECT_TRUE(e.take_error());  // taken once
+}
+
+class throwing_stage final : public stage {
+ public:
+  explicit throwing_stage(bool bad_alloc) : bad_alloc_(bad_alloc) {}
+  const char* name() const override { return "throws"; }
+  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+  status run(version_job& job) override {
+    if (job.header.version == 1) {
+      if (bad_alloc_) throw std::bad_alloc();
+      throw std::runtime_error("a name the encoder refused");
+    }
+    return {};
+  }
+
+ private:
+  bool bad_alloc_;
+};
+
+TEST(engine, a_stage_or_task_that_throws_fails_its_version_and_the_process_lives) {
+  for (bool bad_alloc : {false, true}) {
+    std::vector<std::unique_ptr<stage>> st;
+    st.push_back(std::make_unique<throwing_stage>(bad_alloc));
+    engine e(engine_mode::thread, 1, {}, std::move(st));
+    auto j0 = make_job(0), j1 = make_job(1), j2 = make_job(2);
+    e.submit(j0);
+    e.submit(j1);
+    e.submit(j2);
+    e.submit_task([]() -> status { throw std::logic_error("task"); });
+    e.wait_idle();
+    unsigned done, failed;
+    bool fin;
+    status err;
+    e.levels(*j1, &done, &failed, &fin, &err);
+    EXPECT_TRUE(fin);
+    EXPECT_EQ(failed, CAIRN_LEVEL_PERSISTENT);
+    EXPECT_EQ(err.code(), bad_alloc ? errc::no_space : errc::internal) << err.to_string();
+    if (!bad_alloc) {
+      EXPECT_NE(err.message().find("a name the encoder refused"), std::string::npos) << err.message();
+    }
+    e.levels(*j2, &done, &failed, &fin);
+    EXPECT_EQ(failed, 0u);  // later versions still run
+    EXPECT_EQ(done & CAIRN_LEVEL_PERSISTENT, CAIRN_LEVEL_PERSISTENT);
+    EXPECT_FALSE(e.take_error());
+  }
 }
 
 TEST(engine, essential_failure_abandons_the_version) {

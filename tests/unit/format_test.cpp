@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cairn.h"
+#include "format/commit.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
@@ -568,11 +569,71 @@ TEST(FormatStoreLayout, Paths) {
   EXPECT_FALSE(format::parse_version_dir("v", &v));
   EXPECT_FALSE(format::parse_version_dir("x000000000042", &v));
   EXPECT_FALSE(format::parse_version_dir("v00000000004a", &v));
+  // The whole int64 range: a nanosecond timestamp has 19 digits.
+  EXPECT_EQ(format::version_dir_name(1764180000123456789), "v1764180000123456789");
+  EXPECT_TRUE(format::parse_version_dir("v1764180000123456789", &v));
+  EXPECT_EQ(v, 1764180000123456789);
+  EXPECT_TRUE(format::parse_version_dir("v9223372036854775807", &v));
+  EXPECT_EQ(v, INT64_MAX);
+  EXPECT_FALSE(format::parse_version_dir("v9223372036854775808", &v));  // overflows
+  EXPECT_TRUE(format::parse_version_dir("v00000000000000000000042", &v));
+  EXPECT_EQ(v, 42);
   uint32_t rank = 99;
   EXPECT_TRUE(format::parse_shard_name("shard.000007", &rank));
   EXPECT_EQ(rank, 7u);
   EXPECT_FALSE(format::parse_shard_name("shard.000007.tmp", &rank));
   EXPECT_FALSE(format::parse_shard_name("MANIFEST", &rank));
+}
+
+// The commit by the last writer (format/commit.hpp): whichever part
+// completes the version writes the MANIFEST, in any order of arrival, with
+// a tree of several levels (more parts than the fan-in); another attempt's
+// parts never complete it.
+TEST_F(FormatFiles, LastPartCommitsTheVersion) {
+  auto* env = storage::storage_env::posix();
+  const uint32_t n = format::kPartFanIn * 2 + 3;  // two levels above the records
+  format::manifest tmpl;
+  tmpl.run = "r";
+  tmpl.name = "n";
+  tmpl.version = 1764180000123456789;
+  tmpl.nranks = n;
+  tmpl.executable = "app";
+  tmpl.mode = "thread";
+  std::vector<uint32_t> order(n);
+  for (uint32_t i = 0; i < n; ++i) order[i] = (i * 11 + 3) % n;  // a permutation (gcd(11, 35) = 1)
+  const std::string mpath = format::manifest_path(dir_.path(), "r", "n", tmpl.version);
+  ASSERT_TRUE(env->make_dirs(format::version_dir(dir_.path(), "r", "n", tmpl.version)));
+  // A failed attempt's parts lie there too: they count for nothing.
+  for (uint32_t r = 0; r + 1 < n; ++r) {
+    format::part_record p;
+    p.entry.rank = r;
+    p.entry.size = 1;
+    ASSERT_TRUE(format::record_part(env, dir_.path(), tmpl, 0xdead, p));
+  }
+  int commits = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    format::part_record p;
+    p.entry.rank = order[i];
+    p.entry.size = 4096 + order[i];
+    p.entry.header_checksum = 1000 + order[i];
+    p.entry.host = "node" + std::to_string(order[i] % 3);
+    auto done = format::record_part(env, dir_.path(), tmpl, 0xbeef, p);
+    ASSERT_TRUE(done) << done.error().to_string();
+    EXPECT_EQ(*done, i + 1 == n) << "part " << i;
+    commits += *done ? 1 : 0;
+    EXPECT_EQ(env->exists(mpath), i + 1 == n) << "part " << i;
+  }
+  EXPECT_EQ(commits, 1);
+  auto m = format::read_manifest(env, mpath);
+  ASSERT_TRUE(m) << m.error().to_string();
+  ASSERT_EQ(m->nranks, n);
+  for (uint32_t r = 0; r < n; ++r) {
+    EXPECT_EQ(m->shards[r].size, 4096u + r);
+    EXPECT_EQ(m->shards[r].header_checksum, 1000u + r);
+    EXPECT_EQ(m->shards[r].host, "node" + std::to_string(r % 3));
+  }
+  EXPECT_FALSE(env->exists(format::version_dir(dir_.path(), "r", "n", tmpl.version) + "/parts.0000beef"));
+  EXPECT_EQ(format::list_versions(env, dir_.path(), "r", "n"), std::vector<int64_t>{tmpl.version});
 }
 
 TEST_F(FormatFiles, ListVersions) {

@@ -17,6 +17,7 @@
 #include "util/copy.hpp"
 #include "util/cpu.hpp"
 #include "util/hash.hpp"
+#include "util/names.hpp"
 
 namespace cairn {
 namespace {
@@ -274,4 +275,34 @@ TEST(hash, stream_equals_one_shot_and_hex_round_trips) {
 }
 
 }  // namespace
+}  // namespace cairn
+
+namespace cairn {
+TEST(names, utf8_and_the_rules_of_a_name) {
+  EXPECT_TRUE(util::valid_utf8("heat2d"));
+  EXPECT_TRUE(util::valid_utf8("W\xc3\xa4rme \xe2\x82\xac \xf0\x9f\x94\xa5"));
+  EXPECT_FALSE(util::valid_utf8("bad\xff"));
+  EXPECT_FALSE(util::valid_utf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(util::valid_utf8("\xed\xa0\x80"));      // a surrogate
+  EXPECT_FALSE(util::valid_utf8("\xf4\x90\x80\x80"));  // above U+10FFFF
+  EXPECT_FALSE(util::valid_utf8("\xe2\x82"));          // truncated
+  EXPECT_TRUE(util::check_name("checkpoint", "W\xc3\xa4rme"));
+  struct bad_name {
+    std::string name, rule;
+  };
+  for (const auto& b : std::vector<bad_name>{{"", "empty"},
+                                             {std::string(256, 'a'), "256 bytes"},
+                                             {"bad\xff", "not valid UTF-8"},
+                                             {"a\nb", "control character"},
+                                             {"a/b", "'/'"},
+                                             {".", "'.' and '..'"},
+                                             {"..", "'.' and '..'"}}) {
+    status st = util::check_name("checkpoint", b.name);
+    EXPECT_EQ(st.code(), errc::invalid_argument) << b.name;
+    EXPECT_NE(st.message().find(b.rule), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(util::check_name("checkpoint", "bad\xff").message(), "checkpoint 'bad\\xff' is not valid UTF-8: names must be UTF-8 text");
+  EXPECT_TRUE(util::check_text("code version", "v1.2\tdirty"));
+  EXPECT_FALSE(util::check_text("code version", "v1\x01"));
+}
 }  // namespace cairn

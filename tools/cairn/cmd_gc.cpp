@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "commands.hpp"
+#include "format/commit.hpp"
 #include "format/layout.hpp"
 #include "history/catalog.hpp"
 #include "output.hpp"
@@ -33,16 +34,6 @@ uint64_t dir_bytes(storage::storage_env* env, const std::string& dir) {
   if (names)
     for (auto& f : *names) n += file_size_of(storage::join(dir, f));
   return n;
-}
-
-status delete_version(storage::storage_env* env, const std::string& dir) {
-  const std::string manifest = storage::join(dir, format::kManifestName);
-  if (env->exists(manifest)) {
-    CAIRN_RETURN_IF_ERROR(env->remove_file(manifest));
-    CAIRN_RETURN_IF_ERROR(env->sync_dir(dir));
-  }
-  CAIRN_RETURN_IF_ERROR(env->remove_tree(dir));
-  return env->sync_dir(storage::dirname_of(dir));
 }
 
 }  // namespace
@@ -117,7 +108,7 @@ int cmd_gc(const gc_options& o) {
         }
         deletion d{run, name, v, state_name(s.state), s.dir, dir_bytes(env, s.dir)};
         if (!o.dry_run) {
-          if (status st = delete_version(env, s.dir); !st) {
+          if (status st = format::remove_version(env, s.dir); !st) {
             print_error(st.with_context("deleting " + s.dir));
             rc = kExitFailure;
             continue;

@@ -14,11 +14,15 @@ int main(int argc, char** argv) {
   app.add_option("--socket", o.socket, "abstract socket name to listen on")->required();
   app.add_option("--ranks", o.ranks, "ranks of the job on this node")->required()->check(CLI::PositiveNumber);
   app.add_option("--connect-timeout", o.connect_timeout, "seconds to wait for the ranks to connect");
+  app.add_option("--drain-s", o.drain_s, "seconds to go on after SIGTERM, finishing and committing what the job left");
   CLI11_PARSE(app, argc, argv);
   // The application's terminal or launcher may be gone long before the work
   // is: a write to a closed pipe must not end the daemon.
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN);
   signal(SIGINT, SIG_IGN);
+  // SIGTERM (a batch system's time limit or cancel, sent to every process of
+  // the job step) starts the drain instead of ending the daemon mid-flush.
+  cairn::daemon::install_drain_handler();
   return cairn::daemon::run_server(o);
 }

@@ -1,0 +1,113 @@
+"""Nothing committed is lost, whatever kills the job (docs/format/store.md,
+"Commit"), under real mpirun with emulated nodes (harness.NodeJob).
+
+- A version is committed by the last rank whose part becomes durable, on its
+  engine thread: an application that checkpoints, then computes for seconds
+  without calling cairn and is killed, restarts from that version even with
+  every node-local directory wiped. In thread and sync mode, and with
+  redundancy.
+- cairnd drains on SIGTERM (a batch system's time limit or scancel): the
+  version handed to it before the signal is committed.
+- Names that would break the store or its JSON (invalid UTF-8, control
+  characters, the run file's name) are refused with CAIRN_EINVAL, and the
+  application goes on.
+"""
+import os
+import signal
+import time
+
+import pytest
+
+import harness
+from harness import assert_same_state
+
+NODES, RPN = 2, 2
+STEPS, EVERY, NBYTES = 12, 2, 65536
+SILENCE_MS = 5000
+
+
+@pytest.fixture
+def node_job(tmp_path):
+    count = [0]
+
+    def make(run="durable"):
+        count[0] += 1
+        return harness.NodeJob(tmp_path / f"job{count[0]}", NODES, RPN, run=run)
+
+    return make
+
+
+def restore_and_compare(job, ref, version, **cfg):
+    prefix = job.dumps / "restored"
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", prefix, **cfg).ok()
+    assert res.restarted_from == version, res.describe()
+    assert_same_state(ref.dump(version), job.read_dump(prefix), f"state restored from version {version}")
+    assert res.final_hash == ref.final_hash, "final state differs from the uninterrupted run"
+
+
+@pytest.mark.parametrize("cfg", [
+    {},
+    {"mode": "sync"},
+    {"redundancy": "xor", "redundancy_set": NODES},
+], ids=["thread", "sync", "redundancy"])
+def test_version_committed_while_the_application_computes(cfg, node_job, reference):
+    """Checkpoint 6 returns; the ranks compute for 5 s without any cairn
+    call, then all die (SIGKILL). Version 6 was committed meanwhile, by an
+    engine thread: with every node-local directory wiped, the rerun restores
+    it bit for bit. (Before the commit left the application thread, version 6
+    stayed uncommitted until the next cairn call, which never came.)"""
+    ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = node_job()
+    v = 6
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--die-after", v, "--silence-ms", SILENCE_MS, **cfg)
+    assert res.rc != 0 and "final hash" not in res.stdout, "the application was not killed\n" + res.describe()
+    assert v in job.committed(), f"committed {job.committed()}\n" + res.describe()
+    # The commit records are gone once the version is committed.
+    assert not list(job.version_dir("persistent", v).glob("parts.*")), list(job.version_dir("persistent", v).iterdir())
+    for node in range(NODES):
+        job.lose_node(node)
+    restore_and_compare(job, ref, v, **cfg)
+
+
+def daemons(store):
+    from test_daemon import daemons as find
+    return find(store)
+
+
+def test_daemon_drains_on_sigterm(node_job, reference):
+    """engine_host = daemon, the persistent write slowed down (io_rate_limit):
+    the ranks SIGKILL themselves right after checkpoint 6 returned and the
+    daemons get SIGTERM at once, as a batch system's time limit sends it to
+    every process of the step. The daemons finish the flush, commit version 6
+    and exit; the rerun restores it with the node-local directories wiped."""
+    ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = node_job()
+    v = 6
+    cfg = {"engine_host": "daemon", "io_rate_limit": 65536, "daemon_drain_s": 30}
+    p = job.start(*ref.app_args(), "--steps", STEPS, "--die-after", v, **cfg)
+    res = harness.finish_process(p)
+    assert res.rc != 0 and "final hash" not in res.stdout, res.describe()
+    pids = daemons(job.store)
+    assert pids, "no daemon left to drain: the flush ended before the signal (slow it down further)\n" + res.describe()
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while daemons(job.store):
+        assert time.monotonic() < deadline, "the daemons did not exit after SIGTERM"
+        time.sleep(0.05)
+    assert v in job.committed(), f"committed {job.committed()}\n" + res.describe()
+    for node in range(NODES):
+        job.lose_node(node)
+    restore_and_compare(job, ref, v, engine_host="daemon")
+
+
+def test_names_that_would_break_the_store_are_refused(make_job):
+    """A run id that is not UTF-8 is refused at init with CAIRN_EINVAL and a
+    message naming the rule; the process lives (no exception from an engine
+    thread)."""
+    job = make_job(harness.SERIAL, run="ok")
+    res = job.run("--steps", 2, "--every", 1, "--bytes", 4096, run="bad\udcff")
+    assert res.rc != 0
+    assert "not valid UTF-8" in res.stderr, res.describe()
+    res = job.run("--steps", 2, "--every", 1, "--bytes", 4096, run="tab\there")
+    assert res.rc != 0 and "control character" in res.stderr, res.describe()
