@@ -401,15 +401,18 @@ status client_impl::start() {
       const size_t data = stages.add(engine::make_persistent_data_stage(flush_env, paths, cfg_.direct_io), {});
       stages.add(engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), {image_done, data});
       stream_capture_ = cfg_.mode == engine_mode::thread;  // and write_during_capture allows: below
-      // The last rank to make its shard durable commits the version, after
-      // every level of it ended (the manifest records their times).
-      std::vector<size_t> levels(stages.size());
-      std::iota(levels.begin(), levels.end(), size_t{0});
-      stages.add(engine::make_commit_stage(
-                     env_, cfg_.persistent, [this](const engine::version_job& job) { return describe_version(job); },
-                     host_),
-                 std::move(levels));
     }
+    // The last rank to make its part durable commits the version, after
+    // every level of it ended (the manifest records their times). With
+    // mpiio that is after the collective write, which the application
+    // thread makes in a cairn call.
+    std::vector<size_t> levels(stages.size());
+    std::iota(levels.begin(), levels.end(), size_t{0});
+    commit_stage_ = true;
+    stages.add(engine::make_commit_stage(
+                   env_, cfg_.persistent, [this](const engine::version_job& job) { return describe_version(job); },
+                   host_),
+               std::move(levels));
   }
   if (!cfg_.reference_run.empty()) {
     if (cfg_.reference_run == cfg_.run)
@@ -1110,7 +1113,17 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
       }
       if (!rec->shards_durable) {
         entries.push_back({rec, entry_kind::durable});
-        v.push_back(level_state(*engine_, job, CAIRN_LEVEL_PERSISTENT));
+        int64_t state = level_state(*engine_, job, CAIRN_LEVEL_PERSISTENT);
+        // Durable, and every stage ended (the commit stage last): rank 0's
+        // agreed commit then finds the version committed by its last writer
+        // (or stands in for it) with every rank's times.
+        if (state > 0 && commit_stage_) {
+          unsigned done = 0, failed = 0;
+          bool finished = false;
+          engine_->levels(job, &done, &failed, &finished);
+          if (!finished) state = 0;
+        }
+        v.push_back(state);
       } else {
         entries.push_back({rec, entry_kind::manifest});
         v.push_back(rank() == 0 ? rec->manifest_state->load() : 1);
@@ -1330,7 +1343,11 @@ void client_impl::on_durable(version_record& rec) {
   // with exactly these shards as it is).
   engine_->submit_task([this, m = std::move(m), state, err, local_at]() mutable -> status {
     m.committed_at = util::wall_s();
-    status st = util::contained("committing the manifest", [&] { return format::write_commit(env_, cfg_.persistent, m); });
+    status st = util::contained("committing the manifest", [&] {
+      auto at = format::write_commit(env_, cfg_.persistent, m);
+      if (at) m.committed_at = *at;  // the last writer's, when it committed first
+      return at.take_status();
+    });
     if (!st) {
       *err = st;
       state->store(-1);

@@ -192,6 +192,7 @@ class client_impl {
   // persistent level or on some rank's node-local level, or agents may hold
   // some. Collective; called at init.
   bool restart_may_come();
+  bool commit_stage_ = false;   // the graph has a commit stage (not agents, not the daemon)
   bool restart_first_ = false;  // restart_may_come() at init
   bool restart_asked_ = false;  // restart_test was called
   // The progress protocol (docs/design/core.md): one allreduce over the latched

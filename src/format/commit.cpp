@@ -42,25 +42,26 @@ std::string node_name(uint32_t level, uint32_t index) {
   return (level == 0 ? "r." : "g" + std::to_string(level) + ".") + std::to_string(index);
 }
 
-// The MANIFEST exists and lists exactly these shards.
-bool committed_as(storage::storage_env* env, const std::string& mpath, const manifest& m) {
-  if (!env->exists(mpath)) return false;
+// The committed_at of the MANIFEST at mpath if it lists exactly m's shards, else 0.
+double committed_as(storage::storage_env* env, const std::string& mpath, const manifest& m) {
+  if (!env->exists(mpath)) return 0;
   auto old = read_manifest(env, mpath);
-  if (!old || old->nranks != m.nranks) return false;
+  if (!old || old->nranks != m.nranks) return 0;
   for (uint32_t r = 0; r < m.nranks; ++r)
     if (old->shards[r].header_checksum != m.shards[r].header_checksum || old->shards[r].size != m.shards[r].size)
-      return false;
-  return true;
+      return 0;
+  return old->committed_at > 0 ? old->committed_at : 1e-9;
 }
 
 }  // namespace
 
-status write_commit(storage::storage_env* env, const std::string& store, manifest m) {
+result<double> write_commit(storage::storage_env* env, const std::string& store, manifest m) {
   const std::string mpath = manifest_path(store, m.run, m.name, m.version);
-  if (committed_as(env, mpath, m)) return {};
+  if (double at = committed_as(env, mpath, m); at > 0) return at;
   CAIRN_RETURN_IF_ERROR(sync_version_parents(env, store, m.run, m.name));
   if (m.committed_at == 0) m.committed_at = util::wall_s();
-  return env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true);
+  CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true));
+  return m.committed_at;
 }
 
 result<bool> record_part(storage::storage_env* env, const std::string& store, const manifest& tmpl, uint32_t attempt,
@@ -108,7 +109,7 @@ result<bool> record_part(storage::storage_env* env, const std::string& store, co
     m.shards.push_back(std::move(p.entry));
   }
   if (m.redundancy) m.redundancy->protected_at = all_protected ? protected_at : 0;
-  CAIRN_RETURN_IF_ERROR(write_commit(env, store, std::move(m)));
+  CAIRN_RETURN_IF_ERROR(write_commit(env, store, std::move(m)).take_status());
   // The records served their purpose (best effort: retention removes the
   // directory with the version).
   (void)env->remove_tree(pdir);
@@ -150,7 +151,7 @@ result<bool> commit_if_complete(storage::storage_env* env, const std::string& st
     e.header_checksum = sh->header_checksum;
     m.shards.push_back(std::move(e));
   }
-  CAIRN_RETURN_IF_ERROR(write_commit(env, store, std::move(m)));
+  CAIRN_RETURN_IF_ERROR(write_commit(env, store, std::move(m)).take_status());
   return true;
 }
 

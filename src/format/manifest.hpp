@@ -1,5 +1,6 @@
 // Version manifest: the commit record of a version at the persistent level.
-// Written last, by rank 0, once every rank's shard is durable. Layout in
+// Written last, by whoever completes the version, once every rank's shard is
+// durable (format/commit.hpp). Layout in
 // docs/format/manifest.md.
 #ifndef CAIRN_FORMAT_MANIFEST_HPP
 #define CAIRN_FORMAT_MANIFEST_HPP

@@ -111,6 +111,30 @@ struct fault_spec {
 };
 std::unique_ptr<storage_env> make_fault_env(storage_env* base, fault_spec spec);
 
+// A power loss, for tests (leveldb's FaultInjectionTestEnv): an env that
+// forwards to `base` and journals what a POSIX file system may still lose:
+// file data written since the file's last sync (crash() overwrites it with
+// garbage and cuts the file back to its size at that sync), and directory
+// entries created, renamed or removed since their directory's last sync
+// (crash() undoes them, newest first: a created file or directory vanishes,
+// a rename goes back, a removed file returns). Removed files and files renamed
+// over are kept as hard links in `backup_dir` (same file system).
+// freeze_after(n): the machine dies after n more mutating operations (create,
+// write, sync, rename, sync_dir, mkdir, remove): every later one fails with
+// io_error and does nothing, so the code under test stops where it was.
+class crash_env : public storage_env {
+ public:
+  virtual void freeze_after(int64_t ops) = 0;
+  virtual bool frozen() const = 0;
+  virtual int64_t operations() const = 0;  // mutating operations done so far
+  // Drops what the power loss may drop (above) and thaws the env. seed 0:
+  // every unsynced entry change is undone; otherwise each one independently
+  // with probability 1/2 (the kernel may have written some back, in any
+  // order), drawn from `seed`. Unsynced file data is always lost.
+  virtual status crash(uint64_t seed = 0) = 0;
+};
+std::unique_ptr<crash_env> make_crash_env(storage_env* base, std::string backup_dir);
+
 // Background write bandwidth cap (config key io_rate_limit): an env that
 // forwards to `base` but writes through its files in chunks of at most 8 MiB,
 // each started no earlier than the cap allows (one token bucket per env,

@@ -4,8 +4,9 @@
 - A version is committed by the last rank whose part becomes durable, on its
   engine thread: an application that checkpoints, then computes for seconds
   without calling cairn and is killed, restarts from that version even with
-  every node-local directory wiped. In thread and sync mode, and with
-  redundancy.
+  every node-local directory wiped. In thread and sync mode, with
+  redundancy, and aggregated (aligned, posix_shared, leaders; mpiio's
+  collective write needs the application thread, so it is not here).
 - cairnd drains on SIGTERM (a batch system's time limit or scancel): the
   version handed to it before the signal is committed.
 - Names that would break the store or its JSON (invalid UTF-8, control
@@ -49,7 +50,10 @@ def restore_and_compare(job, ref, version, **cfg):
     {},
     {"mode": "sync"},
     {"redundancy": "xor", "redundancy_set": NODES},
-], ids=["thread", "sync", "redundancy"])
+    {"persistent_layout": "aggregated", "aggregate_strategy": "aligned"},
+    {"persistent_layout": "aggregated", "aggregate_strategy": "posix_shared"},
+    {"persistent_layout": "aggregated", "aggregate_strategy": "leaders"},
+], ids=["thread", "sync", "redundancy", "aligned", "posix_shared", "leaders"])
 def test_version_committed_while_the_application_computes(cfg, node_job, reference):
     """Checkpoint 6 returns; the ranks compute for 5 s without any cairn
     call, then all die (SIGKILL). Version 6 was committed meanwhile, by an
