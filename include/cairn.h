@@ -9,9 +9,9 @@
  *    "collective" must be made by every rank of the communicator, in the same
  *    order, with the same arguments for name and version.
  *  - Background failures (a level that could not be written) are latched and
- *    returned by the next cairn_checkpoint (or cairn_finalize) on every rank, and
- *    by cairn_wait for the version concerned (with the failing rank's message).
- *    They are never dropped.
+ *    returned by the next cairn_checkpoint (which still takes its own version)
+ *    or cairn_finalize on every rank, and by cairn_wait for the version
+ *    concerned (with the failing rank's message). They are never dropped.
  *
  * The on-disk formats are described in docs/format/.
  */
@@ -123,12 +123,15 @@ int cairn_unprotect(cairn_t *c, const char *region);
  * than any earlier version of `name` in this run) of checkpoint `name` and
  * returns: in mode "thread" once the copy to staging memory is complete, in
  * mode "sync" once the local and (when due) persistent levels are written.
- * A latched background error is returned instead of capturing; the error is
- * then cleared and the call can be repeated.
+ * An earlier version's latched background failure never costs this version:
+ * it is captured all the same, and the call then returns that failure (its
+ * message starts "checkpoint 'NAME' version V was taken; an earlier version
+ * failed"); the error is then cleared. Do not repeat the call: the version was
+ * taken (a repeat gives CAIRN_EINVAL, the version is not larger).
  * Versions grow across the executions of a run: a version at or below one an
- * earlier execution committed (or left complete in agent memory, or wrote at
- * the local level with another rank count) gives CAIRN_EEXIST and changes
- * nothing, so a job relaunched by mistake cannot overwrite good checkpoints. */
+ * earlier execution committed (or left complete in agent memory) gives
+ * CAIRN_EEXIST and changes nothing, so a job relaunched by mistake cannot
+ * overwrite good checkpoints. */
 int cairn_checkpoint(cairn_t *c, const char *name, int64_t version);
 
 /* Local. Sets *levels_reached to the CAIRN_LEVEL_* bits this rank's part of

@@ -670,10 +670,18 @@ status client_impl::protect(region r) {
     return {errc::invalid_argument, "region '" + r.name + "': unknown type " + std::to_string(r.type)};
   if (r.name.rfind("file:", 0) == 0)
     return {errc::invalid_argument, "region '" + r.name + "': names starting with 'file:' are reserved for file mode"};
+  // Its bytes, with room for the shard's header and alignment: a count whose
+  // size does not fit in 63 bits is refused here, not by the next checkpoint.
+  if (r.count > (uint64_t{1} << 62) / format::type_size(r.type))
+    return {errc::invalid_argument, "region '" + r.name + "': " + std::to_string(r.count) +
+                                        " elements are more bytes than a checkpoint can hold (2^62)"};
   if (!r.dims.empty()) {
     if (r.dims.size() > format::kMaxDims) return {errc::invalid_argument, "region '" + r.name + "': more than 8 dimensions"};
     uint64_t n = 1;
-    for (auto d : r.dims) n *= d;
+    bool overflow = false;
+    for (auto d : r.dims) overflow = overflow || __builtin_mul_overflow(n, d, &n);
+    if (overflow)
+      return {errc::invalid_argument, "region '" + r.name + "': the shape's element count overflows 64 bits"};
     if (n != r.count)
       return {errc::invalid_argument, "region '" + r.name + "': shape product " + std::to_string(n) +
                                           " differs from the count " + std::to_string(r.count)};
@@ -684,7 +692,7 @@ status client_impl::protect(region r) {
     if (shape.size() != r.dims.size() || start.size() != r.dims.size())
       return {errc::invalid_argument, "region '" + r.name + "': " + what + " and its start need the rank of count"};
     for (size_t d = 0; d < r.dims.size(); ++d)
-      if (start[d] + r.dims[d] > shape[d])
+      if (start[d] > shape[d] || r.dims[d] > shape[d] - start[d])
         return {errc::invalid_argument, "region '" + r.name + "': start + count exceeds the " + what +
                                             " in dimension " + std::to_string(d)};
     return {};
@@ -942,7 +950,10 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     CAIRN_RETURN_IF_ERROR(free_slot_for_mpiio(st && h.file_size > pool_.slot_bytes()));
   bool all_have_slot = true;
   const uint64_t warnings = batch::warnings_received();  // a checkpoint from here on answers them
-  CAIRN_RETURN_IF_ERROR(progress(true, &all_have_slot, &st, plan_it ? &my_record : nullptr, &records));
+  // An earlier version's failure latched on some rank does not stop this
+  // capture: it is reported once this version is taken (below).
+  CAIRN_RETURN_IF_ERROR(progress(false, &all_have_slot, &st, plan_it ? &my_record : nullptr, &records));
+  const bool earlier_failed = error_agreed_;
   if (divergence_ && cfg_.on_divergence == divergence_action::stop) {
     return {errc::diverged, "run '" + cfg_.run + "' diverged from '" + cfg_.reference_run + "' at '" +
                                 divergence_->name + "' version " + std::to_string(divergence_->version) + ", rank " +
@@ -1052,6 +1063,13 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     for (unsigned level : kLevels)
       if (r->wanted & level) CAIRN_RETURN_IF_ERROR(wait_record(*r, level));
   }
+  if (earlier_failed) {
+    // Every rank is here (the flag was agreed): the failure of some rank,
+    // once, with the lowest failing rank's message.
+    status mine = engine_->has_error() ? engine_->take_error() : status();
+    return agree(mine).with_context("checkpoint '" + name + "' version " + std::to_string(version) +
+                                    " was taken; an earlier version failed");
+  }
   return {};
 }
 
@@ -1152,6 +1170,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
   } else {
     comm_->allreduce_min(v);
   }
+  error_agreed_ = v[0] < 0;
   if (online_) progress_divergence(v[2]);
   agreed_warned_ = v[4] == 0;
   agreed_durable_s_ = static_cast<double>(-v[5]) / 1e6;

@@ -163,6 +163,12 @@ class client_impl {
  private:
   // Drops the restart image (a mapped one is unmapped by an engine task).
   void release_restart_image();
+  // Collective, after `version` was restored: when it was never committed
+  // (its job died first; restored from the node-local level), an engine task
+  // writes the restored image to the persistent level and records this
+  // rank's part (the last commits it); the task takes the image. Returns
+  // whether it did.
+  bool commit_restored(const std::string& name, int64_t version);
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
   status start();
   status install_fault();
@@ -192,6 +198,7 @@ class client_impl {
   // persistent level or on some rank's node-local level, or agents may hold
   // some. Collective; called at init.
   bool restart_may_come();
+  bool error_agreed_ = false;   // the last progress round saw a latched error on some rank
   bool commit_stage_ = false;   // the graph has a commit stage (not agents, not the daemon)
   bool restart_first_ = false;  // restart_may_come() at init
   bool restart_asked_ = false;  // restart_test was called

@@ -8,6 +8,8 @@
 
 #include "client/client.hpp"
 #include "format/container.hpp"
+#include "engine/stages.hpp"
+#include "format/commit.hpp"
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard_io.hpp"
@@ -734,9 +736,49 @@ status client_impl::restore(const std::string& name, int64_t version) {
   last_version_[name] = version;
   if (!files_) {
     restart_version_ = -1;
+    if (commit_restored(name, version)) return {};
     release_restart_image();
   }
   return {};
+}
+
+bool client_impl::commit_restored(const std::string& name, int64_t version) {
+  // Only what the node-local level held of this job's shape (file per
+  // process; agents keep their own versions).
+  if (agents_ || !cfg_.local_enabled || !engine_) return false;
+  int64_t committed = 1;
+  if (rank() == 0) committed = env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, version)) ? 1 : 0;
+  if (comm_->min(committed) == 1) return false;
+  // Never committed (its job died first): each rank writes the image it
+  // restored to the persistent level and records its part; the last one
+  // commits it, so the run is consistent and a node loss cannot take it.
+  engine::version_job job;
+  job.header = restart_.header;
+  job.wanted = CAIRN_LEVEL_PERSISTENT;
+  format::manifest tmpl = describe_version(job);
+  format::part_record part;
+  part.entry.rank = restart_.header.rank;
+  part.entry.size = restart_.header.file_size;
+  part.entry.header_checksum = restart_.header.header_checksum;
+  part.entry.host = host_;
+  auto img = std::make_shared<format::shard_image>(std::move(restart_));
+  restart_ = format::shard_image();
+  storage::storage_env* env = rate_env_ ? rate_env_.get() : env_;
+  engine_->submit_task(
+      [this, img, env, tmpl = std::move(tmpl), part, attempt = job.header.attempt]() mutable -> status {
+        const auto& h = img->header;
+        const std::string path = format::shard_path(cfg_.persistent, h.run, h.name, h.version, h.rank);
+        status st = engine::write_shard_file(env, path, img->bytes().data(), h.file_size, false, true, "");
+        if (st) st = format::record_part(env_, cfg_.persistent, tmpl, attempt, part).take_status();
+        img.reset();
+        if (!st)
+          std::fprintf(stderr, "cairn: warning: '%s' version %lld, restored from the node-local level, was never "
+                               "committed and could not be committed now (%s); it stays at the node-local level only\n",
+                       h.name.c_str(), static_cast<long long>(h.version), st.to_string().c_str());
+        return {};
+      },
+      engine::task_priority::low);
+  return true;
 }
 
 void client_impl::release_restart_image() {

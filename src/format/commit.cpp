@@ -57,11 +57,20 @@ double committed_as(storage::storage_env* env, const std::string& mpath, const m
 
 result<double> write_commit(storage::storage_env* env, const std::string& store, manifest m) {
   const std::string mpath = manifest_path(store, m.run, m.name, m.version);
-  if (double at = committed_as(env, mpath, m); at > 0) return at;
-  CAIRN_RETURN_IF_ERROR(sync_version_parents(env, store, m.run, m.name));
-  if (m.committed_at == 0) m.committed_at = util::wall_s();
-  CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true));
-  return m.committed_at;
+  double at = committed_as(env, mpath, m);
+  if (at == 0) {
+    CAIRN_RETURN_IF_ERROR(sync_version_parents(env, store, m.run, m.name));
+    if (m.committed_at == 0) m.committed_at = util::wall_s();
+    CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true));
+    at = m.committed_at;
+  }
+  // The part records of every attempt (a killed execution's too) served
+  // their purpose: best effort, retention removes the directory anyway.
+  const std::string vdir = version_dir(store, m.run, m.name, m.version);
+  if (auto names = env->list(vdir))
+    for (const std::string& n : *names)
+      if (n.rfind("parts.", 0) == 0) (void)env->remove_tree(storage::join(vdir, n));
+  return at;
 }
 
 result<bool> record_part(storage::storage_env* env, const std::string& store, const manifest& tmpl, uint32_t attempt,
@@ -110,9 +119,6 @@ result<bool> record_part(storage::storage_env* env, const std::string& store, co
   }
   if (m.redundancy) m.redundancy->protected_at = all_protected ? protected_at : 0;
   CAIRN_RETURN_IF_ERROR(write_commit(env, store, std::move(m)).take_status());
-  // The records served their purpose (best effort: retention removes the
-  // directory with the version).
-  (void)env->remove_tree(pdir);
   return true;
 }
 

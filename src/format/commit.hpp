@@ -28,8 +28,9 @@ status sync_version_parents(storage::storage_env* env, const std::string& store,
 // these shards: the parents made durable, then the MANIFEST written to a
 // temporary name unique to this call, synced, renamed and its directory
 // synced. Several writers may commit the same version at once: each rename
-// replaces identical shards. Returns the committed_at of the MANIFEST left in
-// place (this call's, or the one found).
+// replaces identical shards. Then removes the version's part records, of
+// every attempt. Returns the committed_at of the MANIFEST left in place (this
+// call's, or the one found).
 result<double> write_commit(storage::storage_env* env, const std::string& store, manifest m);
 
 // Call once this writer's part of a version (`part`: rank `part.entry.rank`

@@ -115,3 +115,30 @@ def test_names_that_would_break_the_store_are_refused(make_job):
     assert "not valid UTF-8" in res.stderr, res.describe()
     res = job.run("--steps", 2, "--every", 1, "--bytes", 4096, run="tab\there")
     assert res.rc != 0 and "control character" in res.stderr, res.describe()
+
+
+def test_a_restored_uncommitted_version_is_committed(node_job, reference):
+    """persistent_interval = 2: version 6 goes to the node-local level only,
+    and the job dies right after it. The relaunch restores 6 from the
+    node-local level, commits it (its ranks write the image they restored to
+    the persistent level; the last commits), checkpoints on to the end, and
+    leaves no version at the persistent level without its MANIFEST (its own
+    2nd checkpoint, 10, went there too). A second relaunch with every
+    node-local directory wiped restores 10, bit for bit."""
+    ref = reference(NODES * RPN, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = node_job()
+    cfg = {"persistent_interval": 2}
+    # The silence lets version 4 reach the persistent level before the kill.
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--die-after", 6, "--silence-ms", 2000, **cfg)
+    assert res.rc != 0 and "final hash" not in res.stdout, res.describe()
+    assert job.committed() == [4], res.describe()
+    restore_and_compare(job, ref, 6, **cfg)
+    deadline = time.monotonic() + 30
+    while 6 not in job.committed():  # the relaunch's engine commits it in the background, before it ends
+        assert time.monotonic() < deadline, f"version 6 was not committed: {job.committed()}"
+        time.sleep(0.05)
+    assert job.committed() == [4, 6, 10], job.committed()
+    assert job.versions("persistent") == job.committed(), "a version at the persistent level without its MANIFEST"
+    for node in range(NODES):
+        job.lose_node(node)
+    restore_and_compare(job, ref, 10, **cfg)

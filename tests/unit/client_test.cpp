@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <chrono>
 #include <cstring>
@@ -310,8 +311,11 @@ TEST_F(client_test, persistent_failure_reaches_wait_and_next_checkpoint_and_keep
   EXPECT_NE(w.message().find("No space"), std::string::npos) << w.message();
   EXPECT_TRUE(c.wait("ck", 2, CAIRN_LEVEL_LOCAL));  // the local level still holds it
   status next = c.checkpoint("ck", 3);
-  EXPECT_EQ(next.code(), errc::no_space);  // the latched error, once
-  ASSERT_TRUE(c.checkpoint("ck", 3));
+  EXPECT_EQ(next.code(), errc::no_space);  // the latched error, once; version 3 is taken all the same
+  EXPECT_NE(next.message().find("version 3 was taken; an earlier version failed"), std::string::npos)
+      << next.message();
+  EXPECT_EQ(c.checkpoint("ck", 3).code(), errc::invalid_argument);  // taken: not larger than the previous one
+  ASSERT_TRUE(c.checkpoint("ck", 4));
   ASSERT_TRUE(c.finalize(true));
   auto env = storage::storage_env::posix();
   EXPECT_TRUE(env->exists(format::manifest_path(store(), "unit", "ck", 1)));
@@ -373,6 +377,40 @@ TEST_F(client_test, file_mode_round_trip) {
   EXPECT_EQ(*storage::storage_env::posix()->read_all(*p), "hello state");
   EXPECT_EQ(r.route_file("missing.dat").error().code(), errc::not_found);
   ASSERT_TRUE(r.restart_end(true));
+}
+
+// Names that would break the store or its JSON, and sizes that overflow, are
+// refused where they enter with CAIRN_EINVAL and a message naming the rule;
+// the handle goes on working.
+TEST_F(client_test, bad_names_and_overflowing_sizes_are_refused_at_the_call) {
+  cairn_t* c = nullptr;
+  ASSERT_EQ(cairn_init(nullptr, &c), CAIRN_OK);
+  double d[4] = {1, 2, 3, 4};
+  EXPECT_EQ(cairn_protect(c, "bad\xff", d, 4, CAIRN_FLOAT64), CAIRN_EINVAL);
+  EXPECT_NE(std::string(cairn_last_error()).find("not valid UTF-8"), std::string::npos) << cairn_last_error();
+  EXPECT_EQ(cairn_protect(c, "big", d, SIZE_MAX / 2, CAIRN_FLOAT64), CAIRN_EINVAL);
+  EXPECT_NE(std::string(cairn_last_error()).find("more bytes than a checkpoint can hold"), std::string::npos)
+      << cairn_last_error();
+  const uint64_t huge[2] = {uint64_t{1} << 40, uint64_t{1} << 40};
+  EXPECT_EQ(cairn_protect_shaped(c, "shape", d, CAIRN_FLOAT64, 2, huge, 0), CAIRN_EINVAL);
+  EXPECT_EQ(cairn_protect(c, "d", d, 4, CAIRN_FLOAT64), CAIRN_OK);
+  EXPECT_EQ(cairn_checkpoint(c, "ck\x01", 1), CAIRN_EINVAL);
+  EXPECT_NE(std::string(cairn_last_error()).find("control character"), std::string::npos) << cairn_last_error();
+  EXPECT_EQ(cairn_checkpoint(c, "RUN", 1), CAIRN_EINVAL);
+  EXPECT_EQ(cairn_checkpoint(c, "\xc0\xaf", 1), CAIRN_EINVAL);  // an overlong '/'
+  EXPECT_EQ(cairn_tag(c, "k", "v\xff"), CAIRN_EINVAL);
+  EXPECT_EQ(cairn_set_code_version(c, "v1\n"), CAIRN_EINVAL);
+  // Later checkpoints work; versions up to INT64_MAX list and restore.
+  EXPECT_EQ(cairn_checkpoint(c, "ck", INT64_MAX - 1), CAIRN_OK);
+  EXPECT_EQ(cairn_wait(c, "ck", INT64_MAX - 1, CAIRN_LEVEL_PERSISTENT), CAIRN_OK);
+  EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_OK);
+  ASSERT_EQ(cairn_init(nullptr, &c), CAIRN_OK);
+  ASSERT_EQ(cairn_protect(c, "d", d, 4, CAIRN_FLOAT64), CAIRN_OK);
+  int64_t v = -1;
+  EXPECT_EQ(cairn_restart_test(c, "ck", &v), CAIRN_OK) << cairn_last_error();
+  EXPECT_EQ(v, INT64_MAX - 1);
+  EXPECT_EQ(cairn_checkpoint(c, "ck", 1), CAIRN_EEXIST);  // the floor sees the 19-digit version
+  EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_OK);
 }
 
 TEST_F(client_test, c_api_reports_codes_and_messages) {

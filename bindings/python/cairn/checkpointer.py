@@ -218,7 +218,10 @@ class Checkpointer:
     # ---- checkpoint and restart -------------------------------------------------
     def checkpoint(self, name: str, version: int) -> None:
         """Collective. Captures every protected array as `version` of `name`;
-        returns once they are copied (mode thread) or written (mode sync)."""
+        returns once they are copied (mode thread) or written (mode sync).
+        An earlier version's background failure is raised here once, as a
+        CairnError saying "version V was taken": this version was captured all
+        the same (do not repeat the call)."""
         self._check(self._lib.cairn_checkpoint(self._handle(), name.encode(), int(version)), "cairn_checkpoint")
 
     def test(self, name: str, version: int) -> int:
