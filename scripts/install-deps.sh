@@ -44,6 +44,13 @@ if ! .venv/bin/python -c "import prometheus_client" 2>/dev/null; then
   .venv/bin/pip install -q --disable-pip-version-check prometheus_client
 fi
 
+# The FUSE file system of the power-loss campaign (tests/fault/lossy_fs.py),
+# over the system's libfuse3 (package fuse3).
+if ! .venv/bin/python -c "import mfusepy" 2>/dev/null; then
+  echo "install-deps: installing mfusepy into .venv"
+  .venv/bin/pip install -q --disable-pip-version-check mfusepy
+fi
+
 # The analysis package (bindings/python, imported as `cairn`) with numpy,
 # matplotlib, xxhash and cffi (the package reads stores through libcairn), installed editable so
 # that .venv always runs this checkout's code. Skipped when .venv already

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -231,6 +232,31 @@ status session::start(const frame& f) {
   }
   g.add(std::make_unique<reporting>(this, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), "persistent"),
         {image});
+  if (!m.contains("redundancy") || m["redundancy"].is_null()) {
+    // The last writer of a version commits it (format::record_part), as a
+    // rank's own engine would: whether or not the application calls cairn
+    // again, lives, or is killed with this daemon a moment later. With
+    // redundancy the MANIFEST records the job's sets, which only the ranks
+    // know: they (or commit_leftovers) commit it.
+    std::vector<size_t> levels(g.size());
+    std::iota(levels.begin(), levels.end(), size_t{0});
+    char host[256] = {0};
+    (void)gethostname(host, sizeof host - 1);
+    g.add(engine::make_commit_stage(
+              env, cfg_.persistent,
+              [this](const engine::version_job& j) {
+                format::manifest t;
+                t.run = j.header.run;
+                t.name = j.header.name;
+                t.version = j.header.version;
+                t.nranks = j.header.nranks;
+                t.executable = executable_;
+                t.mode = mode_;
+                return t;
+              },
+              host),
+          std::move(levels));
+  }
   util::thread_setup setup{{}, cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(engine_mode::thread, cfg_.io_threads, setup, std::move(g));
   return {};

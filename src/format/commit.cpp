@@ -123,10 +123,13 @@ result<bool> record_part(storage::storage_env* env, const std::string& store, co
 }
 
 status remove_version(storage::storage_env* env, const std::string& vdir) {
+  // Another remover (a retention task beside this one, `cairn gc`) may take
+  // the directory away at any point: that is the same outcome.
+  auto gone = [&](status st) { return st.is_ok() || !env->exists(vdir) ? status() : st; };
   const std::string manifest = storage::join(vdir, kManifestName);
   if (env->exists(manifest)) {
     CAIRN_RETURN_IF_ERROR(env->remove_file(manifest));
-    CAIRN_RETURN_IF_ERROR(env->sync_dir(vdir));
+    CAIRN_RETURN_IF_ERROR(gone(env->sync_dir(vdir)));
   }
   CAIRN_RETURN_IF_ERROR(env->remove_tree(vdir));
   return env->sync_dir(storage::dirname_of(vdir));

@@ -16,6 +16,8 @@ periodic work: the first job takes 60 to 70 s, the others a few seconds.
 import json
 import os
 import re
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -244,3 +246,44 @@ def test_agents_in_a_job_of_their_own_serve_an_application_job(rig, tmp_path):
                                "--ny", 256, "--iters", 200, "--every", 0], ref_env, tmp_path).ok()
     want = re.search(r"^heat2d: final checksum ([0-9a-f]{16})$", ref.stdout, re.M).group(1)
     assert got.group(1) == want
+
+
+def test_scancel_right_after_a_checkpoint_in_daemon_mode_keeps_that_version(rig, tmp_path):
+    """engine_host = daemon, the persistent write slowed down (io_rate_limit):
+    every rank pauses right after cairn_checkpoint(2) returned, and the job is
+    cancelled (scancel: SIGTERM to every process of the job, SIGKILL after
+    KillWait). The daemons, still flushing version 2, neither die of the
+    SIGTERM nor wait for the application: the last one to make its shard
+    durable commits it. A second job (node-local directories wiped) restores
+    version 2 bit for bit."""
+    root = tmp_path
+    nbytes = 1 << 20
+    cfg = dict(run="cancelled", engine_host="daemon", io_rate_limit=800000, daemon_drain_s=30)
+    flag = root / "go"
+    script = write_script(root / "job.sh", ["--steps", 40, "--every", 2, "--bytes", nbytes,
+                                            "--pause-after", 2, flag])
+    job = rig.sbatch(script, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt", env=job_env(root, **cfg))
+    deadline = time.monotonic() + 120
+    while not all(Path(f"{flag}.ready.{r}").exists() for r in range(4)):
+        assert time.monotonic() < deadline, f"job {job} did not reach its pause\n{output(root, job)}"
+        time.sleep(0.02)
+    rig.scancel(job)
+    state = rig.wait(job, timeout=120)
+    assert state == "CANCELLED", f"job {job} ended {state}\n{output(root, job)}"
+    manifest = root / "store" / "runs" / "cancelled" / "ckpt" / f"v{2:012d}" / "MANIFEST"
+    deadline = time.monotonic() + 60
+    while not manifest.is_file():
+        assert time.monotonic() < deadline, f"version 2 was never committed\n{output(root, job)}"
+        time.sleep(0.1)
+    shutil.rmtree(root / "scratch", ignore_errors=True)
+    script2 = write_script(root / "rerun.sh", ["--steps", 2, "--every", 2, "--bytes", nbytes,
+                                               "--dump-restored", root / "restored"])
+    second = rig.sbatch(script2, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt", env=job_env(root, **cfg))
+    state = rig.wait(second, timeout=120)
+    out2 = output(root, second)
+    assert state == "COMPLETED", f"rerun job {second} ended {state}\n{out2}"
+    assert re.search(r"^restarted from version 2$", out2, re.M), out2
+    ref = harness.Job(root / "ref", 4, run="reference")
+    ref.run("--steps", 2, "--every", 2, "--bytes", nbytes, "--dump-at", 2, ref.dumps / "at").ok()
+    harness.assert_same_state(ref.read_dump(ref.dumps / "at"), ref.read_dump(root / "restored"),
+                              "state restored from version 2")
