@@ -1466,26 +1466,43 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
     auto it = newest_protected_.find(name);
     threshold = std::min(threshold, it == newest_protected_.end() ? INT64_MIN : it->second);
   }
-  const std::string run = cfg_.run;
-  const uint32_t me = static_cast<uint32_t>(rank());
-  if (level == CAIRN_LEVEL_LOCAL) {
-    const std::string root = cfg_.scratch;
-    engine_->submit_task([this, root, run, name, threshold, me]() -> status {
-      for (int64_t v : format::list_versions(env_, root, run, name)) {
-        if (v >= threshold) break;
-        std::string dir = format::version_dir(root, run, name, v);
-        const std::string shard = storage::join(dir, format::shard_file_name(me));
-        CAIRN_RETURN_IF_ERROR(recycler_ ? recycler_->retire(shard) : env_->remove_file(shard));
-        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::tree_file_name(me))));
-        CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, redundancy::parity_file_name(me))));
-        (void)env_->remove_dir(dir);  // fails while other ranks' shards remain
-      }
-      return {};
-    }, engine::task_priority::low);
-  } else if (rank() == 0) {
-    engine_->submit_task([this, name, threshold]() -> status { return remove_persistent_below(name, threshold); },
-                         engine::task_priority::low);
+  if (level != CAIRN_LEVEL_LOCAL && rank() != 0) return;  // rank 0 retires the persistent level
+  // One queued task per name and level, run before stage work that comes
+  // later (retention keeps pace with back-to-back checkpoints instead of
+  // waiting for an idle moment), with the newest threshold; one at a time.
+  {
+    std::lock_guard lk(retention_->mu);
+    auto [it, fresh] = retention_->pending.emplace(std::make_pair(name, level), threshold);
+    if (!fresh) {
+      it->second = std::max(it->second, threshold);
+      return;
+    }
   }
+  engine_->submit_task([this, name, level]() -> status {
+    std::lock_guard run_lk(retention_->run_mu);
+    int64_t below;
+    {
+      std::lock_guard lk(retention_->mu);
+      auto it = retention_->pending.find({name, level});
+      below = it->second;
+      retention_->pending.erase(it);
+    }
+    return level == CAIRN_LEVEL_LOCAL ? remove_local_below(name, below) : remove_persistent_below(name, below);
+  });
+}
+
+status client_impl::remove_local_below(const std::string& name, int64_t threshold) {
+  const uint32_t me = static_cast<uint32_t>(rank());
+  for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name)) {
+    if (v >= threshold) break;
+    std::string dir = format::version_dir(cfg_.scratch, cfg_.run, name, v);
+    const std::string shard = storage::join(dir, format::shard_file_name(me));
+    CAIRN_RETURN_IF_ERROR(recycler_ ? recycler_->retire(shard) : env_->remove_file(shard));
+    CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, format::tree_file_name(me))));
+    CAIRN_RETURN_IF_ERROR(env_->remove_file(storage::join(dir, redundancy::parity_file_name(me))));
+    (void)env_->remove_dir(dir);  // fails while other ranks' shards remain
+  }
+  return {};
 }
 
 status client_impl::remove_persistent_below(const std::string& name, int64_t threshold) {

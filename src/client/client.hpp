@@ -235,6 +235,16 @@ class client_impl {
   void schedule_retention(const std::string& name, unsigned level);
   // Rank 0, engine task: deletes the persistent versions of `name` below `threshold`.
   status remove_persistent_below(const std::string& name, int64_t threshold);
+  // Engine task: this rank's node-local shards of `name` below `threshold` retired.
+  status remove_local_below(const std::string& name, int64_t threshold);
+  // Retention tasks: one queued per (name, level) with the newest threshold;
+  // one runs at a time.
+  struct retention_queue {
+    std::mutex mu;
+    std::map<std::pair<std::string, unsigned>, int64_t> pending;  // GUARDED_BY(mu)
+    std::mutex run_mu;  // held by the running task
+  };
+  std::shared_ptr<retention_queue> retention_ = std::make_shared<retention_queue>();
   // Agents mode: keep_persistent applied to what the agents committed so far.
   void schedule_agents_retention(const std::string& name);
   // Blocks until this rank can contribute a final state for rec's level.
