@@ -55,15 +55,6 @@ const char* level_name(unsigned level) {
 }
 
 
-// Fixed-size record each rank sends to rank 0 for the manifest.
-struct shard_digest {
-  uint64_t size;
-  uint64_t header_checksum;
-  double captured_at, capture_s, checksum_s, hash_s, local_s, persistent_s, persistent_at;
-  uint64_t tree;
-  char host[64];
-};
-
 // -1 failed, 0 in flight, 1 done: this rank's state of one level of a job.
 int64_t level_state(engine::engine& eng, const engine::version_job& job, unsigned level) {
   unsigned done = 0, failed = 0;
@@ -1300,57 +1291,27 @@ status client_impl::divergence(cairn_divergence_t* info) {
 
 void client_impl::on_durable(version_record& rec) {
   rec.shards_durable = true;
-  // Every rank's shard is durable: gather the digests, rank 0 commits.
+  // Every rank's shard is durable: gather their manifest entries (as the
+  // commit stage records them), rank 0 commits.
   const auto& job = *rec.job;
-  shard_digest d{};
-  d.size = job.header.file_size;
-  d.header_checksum = job.header.header_checksum;
-  d.captured_at = job.captured_at;
-  d.capture_s = job.capture_s;
-  d.checksum_s = job.checksum_s;
-  d.hash_s = job.hash_s;
-  d.tree = job.tree_image.empty() ? 0 : 1;
-  d.local_s = job.local_s;
-  d.persistent_s = job.persistent_s;
-  d.persistent_at = job.persistent_at;
-  std::snprintf(d.host, sizeof d.host, "%s", host_.c_str());
-  std::vector<std::byte> all;
-  comm_->gather(std::as_bytes(std::span<const shard_digest>(&d, 1)), &all);
-  // Aggregated: where each rank's image went, with the checksums its stage computed.
-  std::vector<std::string> extents;
-  if (job.plan) {
-    std::string mine(job.extents.size() * sizeof(format::image_extent), '\0');
-    if (!mine.empty()) std::memcpy(mine.data(), job.extents.data(), mine.size());
-    comm_->gather_strings(mine, &extents);
-  }
+  format::part_record mine;
+  mine.entry = engine::shard_entry_of(job, host_);
+  mine.aggregated = job.plan != nullptr;
+  std::vector<std::string> parts;
+  comm_->gather_strings(format::encode_part(mine), &parts);
   rec.manifest_state = std::make_shared<std::atomic<int>>(0);
   rec.manifest_error = std::make_shared<status>();
   if (rank() != 0) return;
 
   format::manifest m = describe_version(job);
   for (int r = 0; r < size(); ++r) {
-    shard_digest sd;
-    std::memcpy(&sd, all.data() + r * sizeof sd, sizeof sd);
-    sd.host[sizeof sd.host - 1] = 0;
-    format::shard_entry e;
-    e.rank = static_cast<uint32_t>(r);
-    e.size = sd.size;
-    e.header_checksum = sd.header_checksum;
-    e.captured_at = sd.captured_at;
-    e.capture_s = sd.capture_s;
-    e.checksum_s = sd.checksum_s;
-    e.hash_s = sd.hash_s;
-    e.tree = sd.tree != 0;
-    e.local_s = sd.local_s;
-    e.persistent_s = sd.persistent_s;
-    e.persistent_at = sd.persistent_at;
-    e.host = sd.host;
-    if (job.plan) {
-      const std::string& x = extents[static_cast<size_t>(r)];
-      e.extents.resize(x.size() / sizeof(format::image_extent));
-      if (!x.empty()) std::memcpy(e.extents.data(), x.data(), x.size());
+    auto p = format::decode_part(parts[static_cast<size_t>(r)], "rank " + std::to_string(r) + "'s manifest entry");
+    if (!p) {  // cannot happen short of memory corruption: the commit fails, said so
+      *rec.manifest_error = p.error();
+      rec.manifest_state->store(-1);
+      return;
     }
-    m.shards.push_back(std::move(e));
+    m.shards.push_back(std::move(p->entry));
   }
   // The time only when it is known now: the manifest is never rewritten.
   if (m.redundancy && (rec.global_done & CAIRN_LEVEL_PROTECTED)) m.redundancy->protected_at = rec.protected_at;
