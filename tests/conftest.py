@@ -50,3 +50,16 @@ def make_job(tmp_path):
         return harness.Job(tmp_path / f"job{count[0]}", mode, **kw)
 
     return make
+
+
+@pytest.fixture
+def make_node_job(tmp_path):
+    """make_node_job(nodes, rpn, run) -> harness.NodeJob in this test's temporary directory."""
+    count = [0]
+
+    def make(nodes, rpn, run):
+        needs_mpi(nodes * rpn)
+        count[0] += 1
+        return harness.NodeJob(tmp_path / f"job{count[0]}", nodes, rpn, run=run)
+
+    return make

@@ -1122,17 +1122,14 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
       }
       if (!rec->shards_durable) {
         entries.push_back({rec, entry_kind::durable});
-        int64_t state = level_state(*engine_, job, CAIRN_LEVEL_PERSISTENT);
-        // Durable, and every stage ended (the commit stage last): rank 0's
-        // agreed commit then finds the version committed by its last writer
-        // (or stands in for it) with every rank's times.
-        if (state > 0 && commit_stage_) {
-          unsigned done = 0, failed = 0;
-          bool finished = false;
-          engine_->levels(job, &done, &failed, &finished);
-          if (!finished) state = 0;
-        }
-        v.push_back(state);
+        unsigned done = 0, failed = 0;
+        bool finished = false;
+        engine_->levels(job, &done, &failed, &finished);
+        // Durable, and with a commit stage every stage ended (it runs last):
+        // rank 0's agreed commit then finds the version committed by its
+        // last writer (or stands in for it) with every rank's times.
+        const bool durable = (done & CAIRN_LEVEL_PERSISTENT) && (finished || !commit_stage_);
+        v.push_back(durable ? 1 : (failed & CAIRN_LEVEL_PERSISTENT) ? -1 : 0);
       } else {
         entries.push_back({rec, entry_kind::manifest});
         v.push_back(rank() == 0 ? rec->manifest_state->load() : 1);

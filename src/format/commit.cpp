@@ -57,20 +57,18 @@ double committed_as(storage::storage_env* env, const std::string& mpath, const m
 
 result<double> write_commit(storage::storage_env* env, const std::string& store, manifest m) {
   const std::string mpath = manifest_path(store, m.run, m.name, m.version);
-  double at = committed_as(env, mpath, m);
-  if (at == 0) {
-    CAIRN_RETURN_IF_ERROR(sync_version_parents(env, store, m.run, m.name));
-    if (m.committed_at == 0) m.committed_at = util::wall_s();
-    CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true));
-    at = m.committed_at;
-  }
+  // Committed already (by the last writer, which removed the records).
+  if (double at = committed_as(env, mpath, m); at > 0) return at;
+  CAIRN_RETURN_IF_ERROR(sync_version_parents(env, store, m.run, m.name));
+  if (m.committed_at == 0) m.committed_at = util::wall_s();
+  CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true));
   // The part records of every attempt (a killed execution's too) served
   // their purpose: best effort, retention removes the directory anyway.
   const std::string vdir = version_dir(store, m.run, m.name, m.version);
   if (auto names = env->list(vdir))
     for (const std::string& n : *names)
       if (n.rfind("parts.", 0) == 0) (void)env->remove_tree(storage::join(vdir, n));
-  return at;
+  return m.committed_at;
 }
 
 result<bool> record_part(storage::storage_env* env, const std::string& store, const manifest& tmpl, uint32_t attempt,

@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
@@ -28,23 +27,7 @@ STEPS, EVERY, NBYTES = 20, 2, 65536
 DAEMON = {"engine_host": "daemon"}
 
 
-def daemons(store: Path) -> list:
-    """PIDs of the cairnd processes serving a job whose persistent level is `store`."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if not argv or not argv[0].endswith(b"cairnd"):
-                continue
-            env = (entry / "environ").read_bytes().split(b"\0")
-            state = harness._proc_state(int(entry.name))
-        except (OSError, ValueError):
-            continue
-        if f"CAIRN_PERSISTENT={store}".encode() in env and "Z" not in state:
-            out.append(int(entry.name))
-    return out
+daemons = harness.daemons
 
 
 def wait_for(what, cond, timeout=60.0):
@@ -55,14 +38,8 @@ def wait_for(what, cond, timeout=60.0):
 
 
 @pytest.fixture
-def node_job(tmp_path):
-    count = [0]
-
-    def make(run="daemon"):
-        count[0] += 1
-        return harness.NodeJob(tmp_path / f"job{count[0]}", NODES, RPN, run=run)
-
-    return make
+def node_job(make_node_job):
+    return lambda run="daemon": make_node_job(NODES, RPN, run)
 
 
 def restore_and_compare(job, ref, version):

@@ -28,14 +28,8 @@ SILENCE_MS = 5000
 
 
 @pytest.fixture
-def node_job(tmp_path):
-    count = [0]
-
-    def make(run="durable"):
-        count[0] += 1
-        return harness.NodeJob(tmp_path / f"job{count[0]}", NODES, RPN, run=run)
-
-    return make
+def node_job(make_node_job):
+    return lambda run="durable": make_node_job(NODES, RPN, run)
 
 
 def restore_and_compare(job, ref, version, **cfg):
@@ -73,11 +67,6 @@ def test_version_committed_while_the_application_computes(cfg, node_job, referen
     restore_and_compare(job, ref, v, **cfg)
 
 
-def daemons(store):
-    from test_daemon import daemons as find
-    return find(store)
-
-
 def test_daemon_drains_on_sigterm(node_job, reference):
     """engine_host = daemon, the persistent write slowed down (io_rate_limit):
     the ranks SIGKILL themselves right after checkpoint 6 returned and the
@@ -91,12 +80,12 @@ def test_daemon_drains_on_sigterm(node_job, reference):
     p = job.start(*ref.app_args(), "--steps", STEPS, "--die-after", v, **cfg)
     res = harness.finish_process(p)
     assert res.rc != 0 and "final hash" not in res.stdout, res.describe()
-    pids = daemons(job.store)
+    pids = harness.daemons(job.store)
     assert pids, "no daemon left to drain: the flush ended before the signal (slow it down further)\n" + res.describe()
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 60
-    while daemons(job.store):
+    while harness.daemons(job.store):
         assert time.monotonic() < deadline, "the daemons did not exit after SIGTERM"
         time.sleep(0.05)
     assert v in job.committed(), f"committed {job.committed()}\n" + res.describe()

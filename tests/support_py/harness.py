@@ -430,6 +430,25 @@ def kill_job(p: subprocess.Popen, timeout: float = 10.0) -> Result:
     return result
 
 
+def daemons(store: Path) -> list:
+    """PIDs of the cairnd processes serving a job whose persistent level is `store`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if not argv or not argv[0].endswith(b"cairnd"):
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = _proc_state(int(entry.name))
+        except (OSError, ValueError):
+            continue
+        if f"CAIRN_PERSISTENT={store}".encode() in env and "Z" not in state:
+            out.append(int(entry.name))
+    return out
+
+
 def _proc_state(pid: int) -> str:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
