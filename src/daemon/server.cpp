@@ -27,6 +27,7 @@
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
 #include "util/config.hpp"
+#include "util/contain.hpp"
 #include "util/cpu.hpp"
 #include "util/hex.hpp"
 #ifdef CAIRN_HAVE_FABRIC
@@ -318,7 +319,9 @@ void session::report(const job& j, const std::string& stage, const status& st) {
     m["s"] = j.persistent_s;
     m["at"] = j.persistent_at;
   }
-  (void)ch_.send({msg::stage, m.dump(), std::move(payload), -1});  // the rank may be gone: the work goes on
+  // A message may quote a path that is not UTF-8: replaced, never thrown on.
+  (void)ch_.send({msg::stage, m.dump(-1, ' ', false, json::error_handler_t::replace), std::move(payload), -1});
+  // (the rank may be gone: the work goes on)
 }
 
 void session::wrote_persistent(const format::shard_header& h) {
@@ -394,8 +397,13 @@ int run_server(const server_options& o) {
       auto& r = sessions.emplace_back();
       r.wake = fcntl(fd, F_DUPFD_CLOEXEC, 0);
       r.t = std::thread([fd, &r] {
-        session s(fd);
-        s.serve();
+        // No exception ends the daemon (every session of the node with it).
+        status st = util::contained("cairnd session", [fd] {
+          session s(fd);
+          s.serve();
+          return status();
+        });
+        if (!st) log("%s%s", st.to_string(), "");
         r.done = true;
       });
     }
