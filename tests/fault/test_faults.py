@@ -118,7 +118,10 @@ class TestKill:
             assert local_tmp.is_file() and local_tmp.stat().st_size > 0
             assert not job.shard("local", 6, rank).exists()
         elif level == "persistent":
-            assert persistent_tmp.is_file() and 0 < persistent_tmp.stat().st_size < full_size
+            # Killed inside the write: the hook writes half of it, in whole
+            # 4 KiB pages (none when the capture had less than 8 KiB ready,
+            # as under load with write_during_capture).
+            assert persistent_tmp.is_file() and persistent_tmp.stat().st_size < full_size
             assert not job.shard("persistent", 6, rank).exists()
         else:
             for r in range(nranks):
