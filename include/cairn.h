@@ -44,7 +44,9 @@ enum {
   CAIRN_EDIVERGED = -10,   /* the run diverged from its reference run (on_divergence = stop) */
   CAIRN_EUNUSABLE = -11,   /* checkpoints exist but this job cannot restore them (other rank count,
                               damaged copies, agents that do not answer): not the same as ENOTFOUND */
-  CAIRN_EEXIST = -12       /* the version is already committed in this run by an earlier execution */
+  CAIRN_EEXIST = -12,      /* the version is already committed in this run by an earlier execution */
+  CAIRN_EEARLIER = -13     /* cairn_checkpoint took its version, but an earlier version failed in the
+                              background (the message says which and why) */
 };
 
 /* Element types of protected regions. Values are stored on disk: never renumber. */
@@ -123,11 +125,14 @@ int cairn_unprotect(cairn_t *c, const char *region);
  * than any earlier version of `name` in this run) of checkpoint `name` and
  * returns: in mode "thread" once the copy to staging memory is complete, in
  * mode "sync" once the local and (when due) persistent levels are written.
- * An earlier version's latched background failure never costs this version:
- * it is captured all the same, and the call then returns that failure (its
- * message starts "checkpoint 'NAME' version V was taken; an earlier version
- * failed"); the error is then cleared. Do not repeat the call: the version was
- * taken (a repeat gives CAIRN_EINVAL, the version is not larger).
+ * An earlier version's background failure (on any rank) never costs this
+ * version: it is captured all the same, and the call then returns
+ * CAIRN_EEARLIER on every rank, once per failure, with a message that starts
+ * "checkpoint 'NAME' version V was taken; an earlier version failed" and gives
+ * that failure's code, version and cause. CAIRN_EEARLIER is a warning: this
+ * version is on its way, so do not repeat the call (a repeat gives
+ * CAIRN_EINVAL, the version is not larger); cairn_test and cairn_wait on the
+ * failed version return its own error on every rank from then on.
  * Versions grow across the executions of a run: a version at or below one an
  * earlier execution committed (or left complete in agent memory) gives
  * CAIRN_EEXIST and changes nothing, so a job relaunched by mistake cannot
@@ -136,7 +141,9 @@ int cairn_checkpoint(cairn_t *c, const char *name, int64_t version);
 
 /* Local. Sets *levels_reached to the CAIRN_LEVEL_* bits this rank's part of
  * the version has reached; PERSISTENT is set only once the whole version is
- * committed. Returns the version's own error if a level failed. */
+ * committed. Returns the version's own error if a level failed on this rank,
+ * or on any rank once the ranks have agreed on it (in the next collective
+ * call: cairn_checkpoint, cairn_wait, cairn_should_checkpoint). */
 int cairn_test(cairn_t *c, const char *name, int64_t version, unsigned *levels_reached);
 
 /* Collective. Blocks until the version has reached `level` (one CAIRN_LEVEL_*

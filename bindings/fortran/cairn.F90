@@ -52,6 +52,8 @@ module cairn
   integer, parameter, public :: CAIRN_EDIVERGED = -10
   integer, parameter, public :: CAIRN_EUNUSABLE = -11
   integer, parameter, public :: CAIRN_EEXIST = -12
+  ! cairn_checkpoint took its version; an earlier version failed (a warning).
+  integer, parameter, public :: CAIRN_EEARLIER = -13
 
   ! Storage levels, as bits of the mask cairn_test returns.
   integer, parameter, public :: CAIRN_LEVEL_CAPTURED = 1
@@ -346,6 +348,10 @@ contains
     integer, intent(out), optional :: ierr
     if (present(ierr)) then
       ierr = code
+    else if (code == CAIRN_EEARLIER) then
+      ! The call did its work: an earlier version's failure is a warning.
+      write (error_unit, '(a)') 'cairn: warning: '//what//': '//cairn_last_error()
+      flush (error_unit)
     else if (code /= CAIRN_OK) then
       write (error_unit, '(a)') 'cairn: '//what//' failed: '//cairn_strerror(code)//': '// &
         cairn_last_error()//' (pass ierr to handle errors in the program)'

@@ -416,7 +416,9 @@ int SCR_Complete_output(int valid) {
     }
     if (!why.empty()) std::fprintf(stderr, "SCR (cairn): SCR_Complete_output: %s\n", why.c_str());
     int rc = cairn_checkpoint_end(g->c, ok ? 1 : 0);  // collective: every rank's validity
-    if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+    // CAIRN_EEARLIER: this dataset was taken; an earlier one failed (a warning).
+    if (rc == CAIRN_EEARLIER) std::fprintf(stderr, "SCR (cairn): warning: %s\n", cairn_last_error());
+    else if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
     g->next_id = g->id + 1;
   } else {
     if (!all_ranks(ok)) return fail(__func__, "some rank reported its output invalid");

@@ -639,7 +639,9 @@ int VELOC_Checkpoint_end(int success) {
   } else {
     rc = cairn_checkpoint(g->c, name.c_str(), version);
   }
-  if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+  // CAIRN_EEARLIER: this version was taken; an earlier one failed (a warning).
+  if (rc == CAIRN_EEARLIER) std::fprintf(stderr, "VELOC (cairn): warning: %s\n", cairn_last_error());
+  else if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
   g->have_last = true;
   g->last_name = name;
   g->last_version = version;

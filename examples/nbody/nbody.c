@@ -404,9 +404,11 @@ int main(int argc, char **argv) {
         }
         opt.steps = step;
         break;
-      } else if (rc != CAIRN_OK) {
+      } else if (rc != CAIRN_OK && rc != CAIRN_EEARLIER) {
         cairn_die("cairn_checkpoint", rc);
       } else if (rank == 0) {
+        /* CAIRN_EEARLIER: this version was taken; an earlier one failed. */
+        if (rc == CAIRN_EEARLIER) fprintf(stderr, "nbody: warning: %s\n", cairn_last_error());
         printf("nbody: checkpoint version %lld\n", step);
         fflush(stdout);
       }

@@ -31,6 +31,9 @@ enum class errc : int {
   unusable = -11,
   // The version is already committed in this run (by an earlier execution).
   exists = -12,
+  // The call did its own work (cairn_checkpoint took its version), but an
+  // earlier version failed in the background: the message says which and why.
+  earlier_failed = -13,
 };
 
 std::string_view errc_name(errc code);

@@ -296,6 +296,7 @@ const char* cairn_strerror(int code) {
     case CAIRN_EDIVERGED: return "diverged from the reference run";
     case CAIRN_EUNUSABLE: return "checkpoints exist but this job cannot restore them";
     case CAIRN_EEXIST: return "version already committed in this run";
+    case CAIRN_EEARLIER: return "this version was taken, but an earlier version failed";
   }
   return "unknown error code";
 }

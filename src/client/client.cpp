@@ -1058,8 +1058,14 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
     // Every rank is here (the flag was agreed): the failure of some rank,
     // once, with the lowest failing rank's message.
     status mine = engine_->has_error() ? engine_->take_error() : status();
-    return agree(mine).with_context("checkpoint '" + name + "' version " + std::to_string(version) +
-                                    " was taken; an earlier version failed");
+    status earlier = agree(mine);
+    if (earlier.is_ok()) return {};  // the failing rank's error was taken by an earlier call
+    for (auto& [key, r] : records_)
+      if (r->global_failed) r->failure_reported = true;
+    return {errc::earlier_failed, "checkpoint '" + name + "' version " + std::to_string(version) +
+                                      " was taken; an earlier version failed (" +
+                                      std::string(errc_name(earlier.code())) + "): " + earlier.message() +
+                                      " (cairn_test or cairn_wait on that version returns its error)"};
   }
   return {};
 }
@@ -1608,7 +1614,7 @@ status client_impl::finalize(bool wait_for_pending) {
       for (unsigned level : kLevels) {
         if (!(rec->wanted & level)) continue;
         status st = wait_record(*rec, level);
-        if (!st && first.is_ok()) first = st;
+        if (!st && first.is_ok() && !rec->failure_reported) first = st;
       }
       std::erase(pending_, rec);
     }

@@ -82,6 +82,9 @@ struct version_record {
   bool collective_done = false;  // mpiio: the collective write was made (or given up)
   bool agents_committed = false;  // agents mode: this rank saw the MANIFEST (it stays)
   std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
+  // A level failed and cairn_checkpoint has reported it (CAIRN_EEARLIER):
+  // finalize does not report it again.
+  bool failure_reported = false;
   double local_done_at = 0;
   double protected_at = 0;  // when CAIRN_LEVEL_PROTECTED was agreed (redundancy)
   // Rank 0: result of the manifest commit task (0 running, 1 ok, -1 failed).

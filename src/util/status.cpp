@@ -20,6 +20,7 @@ std::string_view errc_name(errc code) {
     case errc::diverged: return "diverged";
     case errc::unusable: return "unusable";
     case errc::exists: return "exists";
+    case errc::earlier_failed: return "earlier_failed";
   }
   return "unknown";
 }

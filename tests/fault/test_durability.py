@@ -152,3 +152,31 @@ def test_retention_keeps_pace_with_back_to_back_checkpoints(make_job):
     # length (starved by stage work, retention let it grow with the run).
     assert most <= 2 + 14, f"retention fell behind: {most} versions at once"
     assert job.versions("persistent") == [199, 200]
+
+
+def test_a_failed_level_never_costs_the_next_checkpoint(make_job, reference):
+    """Node-local ENOSPC on rank 1 at version 6, nobody waiting: the failure
+    comes back once, on every rank, from the first checkpoint after it was
+    latched (which takes its version and returns CAIRN_EEARLIER naming
+    version 6 and its cause), or from finalize when it was latched after the
+    last one; every version is committed and the restart of the newest is
+    bit-identical."""
+    ref = reference(2)
+    job = make_job(2)
+    res = job.run("--steps", 10, "--keep-going",
+                  fault_inject="level=local,action=error,errno=28,kind=write,version=6,rank=1").ok()
+    failed, final = res.failed_checkpoints(), res.finalize_errors()
+    if final:
+        assert failed == {} and final == {0: harness.CAIRN_ENOSPC, 1: harness.CAIRN_ENOSPC}, res.describe()
+    else:
+        assert {r for r, _ in failed} == {0, 1} and len(failed) == 2, res.describe()
+        assert len({v for _, v in failed}) == 1, "ranks disagree\n" + res.describe()
+        for (r, v), (rc, msg) in failed.items():
+            assert v > 6 and rc == harness.CAIRN_EEARLIER, res.describe()
+            assert f"version {v} was taken; an earlier version failed (no_space)" in msg, msg
+            assert "version 6" in msg, msg
+    assert job.committed() == [2, 4, 6, 8, 10]
+    assert res.final_hash == ref.final_hash
+    res = job.run("--steps", 10, "--dump-restored", job.dumps / "restored").ok()
+    assert res.restarted_from == 10, res.describe()
+    assert_same_state(ref.dump(10), job.read_dump(job.dumps / "restored"), "state restored from version 10")

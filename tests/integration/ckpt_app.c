@@ -576,10 +576,11 @@ int main(int argc, char **argv) {
     clock_gettime(CLOCK_MONOTONIC, &w0);
     rc = take_checkpoint(c, &o, &st, v);
     if (rc != CAIRN_OK) {
-      if (!o.keep_going) cairn_fail("cairn_checkpoint", rc);
+      /* CAIRN_EEARLIER is a warning: this version was taken. */
+      if (!o.keep_going && rc != CAIRN_EEARLIER) cairn_fail("cairn_checkpoint", rc);
       printf("rank %d checkpoint %lld rc=%d msg=%s\n", g_rank, (long long)v, rc, cairn_last_error());
       fflush(stdout);
-      continue;
+      if (rc != CAIRN_EEARLIER) continue;
     }
     if (o.die_after == v) {
 #ifndef CKPT_NO_MPI

@@ -101,6 +101,27 @@ def test_exceptions_carry_the_c_message(store_env):
         cairn.Checkpointer(config={"no_such_key": 1})
 
 
+def test_an_earlier_failure_is_a_warning_and_the_version_is_taken(store_env, monkeypatch):
+    """ENOSPC injected into version 2's persistent write (sync mode): that
+    checkpoint raises NoSpaceError; the next one takes its version and warns
+    (EarlierFailureWarning) once; the failed version keeps its error."""
+    monkeypatch.setenv("CAIRN_FAULT_INJECT", "level=persistent,action=error,kind=write,errno=28,version=2")
+    with cairn.Checkpointer(config={"mode": "thread", "local_enabled": False}) as ck:
+        x = np.arange(8.0)
+        ck.protect("x", x)
+        ck.checkpoint("c", 1)
+        ck.checkpoint("c", 2)
+        with pytest.raises(cairn.NoSpaceError):
+            ck.wait("c", 2)
+        with pytest.warns(cairn.EarlierFailureWarning, match=r"version 3 was taken; an earlier version failed"):
+            ck.checkpoint("c", 3)
+        ck.wait("c", 3)
+        assert ck.test("c", 3) & cairn.LEVEL_PERSISTENT
+        with pytest.raises(cairn.NoSpaceError):
+            ck.test("c", 2)
+    assert cairn.open(os.environ["CAIRN_PERSISTENT"]).versions(os.environ["CAIRN_RUN"], "c") == [1, 3]
+
+
 def _kill_and_restart(tmp_path, cmd, env, nranks, seed):
     """Runs cmd, SIGKILLs it at a random moment after its first checkpoint,
     reruns it; returns (version restarted from, final grids)."""

@@ -311,9 +311,12 @@ TEST_F(client_test, persistent_failure_reaches_wait_and_next_checkpoint_and_keep
   EXPECT_NE(w.message().find("No space"), std::string::npos) << w.message();
   EXPECT_TRUE(c.wait("ck", 2, CAIRN_LEVEL_LOCAL));  // the local level still holds it
   status next = c.checkpoint("ck", 3);
-  EXPECT_EQ(next.code(), errc::no_space);  // the latched error, once; version 3 is taken all the same
-  EXPECT_NE(next.message().find("version 3 was taken; an earlier version failed"), std::string::npos)
+  // The latched error, once, as a code of its own: version 3 is taken all the same.
+  EXPECT_EQ(next.code(), errc::earlier_failed);
+  EXPECT_NE(next.message().find("version 3 was taken; an earlier version failed (no_space)"), std::string::npos)
       << next.message();
+  EXPECT_NE(next.message().find("version 2"), std::string::npos) << next.message();
+  EXPECT_EQ(c.test("ck", 2).error().code(), errc::no_space);  // the failed version keeps its own error
   EXPECT_EQ(c.checkpoint("ck", 3).code(), errc::invalid_argument);  // taken: not larger than the previous one
   ASSERT_TRUE(c.checkpoint("ck", 4));
   ASSERT_TRUE(c.finalize(true));

@@ -26,7 +26,7 @@ from .diff import rows as diff_rows
 from .checkpointer import (LEVEL_CAPTURED, LEVEL_LOCAL, LEVEL_PERSISTENT, LEVEL_PROTECTED,
                            Checkpointer)
 from .errors import (AgainError, CairnError, CairnIOError, CancelledError, CorruptionError, DiffUnavailable,
-                     DivergedError, ExistsError, InvalidArgumentError, NoSpaceError, NotFoundError,
+                     DivergedError, EarlierFailureWarning, ExistsError, InvalidArgumentError, NoSpaceError, NotFoundError,
                      NotSupportedError, UnusableError)
 from .store import Store, open  # noqa: A004
 
@@ -37,5 +37,5 @@ __all__ = [
     "outcome", "find_cli", "has_diff", "xxh3_64", "CairnError", "CorruptionError", "NotFoundError",
     "NotSupportedError", "DiffUnavailable", "Checkpointer", "LEVEL_CAPTURED", "LEVEL_LOCAL", "LEVEL_PROTECTED",
     "LEVEL_PERSISTENT", "InvalidArgumentError", "CairnIOError", "NoSpaceError", "AgainError", "CancelledError",
-    "DivergedError", "UnusableError", "ExistsError",
+    "DivergedError", "UnusableError", "ExistsError", "EarlierFailureWarning",
 ]

@@ -19,6 +19,7 @@ from .errors import (AgainError, CairnError, CairnIOError, CancelledError, Corru
 ERRORS = {-1: InvalidArgumentError, -2: NotFoundError, -3: CorruptionError, -4: CairnIOError, -5: NoSpaceError,
           -6: AgainError, -7: CancelledError, -8: NotSupportedError, -10: DivergedError, -11: UnusableError,
           -12: ExistsError}
+EARLIER = -13  # CAIRN_EEARLIER: a warning (errors.EarlierFailureWarning), not an error
 
 CDEF = """
 typedef struct cairn cairn_t;

@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from typing import Optional
 
 import numpy as np
 
-from ._clib import ERRORS, library_path, load
-from .errors import CairnError, InvalidArgumentError, NotFoundError, NotSupportedError
+from ._clib import EARLIER, ERRORS, library_path, load
+from .errors import CairnError, EarlierFailureWarning, InvalidArgumentError, NotFoundError, NotSupportedError
 
 LEVEL_CAPTURED = 0x1
 LEVEL_LOCAL = 0x2
@@ -125,6 +126,11 @@ class Checkpointer:
             return
         ffi, lib = self._ffi, self._lib
         msg = ffi.string(lib.cairn_last_error()).decode(errors="replace")
+        if rc == EARLIER:
+            # The call did its work: an earlier version's failure is a warning
+            # (one per failure: the message names the version).
+            warnings.warn(f"{what}: {msg}", EarlierFailureWarning, stacklevel=3)
+            return
         reason = ffi.string(lib.cairn_strerror(rc)).decode(errors="replace")
         err = _ERRORS.get(rc, CairnError)(f"{what}: {reason}: {msg}")
         err.code = rc
@@ -219,9 +225,9 @@ class Checkpointer:
     def checkpoint(self, name: str, version: int) -> None:
         """Collective. Captures every protected array as `version` of `name`;
         returns once they are copied (mode thread) or written (mode sync).
-        An earlier version's background failure is raised here once, as a
-        CairnError saying "version V was taken": this version was captured all
-        the same (do not repeat the call)."""
+        An earlier version's background failure is reported here once, as an
+        EarlierFailureWarning saying "version V was taken": this version was
+        captured all the same (do not repeat the call)."""
         self._check(self._lib.cairn_checkpoint(self._handle(), name.encode(), int(version)), "cairn_checkpoint")
 
     def test(self, name: str, version: int) -> int:

@@ -53,3 +53,10 @@ class UnusableError(CairnError):
 
 class ExistsError(CairnError):
     """CAIRN_EEXIST: the version is already committed by an earlier execution."""
+
+
+class EarlierFailureWarning(UserWarning):
+    """CAIRN_EEARLIER, issued by Checkpointer.checkpoint: this version was
+    taken, but an earlier version failed in the background (the message says
+    which and why; Checkpointer.test or wait on that version raises its error).
+    warnings.simplefilter("error", EarlierFailureWarning) makes it an exception."""
