@@ -248,29 +248,38 @@ def test_agents_in_a_job_of_their_own_serve_an_application_job(rig, tmp_path):
     assert got.group(1) == want
 
 
-def test_scancel_right_after_a_checkpoint_in_daemon_mode_keeps_that_version(rig, tmp_path):
+@pytest.mark.parametrize("end", ["scancel", "time limit"])
+def test_a_daemon_mode_job_ended_right_after_a_checkpoint_keeps_that_version(rig, tmp_path, end):
     """engine_host = daemon, the persistent write slowed down (io_rate_limit):
-    every rank pauses right after cairn_checkpoint(2) returned, and the job is
-    cancelled (scancel: SIGTERM to every process of the job, SIGKILL after
-    KillWait). The daemons, still flushing version 2, neither die of the
+    every rank pauses right after cairn_checkpoint(2) returned, and the job
+    ends: cancelled (scancel), or killed at its time limit (checkpoint 2
+    comes about 50 s into a 1-minute job, its flush takes some 30 s more).
+    Either way Slurm sends SIGTERM to every process of the job, SIGKILL after
+    KillWait. The daemons, still flushing version 2, neither die of the
     SIGTERM nor wait for the application: the last one to make its shard
     durable commits it. A second job (node-local directories wiped) restores
     version 2 bit for bit."""
     root = tmp_path
     nbytes = 1 << 20
-    cfg = dict(run="cancelled", engine_host="daemon", io_rate_limit=800000, daemon_drain_s=30)
+    timed = end == "time limit"
+    cfg = dict(run="ended", engine_host="daemon", io_rate_limit=60000 if timed else 800000, daemon_drain_s=40)
     flag = root / "go"
     script = write_script(root / "job.sh", ["--steps", 40, "--every", 2, "--bytes", nbytes,
-                                            "--pause-after", 2, flag])
+                                            "--sleep-ms", 24000 if timed else 0, "--pause-after", 2, flag])
     job = rig.sbatch(script, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt", env=job_env(root, **cfg))
     deadline = time.monotonic() + 120
     while not all(Path(f"{flag}.ready.{r}").exists() for r in range(4)):
+        assert rig.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
+            f"job {job} ended before checkpoint 2 returned on every rank\n{output(root, job)}"
         assert time.monotonic() < deadline, f"job {job} did not reach its pause\n{output(root, job)}"
         time.sleep(0.02)
-    rig.scancel(job)
+    manifest = root / "store" / "runs" / "ended" / "ckpt" / f"v{2:012d}" / "MANIFEST"
+    if timed:
+        assert not manifest.exists(), "version 2 committed before the time limit: the flush is not slow enough"
+    else:
+        rig.scancel(job)
     state = rig.wait(job, timeout=120)
-    assert state == "CANCELLED", f"job {job} ended {state}\n{output(root, job)}"
-    manifest = root / "store" / "runs" / "cancelled" / "ckpt" / f"v{2:012d}" / "MANIFEST"
+    assert state == ("TIMEOUT" if timed else "CANCELLED"), f"job {job} ended {state}\n{output(root, job)}"
     deadline = time.monotonic() + 60
     while not manifest.is_file():
         assert time.monotonic() < deadline, f"version 2 was never committed\n{output(root, job)}"
