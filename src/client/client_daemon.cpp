@@ -122,9 +122,12 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
     CAIRN_RETURN_IF_ERROR(start_redundancy(paths, nullptr, 0));
     const auto peers = comm::allgather_lines(*comm_, util::hex_encode(daemon_->plane_name()));
     const auto& set = redundancy_set_;
+    const auto& rec = redundancy_record_;  // what a protected version's MANIFEST records: the daemon commits it
     start["redundancy"] = {{"scheme", cfg_.redundancy}, {"k", set.geo.k},         {"m", set.geo.m},
                            {"members", set.members},    {"nodes", set.nodes},     {"position", set.position},
-                           {"peers", peers}};
+                           {"peers", peers},
+                           {"record", {{"scheme", rec.scheme}, {"description", rec.description}, {"k", rec.k},
+                                       {"m", rec.m}, {"sets", rec.sets}}}};
   }
   CAIRN_RETURN_IF_ERROR(agree(daemon_->start(start.dump())));
   pool_.set_shared(true);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "engine/engine.hpp"
 #include "engine/stages.hpp"
 #include "format/commit.hpp"
+#include "format/manifest.hpp"
 #include "format/shard.hpp"
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
@@ -104,6 +106,8 @@ class session {
 #ifdef CAIRN_HAVE_FABRIC
   std::shared_ptr<redundancy::plane> plane_;  // redundancy != none: this session's endpoint
 #endif
+  // Redundancy: what a protected version's MANIFEST records (the job's sets).
+  std::optional<format::redundancy_info> redundancy_record_;
   std::map<uint64_t, std::unique_ptr<util::aligned_buffer>> slots_;
   std::mutex mu_;
   // Versions written to the persistent level and not yet committed by the
@@ -225,6 +229,16 @@ status session::start(const frame& f) {
       peers.push_back(std::move(name));
     }
     plane_->set_peers(std::move(peers));
+    if (r.contains("record") && r["record"].is_object()) {
+      const auto& rr = r["record"];
+      format::redundancy_info ri;
+      ri.scheme = rr.value("scheme", std::string());
+      ri.description = rr.value("description", std::string());
+      ri.k = rr.value("k", 0u);
+      ri.m = rr.value("m", 0u);
+      ri.sets = rr.value("sets", std::vector<std::vector<uint32_t>>());
+      redundancy_record_ = std::move(ri);
+    }
     g.add(std::make_unique<reporting>(this, redundancy::make_stage(env, paths, std::move(set), plane_, {}), "redundancy"),
           {local});
 #else
@@ -233,12 +247,13 @@ status session::start(const frame& f) {
   }
   g.add(std::make_unique<reporting>(this, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), "persistent"),
         {image});
-  if (!m.contains("redundancy") || m["redundancy"].is_null()) {
+  const bool redundancy = m.contains("redundancy") && !m["redundancy"].is_null();
+  if (!redundancy || redundancy_record_) {
     // The last writer of a version commits it (format::record_part), as a
     // rank's own engine would: whether or not the application calls cairn
     // again, lives, or is killed with this daemon a moment later. With
-    // redundancy the MANIFEST records the job's sets, which only the ranks
-    // know: they (or commit_leftovers) commit it.
+    // redundancy the MANIFEST records the job's sets, which the rank sent
+    // (an older client that did not: the ranks, or commit_leftovers, commit).
     std::vector<size_t> levels(g.size());
     std::iota(levels.begin(), levels.end(), size_t{0});
     char host[256] = {0};
@@ -253,6 +268,7 @@ status session::start(const frame& f) {
                 t.nranks = j.header.nranks;
                 t.executable = executable_;
                 t.mode = mode_;
+                if (redundancy_record_ && (j.wanted & CAIRN_LEVEL_PROTECTED)) t.redundancy = redundancy_record_;
                 return t;
               },
               host),

@@ -47,7 +47,9 @@ def restore_and_compare(job, ref, version, **cfg):
     {"persistent_layout": "aggregated", "aggregate_strategy": "aligned"},
     {"persistent_layout": "aggregated", "aggregate_strategy": "posix_shared"},
     {"persistent_layout": "aggregated", "aggregate_strategy": "leaders"},
-], ids=["thread", "sync", "redundancy", "aligned", "posix_shared", "leaders"])
+    {"engine_host": "daemon"},
+    {"engine_host": "daemon", "redundancy": "xor", "redundancy_set": NODES},
+], ids=["thread", "sync", "redundancy", "aligned", "posix_shared", "leaders", "daemon", "daemon-redundancy"])
 def test_version_committed_while_the_application_computes(cfg, node_job, reference):
     """Checkpoint 6 returns; the ranks compute for 5 s without any cairn
     call, then all die (SIGKILL). Version 6 was committed meanwhile, by an
@@ -62,6 +64,9 @@ def test_version_committed_while_the_application_computes(cfg, node_job, referen
     assert v in job.committed(), f"committed {job.committed()}\n" + res.describe()
     # The commit records are gone once the version is committed.
     assert not list(job.version_dir("persistent", v).glob("parts.*")), list(job.version_dir("persistent", v).iterdir())
+    if "redundancy" in cfg:  # the MANIFEST records the scheme and the job's sets, whoever committed it
+        manifest = (job.version_dir("persistent", v) / "MANIFEST").read_text()
+        assert '"redundancy"' in manifest and '"sets"' in manifest and '"xor"' in manifest, manifest
     for node in range(NODES):
         job.lose_node(node)
     restore_and_compare(job, ref, v, **cfg)
