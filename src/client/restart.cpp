@@ -30,19 +30,7 @@ namespace {
 status read_verified(result<std::unique_ptr<storage::readable_file>> file, const std::string& path, uint32_t rank,
                      uint32_t nranks, const std::string& name, int64_t version, const format::shard_entry* expect,
                      bool in_place, format::shard_image* out) {
-  auto check = [&](const format::shard_header& got) -> status {
-    if (got.rank != rank || got.name != name || got.version != version)
-      return {errc::corruption, path + ": header names another shard (rank " + std::to_string(got.rank) + ", '" +
-                                    got.name + "' version " + std::to_string(got.version) + ")"};
-    if (got.nranks != nranks)
-      return {errc::invalid_argument, path + ": written by " + std::to_string(got.nranks) + " ranks; this job has " +
-                                          std::to_string(nranks) + " (restart with the same number of ranks)"};
-    // The MANIFEST records the image's header checksum and size, the same
-    // for a compressed copy of the image.
-    if (expect && (expect->header_checksum != got.header_checksum || expect->size != got.file_size))
-      return {errc::corruption, path + ": does not match the version's MANIFEST (replaced after the commit)"};
-    return {};
-  };
+  const auto check = format::shard_identity_check(path, rank, nranks, name, version, expect);
   if (!file) return file.take_status();
   CAIRN_ASSIGN_OR_RETURN(*out, in_place ? format::map_shard_image(std::move(file).value(), path, check)
                                         : format::read_shard_image(std::move(file).value(), path, check));

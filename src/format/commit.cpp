@@ -60,11 +60,16 @@ result<double> write_commit(storage::storage_env* env, const std::string& store,
   // Committed already (by the last writer, which removed the records).
   if (double at = committed_as(env, mpath, m); at > 0) return at;
   CAIRN_RETURN_IF_ERROR(sync_version_parents(env, store, m.run, m.name));
+  const std::string vdir = version_dir(store, m.run, m.name, m.version);
+  // An aggregated version's data files were created by whichever writer came
+  // first, and none of them synced the directory: their entries are made
+  // durable before the MANIFEST that names them (a shard file's writer syncs
+  // it after its rename).
+  if (m.aggregated) CAIRN_RETURN_IF_ERROR(env->sync_dir(vdir));
   if (m.committed_at == 0) m.committed_at = util::wall_s();
   CAIRN_RETURN_IF_ERROR(env->write_atomic(mpath, encode_manifest(m), true, /*unique_tmp=*/true));
   // The part records of every attempt (a killed execution's too) served
   // their purpose: best effort, retention removes the directory anyway.
-  const std::string vdir = version_dir(store, m.run, m.name, m.version);
   if (auto names = env->list(vdir))
     for (const std::string& n : *names)
       if (n.rfind("parts.", 0) == 0) (void)env->remove_tree(storage::join(vdir, n));

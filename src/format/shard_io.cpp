@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "format/manifest.hpp"
 #include "util/hash.hpp"
 #include "util/progress.hpp"
 
@@ -398,6 +399,25 @@ result<shard_image> read_image(shard_reader& rd, const header_check& check) {
 }
 
 }  // namespace
+
+header_check shard_identity_check(std::string where, uint32_t rank, uint32_t nranks, std::string name,
+                                  int64_t version, const shard_entry* expect) {
+  return [where = std::move(where), rank, nranks, name = std::move(name), version,
+          expect](const shard_header& got) -> status {
+    if (got.rank != rank || got.name != name || got.version != version)
+      return {errc::corruption, where + ": header names another shard (rank " + std::to_string(got.rank) + ", '" +
+                                    got.name + "' version " + std::to_string(got.version) + ")"};
+    if (got.nranks != nranks)
+      return {errc::invalid_argument, where + ": written by " + std::to_string(got.nranks) +
+                                          " ranks; this job has " + std::to_string(nranks) +
+                                          " (restart with the same number of ranks)"};
+    // The MANIFEST records the image's header checksum and size, the same
+    // for a compressed copy of the image.
+    if (expect && (expect->header_checksum != got.header_checksum || expect->size != got.file_size))
+      return {errc::corruption, where + ": does not match the version's MANIFEST (replaced after the commit)"};
+    return {};
+  };
+}
 
 result<shard_image> read_shard_image(storage::storage_env* env, const std::string& path, const header_check& check) {
   CAIRN_ASSIGN_OR_RETURN(auto rd, shard_reader::open(env, path));

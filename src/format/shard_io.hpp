@@ -77,6 +77,16 @@ struct shard_image {
 // name, version, and the MANIFEST's entry). A failure is returned as is.
 using header_check = std::function<status(const shard_header&)>;
 
+// The restart's check of a shard read as rank `rank` of `name` version
+// `version` by a job of `nranks` ranks: the header names exactly that shard
+// (a node-local file recycled, or overwritten in place, may hold an older
+// image whose checksums are intact: corruption), the job's rank count
+// (invalid_argument), and the MANIFEST's entry when `expect` is not null (a
+// shard replaced after the commit: corruption). `where` names the file.
+struct shard_entry;
+header_check shard_identity_check(std::string where, uint32_t rank, uint32_t nranks, std::string name,
+                                  int64_t version, const shard_entry* expect);
+
 // The reader of whole shards. Reads the shard file at `path`, whatever its
 // format: validates the header and the file size, runs `check` (if given),
 // reads the image into page-aligned memory, decompressing compressed regions

@@ -27,10 +27,18 @@ struct entry_op {
   std::string backup;  // renamed over an existing file, removed_file: a hard link to what was there
 };
 
+// One write since the file's data were last synced, with what it replaced.
+struct undo_write {
+  uint64_t offset = 0;
+  uint64_t size_before = 0;  // the file's size before the write
+  std::string old;           // the bytes it overwrote (those below size_before)
+};
+
 // Writes to a file since its data was last synced.
 struct file_state {
   uint64_t durable_size = 0;                            // its size at the last sync
   std::vector<std::pair<uint64_t, uint64_t>> unsynced;  // [offset, offset + length) written since
+  std::vector<undo_write> undo;                         // the same writes, oldest first
 };
 
 class crash_env_impl final : public crash_env {
@@ -57,8 +65,23 @@ class crash_env_impl final : public crash_env {
     status write_at(uint64_t off, const void* d, size_t n) override {
       std::lock_guard lk(env_->mu_);
       CAIRN_RETURN_IF_ERROR(env_->step("write", path_));
+      undo_write u;
+      u.offset = off;
+      if (int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC); fd >= 0) {
+        struct stat s {};
+        ::fstat(fd, &s);
+        u.size_before = static_cast<uint64_t>(s.st_size);
+        if (off < u.size_before) {
+          u.old.resize(std::min<uint64_t>(n, u.size_before - off));
+          const ssize_t got = ::pread(fd, u.old.data(), u.old.size(), static_cast<off_t>(off));
+          u.old.resize(got > 0 ? static_cast<size_t>(got) : 0);
+        }
+        ::close(fd);
+      }
       CAIRN_RETURN_IF_ERROR(f_->write_at(off, d, n));
-      env_->files_[path_].unsynced.emplace_back(off, off + n);
+      auto& st = env_->files_[path_];
+      st.unsynced.emplace_back(off, off + n);
+      st.undo.push_back(std::move(u));
       return {};
     }
     status sync() override {
@@ -67,6 +90,7 @@ class crash_env_impl final : public crash_env {
       CAIRN_RETURN_IF_ERROR(f_->sync());
       auto& st = env_->files_[path_];
       st.unsynced.clear();
+      st.undo.clear();
       struct stat s {};
       if (::stat(path_.c_str(), &s) == 0) st.durable_size = static_cast<uint64_t>(s.st_size);
       return {};
@@ -173,6 +197,26 @@ class crash_env_impl final : public crash_env {
       if (st.unsynced.empty() || !base_->exists(path)) continue;
       int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd < 0) return status::from_errno(errno, "crash_env: open " + path);
+      if (seed != 0) {
+        // The writes the kernel had written back before the power went: the
+        // oldest ones, up to a random point; the later ones never reached
+        // the disk, which still holds what they overwrote (a recycled file
+        // keeps its former contents under its new name).
+        const size_t kept = static_cast<size_t>(rng() % (st.undo.size() + 1));
+        for (size_t i = st.undo.size(); i-- > kept;) {
+          const undo_write& u = st.undo[i];
+          if (!u.old.empty() && ::pwrite(fd, u.old.data(), u.old.size(), static_cast<off_t>(u.offset)) < 0) {
+            ::close(fd);
+            return status::from_errno(errno, "crash_env: pwrite " + path);
+          }
+          if (::ftruncate(fd, static_cast<off_t>(u.size_before)) != 0) {
+            ::close(fd);
+            return status::from_errno(errno, "crash_env: ftruncate " + path);
+          }
+        }
+        ::close(fd);
+        continue;
+      }
       struct stat s {};
       ::fstat(fd, &s);
       uint64_t size = static_cast<uint64_t>(s.st_size);
@@ -212,6 +256,8 @@ class crash_env_impl final : public crash_env {
           CAIRN_RETURN_IF_ERROR(base_->remove_dir(it->path));
           break;
         case entry_op::renamed:
+          // A rename from a directory whose removal stayed cannot go back.
+          if (!base_->exists(dirname_of(it->from))) continue;
           if (base_->exists(it->path)) CAIRN_RETURN_IF_ERROR(base_->rename(it->path, it->from));
           if (!it->backup.empty() && ::link(it->backup.c_str(), it->path.c_str()) != 0)
             return status::from_errno(errno, "crash_env: link back " + it->path);

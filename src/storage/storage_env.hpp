@@ -128,9 +128,13 @@ class crash_env : public storage_env {
   virtual bool frozen() const = 0;
   virtual int64_t operations() const = 0;  // mutating operations done so far
   // Drops what the power loss may drop (above) and thaws the env. seed 0:
-  // every unsynced entry change is undone; otherwise each one independently
-  // with probability 1/2 (the kernel may have written some back, in any
-  // order), drawn from `seed`. Unsynced file data is always lost.
+  // every unsynced entry change is undone and unsynced file data read back
+  // as garbage; otherwise each entry change is undone independently with
+  // probability 1/2 (the kernel may have written some back, in any order),
+  // and each file keeps its unsynced writes up to a random point, the later
+  // ones undone: the bytes they overwrote come back (a file overwritten in
+  // place and renamed may keep its former contents under its new name).
+  // Drawn from `seed`.
   virtual status crash(uint64_t seed = 0) = 0;
 };
 std::unique_ptr<crash_env> make_crash_env(storage_env* base, std::string backup_dir);
