@@ -45,8 +45,9 @@ enum {
   CAIRN_EUNUSABLE = -11,   /* checkpoints exist but this job cannot restore them (other rank count,
                               damaged copies, agents that do not answer): not the same as ENOTFOUND */
   CAIRN_EEXIST = -12,      /* the version is already committed in this run by an earlier execution */
-  CAIRN_EEARLIER = -13     /* cairn_checkpoint took its version, but an earlier version failed in the
+  CAIRN_EEARLIER = -13,    /* cairn_checkpoint took its version, but an earlier version failed in the
                               background (the message says which and why) */
+  CAIRN_EBUSY = -14        /* cairn_init: another execution is writing this run (the message names it) */
 };
 
 /* Element types of protected regions. Values are stored on disk: never renumber. */

@@ -54,6 +54,7 @@ module cairn
   integer, parameter, public :: CAIRN_EEXIST = -12
   ! cairn_checkpoint took its version; an earlier version failed (a warning).
   integer, parameter, public :: CAIRN_EEARLIER = -13
+  integer, parameter, public :: CAIRN_EBUSY = -14
 
   ! Storage levels, as bits of the mask cairn_test returns.
   integer, parameter, public :: CAIRN_LEVEL_CAPTURED = 1

@@ -272,6 +272,9 @@ int SCR_Init(void) {
   std::string cache = param("SCR_CACHE_BASE");
   if (!cache.empty()) toml << "scratch = " << toml_string(absolute(cache) + "/scr-cairn") << "\n";
   toml << "keep_local = " << cache_size << "\npersistent_interval = " << flush << "\n";
+  // SCR users expect the next job to restart: the default run names the
+  // program and its directory, not the job (docs/design/compat.md).
+  toml << "run_scope = \"program\"\n";
   std::string path;
   if (ok) {
     const char* dir = std::getenv("TMPDIR");

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -236,6 +237,9 @@ bool translate_config(const char* path, const std::string& run, bool is_rank0, t
   if (kv.count("axl_type"))
     warn("axl_type: cairn flushes with its own writer (O_DIRECT, fsync, atomic commit); the key is ignored");
   if (!run.empty()) out << "run = " << toml_string(run) << "\n";
+  // VELOC users expect the next job to restart: the default run names the
+  // program and its directory, not the job (docs/design/compat.md).
+  out << "run_scope = \"program\"\n";
   t->toml = out.str();
   return true;
 }
@@ -294,6 +298,9 @@ struct veloc_state {
   std::map<int, mem_region> mem_selection;
   bool file_routed = false;
   std::string route_path;  // where this rank writes its file before it is handed to cairn
+  // This process's own directory for routed files: two jobs (or two
+  // executions) on one node never write, or take, each other's.
+  std::string route_dir;
 
   bool have_last = false;  // the last version taken, for _wait and _finished
   std::string last_name;
@@ -497,6 +504,7 @@ int VELOC_Finalize(int drain) {
   }
   int rc = cairn_finalize(&g->c, drain ? 1 : 0);
   if (rc != CAIRN_OK) ret = fail_cairn(__func__, rc);
+  if (!g->route_dir.empty()) (void)::rmdir(g->route_dir.c_str());
   if (g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);
   delete g;
   g = nullptr;
@@ -563,7 +571,13 @@ int VELOC_Route_file(const char* original, char* routed) {
     if (g->mem_requested)
       return fail(__func__, "memory regions and a routed file in one checkpoint are not supported "
                             "(VELOC writes both to the same file); use two checkpoint names");
-    std::string dir = g->scratch + "/veloc-route";
+    if (g->route_dir.empty()) {
+      std::random_device rd;
+      char tag[32];
+      std::snprintf(tag, sizeof tag, "%d-%08x", static_cast<int>(::getpid()), rd());
+      g->route_dir = g->scratch + "/veloc-route/" + tag;
+    }
+    const std::string& dir = g->route_dir;
     if (!make_dirs(dir)) return fail(__func__, "cannot create " + dir + ": " + std::strerror(errno));
     path = dir + "/" + routed_base();
     g->file_routed = true;

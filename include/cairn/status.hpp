@@ -34,6 +34,8 @@ enum class errc : int {
   // The call did its own work (cairn_checkpoint took its version), but an
   // earlier version failed in the background: the message says which and why.
   earlier_failed = -13,
+  // Another execution holds the run (its lease: docs/design/run-identity.md).
+  busy = -14,
 };
 
 std::string_view errc_name(errc code);

@@ -121,7 +121,7 @@ result<data_message> decode_data_message(std::string_view bytes) {
 status data_message_status(const data_message& m) {
   if (m.code == 0) return {};
   errc c = static_cast<errc>(m.code);
-  if (m.code > 0 || m.code < static_cast<int>(errc::earlier_failed)) c = errc::internal;
+  if (m.code > 0 || m.code < static_cast<int>(errc::busy)) c = errc::internal;
   return status(c, m.text);
 }
 

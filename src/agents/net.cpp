@@ -522,7 +522,7 @@ void service_loop::run_once(int timeout_ms, handler& h) {
 errc errc_from_name(std::string_view name) {
   for (errc c : {errc::ok, errc::invalid_argument, errc::not_found, errc::corruption, errc::io_error, errc::no_space,
                  errc::again, errc::cancelled, errc::not_supported, errc::internal, errc::diverged,
-                 errc::unusable, errc::exists, errc::earlier_failed}) {
+                 errc::unusable, errc::exists, errc::earlier_failed, errc::busy}) {
     if (errc_name(c) == name) return c;
   }
   return errc::internal;

@@ -297,6 +297,7 @@ const char* cairn_strerror(int code) {
     case CAIRN_EUNUSABLE: return "checkpoints exist but this job cannot restore them";
     case CAIRN_EEXIST: return "version already committed in this run";
     case CAIRN_EEARLIER: return "this version was taken, but an earlier version failed";
+    case CAIRN_EBUSY: return "another execution is writing this run";
   }
   return "unknown error code";
 }

@@ -19,6 +19,7 @@
 
 #include "aggregate/stage.hpp"
 #include "client/batch_job.hpp"
+#include "client/run_lease.hpp"
 #include "daemon/link.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "aggregate/leaders.hpp"
@@ -242,6 +243,7 @@ client_impl::~client_impl() {
   if (engine_) engine_->shutdown(false);
   finish_daemon();
   if (warning_handler_) batch::release_warning_handler();
+  if (lease_) lease_->release();
 }
 
 result<std::unique_ptr<client_impl>> client_impl::create(std::unique_ptr<comm::communicator> comm,
@@ -259,6 +261,13 @@ result<std::unique_ptr<client_impl>> client_impl::create(std::unique_ptr<comm::c
     return st;
   }
   std::unique_ptr<client_impl> c(new client_impl(std::move(comm), std::move(cfg).value()));
+  if (!c->cfg_.run_set) {
+    // The default run (docs/design/run-identity.md) is rank 0's, said once.
+    c->comm_->broadcast(&c->cfg_.run, 0);
+    if (c->rank() == 0)
+      std::fprintf(stderr, "cairn: run '%s' (the default for this program, directory%s; set CAIRN_RUN to choose one)\n",
+                   c->cfg_.run.c_str(), c->cfg_.run_scope_job && std::getenv("SLURM_JOB_ID") ? " and job" : "");
+  }
   st = c->start();
   st = c->agree(st);
   if (!st) return st;
@@ -282,6 +291,8 @@ status client_impl::start() {
   CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.persistent).with_context("persistent level (CAIRN_PERSISTENT)"));
   if (cfg_.local_enabled)
     CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.scratch).with_context("local level (CAIRN_SCRATCH)"));
+  // One writer per run, before anything of the run is read or written.
+  CAIRN_RETURN_IF_ERROR(agree(take_lease()));
   if (rank() == 0) {
     auto cat = history::catalog::open(cfg_.persistent);
     if (!cat) {
@@ -522,6 +533,24 @@ status client_impl::install_fault() {
   fault_env_ = storage::make_fault_env(storage::storage_env::posix(), spec);
   env_ = fault_env_.get();
   return {};
+}
+
+status client_impl::take_lease() {
+  if (rank() != 0) return {};
+  auto l = run_lease::acquire(cfg_.persistent, cfg_.run, cfg_.lease_timeout);
+  if (l) {
+    lease_ = std::move(l).value();
+    return {};
+  }
+  status st = l.take_status();
+  if (st.code() == errc::busy) return st;
+  if (st.code() == errc::no_space) {
+    std::fprintf(stderr, "cairn: warning: run '%s' goes without a lease (%s)\n", cfg_.run.c_str(),
+                 st.message().c_str());
+    return {};
+  }
+  return st.with_context("the persistent level (CAIRN_PERSISTENT=" + cfg_.persistent +
+                         ") cannot be written, so no checkpoint could be saved; give a writable directory");
 }
 
 status client_impl::start_run_identity() {
@@ -1636,6 +1665,8 @@ status client_impl::finalize(bool wait_for_pending) {
     status st = write_run_identity();
     if (!st && first.is_ok()) first = st;
   }
+  (void)env_->remove_dir(files_dir());  // file mode: this execution's (empty) directory
+  if (lease_) lease_->release();
   finalized_ = true;
   write_metrics();
   if (warning_handler_) {

@@ -98,6 +98,7 @@ struct version_record {
 
 // Online comparison state shared by the compare stage and the client (client.cpp).
 struct online_state;
+class run_lease;
 
 // A region's block shape in row-major order (reversed for column-major regions).
 std::vector<uint64_t> row_major_dims(const region& r);
@@ -176,6 +177,11 @@ class client_impl {
   status start();
   status install_fault();
   // Collective at start: gathers the hosts; rank 0 appends this execution to RUN.
+  // Rank 0 takes the run's lease (run_lease.hpp): busy while another
+  // execution holds it.
+  status take_lease();
+  // File mode: where this execution's routed files are written and restored.
+  std::string files_dir() const;
   status start_run_identity();
   // Rank 0: rewrites RUN from run_info_ (a failure is a warning on stderr,
   // except at init, where a store that cannot be written is an error; a full
@@ -473,6 +479,7 @@ class client_impl {
   // Restart: versions the agents hold for this rank, per checkpoint name.
   std::map<std::string, agents_holdings> agent_holdings_;
   format::run_info run_info_;  // rank 0 only
+  std::unique_ptr<run_lease> lease_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)
   aggregate::transfer_kill kill_transfer_;  // test hook (fault_inject level=transfer)
 };

@@ -784,15 +784,22 @@ void client_impl::release_restart_image() {
 
 // ---- file mode -------------------------------------------------------------
 
+std::string client_impl::files_dir() const {
+  // Per execution (its attempt tag): a second execution never removes a
+  // first one's routed files (docs/design/run-identity.md).
+  char attempt[16];
+  std::snprintf(attempt, sizeof attempt, "%08x", attempt_);
+  return storage::join(cfg_.local_enabled ? cfg_.scratch : cfg_.persistent,
+                       "files/" + cfg_.run + "/" + attempt);
+}
+
 status client_impl::checkpoint_begin(const std::string& name, int64_t version) {
   if (files_) return {errc::invalid_argument, "a file-mode sequence is already open (call the matching _end)"};
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
   file_mode fm;
   fm.name = name;
   fm.version = version;
-  fm.dir = storage::join(cfg_.local_enabled ? cfg_.scratch : cfg_.persistent,
-                         "files/" + cfg_.run + "/" + name + ".v" + std::to_string(version) + ".rank" +
-                             std::to_string(rank()));
+  fm.dir = storage::join(files_dir(), name + ".v" + std::to_string(version) + ".rank" + std::to_string(rank()));
   status st = env_->remove_tree(fm.dir);
   if (st) st = env_->make_dirs(fm.dir);
   CAIRN_RETURN_IF_ERROR(agree(st));
@@ -868,9 +875,8 @@ status client_impl::restart_begin(const std::string& name, int64_t version) {
   fm.restarting = true;
   fm.name = name;
   fm.version = version;
-  fm.dir = storage::join(cfg_.local_enabled ? cfg_.scratch : cfg_.persistent,
-                         "files/" + cfg_.run + "/" + name + ".v" + std::to_string(version) + ".rank" +
-                             std::to_string(rank()) + ".restore");
+  fm.dir = storage::join(files_dir(),
+                         name + ".v" + std::to_string(version) + ".rank" + std::to_string(rank()) + ".restore");
   status st = env_->remove_tree(fm.dir);
   if (st) st = env_->make_dirs(fm.dir);
   for (auto& d : restart_.header.regions) {

@@ -1,13 +1,18 @@
 #include "util/config.hpp"
 
+#include "util/hash.hpp"
 #include "util/names.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <functional>
 #include <sstream>
 #include <toml++/toml.h>
@@ -87,7 +92,18 @@ const std::vector<key_def>& keys() {
   static const std::vector<key_def> defs = {
       {"run", "run id", [](config& c, const std::string& v) -> status {
          CAIRN_RETURN_IF_ERROR(util::check_name("configuration key 'run': run", v));
-         c.run = v; return {}; }, [](const config& c) { return c.run; }},
+         c.run = v; c.run_set = true; return {}; }, [](const config& c) { return c.run; }},
+      {"run_scope", "what the default run names: job (program, directory, Slurm job and step) or program",
+       [](config& c, const std::string& v) -> status {
+         if (v != "job" && v != "program") return bad_value("run_scope", v, "job or program");
+         c.run_scope_job = v == "job";
+         return {}; }, [](const config& c) { return std::string(c.run_scope_job ? "job" : "program"); }},
+      {"lease_timeout", "seconds after which an unrenewed run lease is abandoned",
+       [](config& c, const std::string& v) -> status {
+         CAIRN_RETURN_IF_ERROR(parse_double("lease_timeout", v, &c.lease_timeout));
+         if (c.lease_timeout <= 0) return bad_value("lease_timeout", v, "a positive number of seconds");
+         return {}; },
+       [](const config& c) { std::ostringstream os; os << c.lease_timeout; return os.str(); }},
       {"application", "application name", [](config& c, const std::string& v) -> status {
          CAIRN_RETURN_IF_ERROR(util::check_text("configuration key 'application'", v));
          c.application = v; return {}; }, [](const config& c) { return c.application; }},
@@ -316,10 +332,85 @@ std::string toml_value_text(const toml::node& n) {
   return "<unsupported type>";
 }
 
-std::string default_run_name() {
-  std::string exe = program_invocation_short_name ? program_invocation_short_name : "";
-  if (exe.empty() || exe.find('/') != std::string::npos) return "default";
-  return exe;
+// The program a run is named after: its name and the path that tells it
+// apart from others of the same name. For an interpreter, the script (python
+// and python3 running train.py are one program, two scripts of one name in
+// two directories are two); else the executable.
+struct program_identity {
+  std::string name;
+  std::string path;
+};
+
+std::string resolved(const std::string& p) {
+  char buf[PATH_MAX];
+  return ::realpath(p.c_str(), buf) ? std::string(buf) : p;
+}
+
+program_identity this_program() {
+  program_identity id;
+  id.name = program_invocation_short_name ? program_invocation_short_name : "";
+  id.path = resolved("/proc/self/exe");
+  std::vector<std::string> argv;
+  if (std::FILE* f = std::fopen("/proc/self/cmdline", "rb")) {
+    std::string cur;
+    for (int ch; (ch = std::fgetc(f)) != EOF;) {
+      if (ch == 0) argv.push_back(std::move(cur)), cur.clear();
+      else cur.push_back(static_cast<char>(ch));
+    }
+    std::fclose(f);
+  }
+  static const char* const kInterpreters[] = {"python", "pypy", "perl", "ruby", "Rscript", "julia", "node"};
+  const bool interpreter = std::any_of(std::begin(kInterpreters), std::end(kInterpreters), [&](const char* p) {
+    return id.name.rfind(p, 0) == 0 &&
+           id.name.find_first_not_of("0123456789.", std::strlen(p)) == std::string::npos;
+  });
+  if (interpreter) {
+    for (size_t i = 1; i < argv.size(); ++i) {
+      const std::string& a = argv[i];
+      if (a == "-m" || a == "-c" || a == "-e") {
+        // python -m pkg.mod: the module; -c / -e: the interpreter itself.
+        if (a == "-m" && i + 1 < argv.size()) id.name = argv[i + 1], id.path = "-m " + argv[i + 1];
+        break;
+      }
+      if (a == "-W" || a == "-X") {  // options that take a value
+        ++i;
+        continue;
+      }
+      if (a.empty() || a[0] == '-') continue;
+      id.path = resolved(a);
+      const size_t slash = a.find_last_of('/');
+      id.name = slash == std::string::npos ? a : a.substr(slash + 1);
+      if (const size_t dot = id.name.find_last_of('.'); dot != std::string::npos && dot > 0) id.name.resize(dot);
+      break;
+    }
+  }
+  // A run id is a file name: what the rules refuse becomes '_'.
+  for (char& ch : id.name)
+    if (ch == '/' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '_';
+  if (id.name.empty() || id.name == "." || id.name == ".." || !util::valid_utf8(id.name)) id.name = "default";
+  if (id.name.size() > 64) id.name.resize(64);
+  return id;
+}
+
+std::string default_run_name(bool with_job) {
+  const program_identity id = this_program();
+  char cwd[PATH_MAX];
+  std::string where = id.path + '\0' + (::getcwd(cwd, sizeof cwd) ? cwd : "");
+  char digest[16];
+  std::snprintf(digest, sizeof digest, "%08x", static_cast<unsigned>(util::xxh3(where.data(), where.size())));
+  std::string run = id.name + "-" + digest;
+  // Under a batch job the job (and step) too: two jobs, or two steps of one
+  // allocation, never share a run by accident; a requeued job keeps its id
+  // and its steps' numbers and finds its checkpoints.
+  auto plain = [](const char* s) { return s && *s && std::string(s).find('/') == std::string::npos; };
+  const char* job = std::getenv("SLURM_JOB_ID");
+  if (with_job && plain(job)) {
+    run += std::string("-") + job;
+    const char* step = std::getenv("SLURM_STEP_ID");
+    // Not the batch script's or the extern step's pseudo ids.
+    if (plain(step) && std::strtoull(step, nullptr, 10) < 4294967290ull) run += std::string(".") + step;
+  }
+  return run;
 }
 
 std::string default_scratch() {
@@ -364,13 +455,7 @@ result<config> config::load(const std::string& path) {
 
 result<config> config::load(const std::string& path, const std::map<std::string, std::string>& env) {
   config c;
-  c.run = default_run_name();
-  // Under a batch job the job id is part of the default run: two jobs never
-  // share a run by accident (a requeued job keeps its id and finds its
-  // checkpoints; a new job that continues another sets run).
-  if (const char* job = std::getenv("SLURM_JOB_ID"); job && *job && std::string(job).find('/') == std::string::npos)
-    c.run += std::string("-") + job;
-  c.application = default_run_name();
+  c.application = this_program().name;
   c.scratch = default_scratch();
   if (!path.empty()) {
     toml::table tbl;
@@ -405,6 +490,7 @@ result<config> config::load(const std::string& path, const std::map<std::string,
     status st = def->set(c, value);
     if (!st) return st.with_context("environment variable " + name);
   }
+  if (!c.run_set) c.run = default_run_name(c.run_scope_job);
   return c;
 }
 

@@ -36,8 +36,15 @@ enum class persistent_layout { file_per_process, aggregated, automatic };
 enum class aggregate_strategy { posix_shared, aligned, mpiio, leaders };
 
 struct config {
-  std::string run;          // run id; default: executable name
-  std::string application;  // default: executable name
+  // run id; default (docs/design/run-identity.md): <program>-<digest of its
+  // path and the working directory>[-<job>.<step> under Slurm, run_scope = job]
+  std::string run;
+  bool run_set = false;     // run was configured (else every rank takes rank 0's default)
+  bool run_scope_job = true;  // run_scope: job (the default run names the job and step) or program
+  // A run's lease (RUN.lease) is judged abandoned when its holder has not
+  // renewed it for this long (seconds) and is not known to be dead sooner.
+  double lease_timeout = 30;
+  std::string application;  // default: the program's name (the script's, for an interpreter)
   std::string code_version; // free text (e.g. a git commit)
   std::string tags;         // "key=value,key2=value2"
   std::string scratch;      // node-local level directory

@@ -21,6 +21,7 @@ std::string_view errc_name(errc code) {
     case errc::unusable: return "unusable";
     case errc::exists: return "exists";
     case errc::earlier_failed: return "earlier_failed";
+    case errc::busy: return "busy";
   }
   return "unknown";
 }

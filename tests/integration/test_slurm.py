@@ -136,8 +136,10 @@ def test_the_default_run_is_named_after_the_job(rig, tmp_path):
     out = output(tmp_path, job)
     assert state == "COMPLETED", f"job {job} ended {state}\n{out}"
     runs = sorted(p.name for p in (tmp_path / "store" / "runs").iterdir())
-    assert runs == [f"ckpt_app-{job}"], runs
-    info = run_info(tmp_path / "store", f"ckpt_app-{job}")
+    # The program, a digest of its path and directory, the job and its step.
+    assert len(runs) == 1 and re.fullmatch(rf"ckpt_app-[0-9a-f]{{8}}-{job}(\.\d+)?", runs[0]), runs
+    assert f"cairn: run '{runs[0]}' (the default for this program, directory and job" in out, out
+    info = run_info(tmp_path / "store", runs[0])
     assert info["executions"][0]["job"] == job
     assert info["executions"][0]["nodes"] == ["n1", "n2"]
 

@@ -31,6 +31,7 @@ CAIRN_ENOSPC = -5
 CAIRN_EUNUSABLE = -11
 CAIRN_EEXIST = -12
 CAIRN_EEARLIER = -13
+CAIRN_EBUSY = -14
 
 SERIAL = "serial"            # ckpt_app_serial: built without MPI
 SERIAL_FLAG = "serial-flag"  # ckpt_app --serial: MPI build that never calls MPI

@@ -25,7 +25,7 @@ from .diff import Row, diff, find_cli, first_divergence, has_diff, outcome
 from .diff import rows as diff_rows
 from .checkpointer import (LEVEL_CAPTURED, LEVEL_LOCAL, LEVEL_PERSISTENT, LEVEL_PROTECTED,
                            Checkpointer)
-from .errors import (AgainError, CairnError, CairnIOError, CancelledError, CorruptionError, DiffUnavailable,
+from .errors import (AgainError, BusyError, CairnError, CairnIOError, CancelledError, CorruptionError, DiffUnavailable,
                      DivergedError, EarlierFailureWarning, ExistsError, InvalidArgumentError, NoSpaceError, NotFoundError,
                      NotSupportedError, UnusableError)
 from .store import Store, open  # noqa: A004
@@ -37,5 +37,5 @@ __all__ = [
     "outcome", "find_cli", "has_diff", "xxh3_64", "CairnError", "CorruptionError", "NotFoundError",
     "NotSupportedError", "DiffUnavailable", "Checkpointer", "LEVEL_CAPTURED", "LEVEL_LOCAL", "LEVEL_PROTECTED",
     "LEVEL_PERSISTENT", "InvalidArgumentError", "CairnIOError", "NoSpaceError", "AgainError", "CancelledError",
-    "DivergedError", "UnusableError", "ExistsError", "EarlierFailureWarning",
+    "DivergedError", "UnusableError", "ExistsError", "EarlierFailureWarning", "BusyError",
 ]

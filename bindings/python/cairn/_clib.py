@@ -12,13 +12,13 @@ import ctypes.util
 import os
 from pathlib import Path
 
-from .errors import (AgainError, CairnError, CairnIOError, CancelledError, CorruptionError, DivergedError,
+from .errors import (AgainError, BusyError, CairnError, CairnIOError, CancelledError, CorruptionError, DivergedError,
                      ExistsError, InvalidArgumentError, NoSpaceError, NotFoundError, NotSupportedError,
                      UnusableError)
 
 ERRORS = {-1: InvalidArgumentError, -2: NotFoundError, -3: CorruptionError, -4: CairnIOError, -5: NoSpaceError,
           -6: AgainError, -7: CancelledError, -8: NotSupportedError, -10: DivergedError, -11: UnusableError,
-          -12: ExistsError}
+          -12: ExistsError, -14: BusyError}
 EARLIER = -13  # CAIRN_EEARLIER: a warning (errors.EarlierFailureWarning), not an error
 
 CDEF = """

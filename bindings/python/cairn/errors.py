@@ -55,6 +55,10 @@ class ExistsError(CairnError):
     """CAIRN_EEXIST: the version is already committed by an earlier execution."""
 
 
+class BusyError(CairnError):
+    """CAIRN_EBUSY: another execution is writing this run (the message names it)."""
+
+
 class EarlierFailureWarning(UserWarning):
     """CAIRN_EEARLIER, issued by Checkpointer.checkpoint: this version was
     taken, but an earlier version failed in the background (the message says

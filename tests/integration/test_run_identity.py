@@ -1,0 +1,112 @@
+"""One identity and one owner per run (docs/design/run-identity.md).
+
+- The default run names the program and its working directory: the same
+  program in two directories, with the same checkpoint name and the same
+  node-local directory, never restores the other's state; a relaunch in the
+  same directory finds its own.
+- A second execution of a run that another execution is writing is refused
+  at init (CAIRN_EBUSY, naming the holder) and changes nothing: the first
+  goes on and restarts bit-identical.
+- A killed execution's lease is taken over at once by the next one on the
+  same host (its pid is gone), without waiting for lease_timeout.
+- File-mode routed files live in a directory per execution.
+"""
+import re
+import shutil
+import time
+
+import harness
+from harness import assert_same_state
+
+STEPS, EVERY, NBYTES = 10, 2, 65536
+
+
+def default_run_job(root, **kw):
+    """A Job whose run is cairn's default (no CAIRN_RUN): the job's own
+    working directory is root."""
+    job = harness.Job(root, 2, **kw)
+    orig = job.env
+
+    def env(**cfg):
+        e = orig(**cfg)
+        del e["CAIRN_RUN"]
+        return e
+
+    job.env = env
+    return job
+
+
+def test_the_default_run_is_per_program_and_directory(tmp_path, reference):
+    ref = reference(2)
+    shared_scratch, shared_store = tmp_path / "scratch", tmp_path / "store"
+    a = default_run_job(tmp_path / "a", scratch=shared_scratch, store=shared_store)
+    b = default_run_job(tmp_path / "b", scratch=shared_scratch, store=shared_store)
+    ra = a.run(*ref.app_args(), "--steps", 6).ok()
+    m = re.search(r"cairn: run '([^']+)' \(the default", ra.stderr)
+    assert m and re.fullmatch(r"ckpt_app-[0-9a-f]{8}", m.group(1)), ra.describe()
+    run_a = m.group(1)
+    # Another directory: another run, which starts from scratch (the same
+    # checkpoint name in the same store and node-local directory).
+    rb = b.run(*ref.app_args(), "--steps", 4, "--variant", 1).ok()
+    assert rb.restarted_from is None, "a program in another directory restored another's state\n" + rb.describe()
+    run_b = re.search(r"cairn: run '([^']+)'", rb.stderr).group(1)
+    assert run_b != run_a
+    assert sorted(p.name for p in (shared_store / "runs").iterdir()) == sorted([run_a, run_b])
+    # The same directory again: its own run, restarted bit for bit.
+    ra2 = a.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", a.dumps / "r").ok()
+    assert ra2.restarted_from == 6, ra2.describe()
+    assert_same_state(ref.dump(6), a.read_dump(a.dumps / "r"), "state restored from version 6")
+    assert ra2.final_hash == ref.final_hash
+
+
+def test_a_second_execution_of_a_run_is_refused_and_changes_nothing(make_job, reference):
+    ref = reference(2)
+    job = make_job(2)
+    flag = job.root / "go"
+    first = job.start(*ref.app_args(), "--steps", STEPS, "--pause-after", 4, flag)
+    job.wait_paused(first, flag)
+    t0 = time.monotonic()
+    second = job.run(*ref.app_args(), "--steps", STEPS, lease_timeout=60)
+    took = time.monotonic() - t0
+    assert second.rc != 0, second.describe()
+    assert "(-14)" in second.stderr and "is being written by another execution" in second.stderr, second.describe()
+    assert "ckpt_app" in second.stderr and "pid" in second.stderr, second.describe()
+    # The holder renews every lease_timeout / 4: seen well before the timeout.
+    assert took < 40, f"refused after {took:.0f} s"
+    flag.touch()
+    res = harness.finish_process(first).ok()
+    assert res.final_hash == ref.final_hash
+    assert job.committed() == [2, 4, 6, 8, 10]
+    restored = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", job.dumps / "r").ok()
+    assert restored.restarted_from == 10
+    assert_same_state(ref.dump(10), job.read_dump(job.dumps / "r"), "state restored from version 10")
+    assert not (job.store / "runs" / job.run_id / "RUN.lease").exists(), "finalize left the lease"
+
+
+def test_a_killed_executions_lease_is_taken_over_at_once(make_job, reference):
+    ref = reference(2)
+    job = make_job(2)
+    flag = job.root / "go"
+    p = job.start(*ref.app_args(), "--steps", STEPS, "--pause-after", 6, flag)
+    job.wait_paused(p, flag)
+    harness.kill_job(p)
+    assert (job.store / "runs" / job.run_id / "RUN.lease").exists()
+    t0 = time.monotonic()
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", job.dumps / "r", lease_timeout=120).ok()
+    assert time.monotonic() - t0 < 60, "the relaunch waited for the lease to time out"
+    assert "took over the lease" in res.stderr, res.describe()
+    assert res.restarted_from == 6, res.describe()
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "r"), "state restored from version 6")
+    assert res.final_hash == ref.final_hash
+
+
+def test_file_mode_files_live_in_a_directory_per_execution(make_job, reference):
+    ref = reference(2)
+    job = make_job(2)
+    res = job.run(*ref.app_args(), "--steps", 4, "--file-mode").ok()
+    files = job.scratch / "files" / job.run_id
+    # Each execution's directory is gone once it ended (its files live in the shards).
+    assert not files.exists() or not list(files.iterdir()), list(files.iterdir())
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--file-mode").ok()
+    assert res.restarted_from == 4 and res.final_hash == ref.final_hash, res.describe()
+    shutil.rmtree(job.scratch, ignore_errors=True)
