@@ -160,6 +160,9 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
       if (!h) st = h.error();
       else if (h->run != cfg_.run || h->name != name || h->version != version || h->set[h->position].rank != me)
         st = status(errc::corruption, ppath + ": names another version or rank");
+      else if (h->nranks != static_cast<uint32_t>(size()))
+        st = status(errc::invalid_argument, ppath + ": written by a job of " + std::to_string(h->nranks) +
+                                                " ranks; this job has " + std::to_string(size()));
       else ph = std::move(h).value();
     }
     if (st) {

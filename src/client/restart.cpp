@@ -17,6 +17,7 @@
 #include "format/tree.hpp"
 #include "util/copy.hpp"
 #include "util/hash.hpp"
+#include "util/names.hpp"
 
 namespace cairn {
 namespace {
@@ -882,8 +883,17 @@ status client_impl::restart_begin(const std::string& name, int64_t version) {
   for (auto& d : restart_.header.regions) {
     if (!st) break;
     if (d.name.rfind("file:", 0) != 0) continue;
+    // One file name in this execution's directory, never a path out of it
+    // (the header's names were checked; "file:.." would still climb).
+    const std::string base = d.name.substr(5);
+    st = util::check_name("routed file", base);
+    if (!st) {
+      st = status(errc::corruption, "checkpoint '" + name + "' version " + std::to_string(version) + ": " +
+                                        st.message() + " (the shard is damaged or forged; nothing was written)");
+      break;
+    }
     std::string data(reinterpret_cast<const char*>(restart_.bytes().data() + d.offset), d.length);
-    st = env_->write_atomic(storage::join(fm.dir, d.name.substr(5)), data, false);
+    st = env_->write_atomic(storage::join(fm.dir, base), data, false);
   }
   CAIRN_RETURN_IF_ERROR(agree(st));
   last_version_[name] = version;

@@ -1,5 +1,10 @@
 #include "daemon/link.hpp"
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -14,9 +19,16 @@ using nlohmann::json;
 result<std::shared_ptr<link>> link::connect(const std::string& name, const std::string& hello, double timeout_s,
                                             int rank) {
   CAIRN_ASSIGN_OR_RETURN(int fd, connect_to(name, timeout_s));
+  // The welcome comes within timeout_s, or the daemon is not serving us
+  // (never a rank hung forever in its handshake).
+  const double whole = std::max(1.0, timeout_s);
+  struct timeval tv {static_cast<time_t>(whole), static_cast<suseconds_t>((whole - std::floor(whole)) * 1e6)};
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::shared_ptr<link> l(new link(fd, rank));
   CAIRN_RETURN_IF_ERROR(l->ch_.send({msg::hello, hello, {}, -1}));
   auto w = l->ch_.recv();
+  struct timeval none {};
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   if (!w) return w.error().with_context("waiting for the node daemon's welcome");
   if (w->type != msg::welcome) return status(errc::internal, "node daemon: unexpected answer to hello");
   auto meta = json::parse(w->meta, nullptr, false);

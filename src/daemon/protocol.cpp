@@ -150,6 +150,16 @@ result<int> listen_on(const std::string& name) {
   return fd;
 }
 
+status check_peer_user(int fd, const std::string& what) {
+  struct ucred cred {};
+  socklen_t len = sizeof cred;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return status::from_errno(errno, what + ": SO_PEERCRED");
+  if (cred.uid != geteuid())
+    return {errc::io_error, what + " runs as uid " + std::to_string(cred.uid) + ", not this job's user (uid " +
+                                std::to_string(geteuid()) + "): refused"};
+  return {};
+}
+
 result<int> connect_to(const std::string& name, double timeout_s) {
   const double deadline = util::now_s() + timeout_s;
   for (;;) {
@@ -157,7 +167,13 @@ result<int> connect_to(const std::string& name, double timeout_s) {
     if (fd < 0) return status::from_errno(errno, "node daemon socket");
     socklen_t len;
     sockaddr_un a = address(name, &len);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) return fd;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0) {
+      if (status st = check_peer_user(fd, "the node daemon at '@" + name + "'"); !st) {
+        close(fd);
+        return st;
+      }
+      return fd;
+    }
     int e = errno;
     close(fd);
     if ((e != ECONNREFUSED && e != ENOENT) || util::now_s() >= deadline)

@@ -66,7 +66,12 @@ std::string socket_name(uint32_t attempt, const std::string& run, const std::str
 // Listening socket (backlog for every rank of a node); the fd, owned by the caller.
 result<int> listen_on(const std::string& name);
 // Connects, retrying until `timeout_s` for a daemon that is still starting.
+// Connects as a rank does: the socket's owner (SO_PEERCRED) must be this
+// process's user, else whoever holds the abstract name is not our daemon.
 result<int> connect_to(const std::string& name, double timeout_s);
+// The peer of a connected Unix socket runs as this process's user
+// (SO_PEERCRED); permission denied otherwise (docs/design/security.md).
+status check_peer_user(int fd, const std::string& what);
 
 }  // namespace cairn::daemon
 

@@ -409,6 +409,13 @@ int run_server(const server_options& o) {
     if (n > 0 && (p.revents & POLLIN)) {
       int fd = accept4(*lfd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
+      // Only the job's user (another user could otherwise make this daemon
+      // write where it likes, or take a rank's place).
+      if (status who = check_peer_user(fd, "a connection"); !who) {
+        log("%s%s", who.message(), "");
+        close(fd);
+        continue;
+      }
       ++started;
       auto& r = sessions.emplace_back();
       r.wake = fcntl(fd, F_DUPFD_CLOEXEC, 0);

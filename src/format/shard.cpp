@@ -6,6 +6,7 @@
 #include <set>
 
 #include "util/hash.hpp"
+#include "util/names.hpp"
 
 namespace cairn::format {
 namespace {
@@ -239,6 +240,10 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
   if (!rest.get(&run_len) || !rest.get(&name_len) || !rest.get(&h.attempt) || !rest.get_str(run_len, &h.run) ||
       !rest.get_str(name_len, &h.name))
     return corrupt("truncated header");
+  // Names become paths (a file-mode region becomes a file): the rules of
+  // util::check_name, whoever wrote the header (docs/design/security.md).
+  for (auto [what, name] : {std::pair<const char*, const std::string*>{"run", &h.run}, {"checkpoint", &h.name}})
+    if (status st = util::check_name(what, *name); !st) return corrupt(st.message());
   for (uint32_t i = 0; i < nreg; ++i) {
     region_desc r;
     uint16_t nl = 0, res16 = 0;
@@ -258,16 +263,31 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
       for (auto& d : r.start)
         if (!rest.get(&d)) return corrupt("truncated region table");
       for (size_t k = 0; k < ndims; ++k)
-        if (r.start[k] + r.dims[k] > r.global[k] || ndims == 0) return corrupt("region '" + r.name + "' lies outside its global shape");
+        if (r.start[k] > r.global[k] || r.dims[k] > r.global[k] - r.start[k] || ndims == 0)
+          return corrupt("region #" + std::to_string(i) + " lies outside its global shape");
     } else if (fmt < 2 && (r.flags & kHasLayout)) {
       return corrupt("region '" + r.name + "' has a layout flag in a format 1 shard");
     }
     if (!rest.get_str(nl, &r.name)) return corrupt("truncated region table");
+    if (status st = util::check_name("region", r.name); !st) return corrupt(st.message());
     const bool known_compression =
         r.compression == kCompressNone || (compressed && r.compression == kCompressZstd);
-    if (type_size(r.type) == 0 || r.length != r.count * type_size(r.type) || r.offset < h.data_offset ||
+    const uint64_t ts = type_size(r.type);
+    if (ts == 0 || r.count > UINT64_MAX / ts || r.length != r.count * ts || r.offset < h.data_offset ||
         r.offset > h.file_size || r.length > h.file_size - r.offset || !known_compression)
-      return corrupt("region '" + r.name + "' has an invalid table entry");
+      return corrupt("region '" + util::escaped(r.name) + "' has an invalid table entry");
+    // A shape must hold exactly `count` elements (restart on another rank
+    // count reads blocks by their dims).
+    if (!r.dims.empty()) {
+      uint64_t product = 1;
+      for (uint64_t d : r.dims) {
+        if (d != 0 && product > UINT64_MAX / d) return corrupt("region '" + util::escaped(r.name) + "': dims overflow");
+        product *= d;
+      }
+      if (product != r.count)
+        return corrupt("region '" + util::escaped(r.name) + "': dims hold " + std::to_string(product) +
+                       " elements, the count says " + std::to_string(r.count));
+    }
     r.stored_offset = r.offset;
     r.stored_length = r.length;
     h.regions.push_back(std::move(r));

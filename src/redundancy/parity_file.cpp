@@ -1,11 +1,13 @@
 #include "redundancy/parity_file.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
 
 #include "util/hash.hpp"
+#include "util/names.hpp"
 
 namespace cairn::redundancy {
 
@@ -117,6 +119,17 @@ result<parity_header> decode_parity_header(std::span<const std::byte> bytes, con
   if (h.geo.k != h.set.size() || h.position >= h.geo.k || h.geo.k < 2 || h.geo.m < 1 ||
       (h.geo.kind == scheme::rs && h.geo.m >= h.geo.k))
     return bad("inconsistent set description");
+  // Members are distinct ranks of the job that wrote the file (a rebuild
+  // indexes the job's ranks with them).
+  std::vector<bool> seen(std::min<uint64_t>(h.nranks, uint64_t{1} << 24));
+  for (const member& m : h.set) {
+    if (m.rank >= seen.size() || seen[m.rank])
+      return bad("set member rank " + std::to_string(m.rank) + " is not a distinct rank of the " +
+                 std::to_string(h.nranks) + " the file names");
+    seen[m.rank] = true;
+  }
+  for (auto [what, s] : {std::pair<const char*, const std::string*>{"run", &h.run}, {"checkpoint", &h.name}})
+    if (status st = util::check_name(what, *s); !st) return bad(st.message());
   return h;
 }
 

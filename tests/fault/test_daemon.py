@@ -154,3 +154,68 @@ def test_redundancy_encoded_by_the_daemons(tmp_path, reference, scheme):
     assert res.restarted_from == v, res.describe()
     assert_same_state(ref.dump(v), job.read_dump(prefix), f"state rebuilt from version {v}'s parity")
     assert res.final_hash == ref.final_hash
+
+
+OTHER_USER = "cairn-other"
+
+
+def other_user() -> str:
+    """A second local user (created here once): the isolation tests' stranger."""
+    import pwd
+    import subprocess
+    try:
+        pwd.getpwnam(OTHER_USER)
+    except KeyError:
+        r = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER_USER],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot create a second user: {r.stderr.strip()}")
+    return OTHER_USER
+
+
+def test_another_user_cannot_talk_to_the_daemon(tmp_path):
+    """Another local user connects to a cairnd (its abstract socket name is
+    readable in /proc; file permissions do not apply to it) before the job's
+    rank does and sends a hello with a store of its own: the daemon refuses
+    the connection by its credentials (SO_PEERCRED) at once, logs it, and
+    still waits for its rank, whose connection it serves."""
+    import subprocess
+    user = other_user()
+    name = f"cairn-test-{os.getpid()}-{time.monotonic_ns()}"
+    log = open(tmp_path / "cairnd.log", "w")
+    cairnd = harness.bin_dir().parents[1] / "tools" / "cairnd" / "cairnd"
+    d = subprocess.Popen([str(cairnd), "--socket", name, "--ranks", "1", "--connect-timeout", "20"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    try:
+        probe = ("import socket, time\n"
+                 "for _ in range(200):\n"
+                 "    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+                 "    try:\n"
+                 f"        s.connect('\\0{name}')\n"
+                 "        break\n"
+                 "    except OSError:\n"
+                 "        time.sleep(0.05)\n"
+                 "s.settimeout(10)\n"
+                 "try:\n"
+                 "    s.sendall(b'\\x00' * 64 + b'{\"rank\": 0, \"config\": {\"persistent\": \"/tmp/x\"}}')\n"
+                 "    print('answer', repr(s.recv(100)))\n"
+                 "except ConnectionResetError:\n"
+                 "    print('answer reset')\n")
+        r = subprocess.run(["runuser", "-u", user, "--", "python3", "-c", probe], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert "answer b''" in r.stdout or "answer reset" in r.stdout, r.stdout  # closed at once, without a word
+        assert d.poll() is None, "cairnd ended"
+        # The job's own user is still served: its connection is accepted.
+        import socket
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("\0" + name)
+        s.close()
+        d.wait(timeout=30)
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait()
+        log.close()
+    text = (tmp_path / "cairnd.log").read_text()
+    assert "not this job's user" in text, text

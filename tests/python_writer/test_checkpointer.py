@@ -122,6 +122,51 @@ def test_an_earlier_failure_is_a_warning_and_the_version_is_taken(store_env, mon
     assert cairn.open(os.environ["CAIRN_PERSISTENT"]).versions(os.environ["CAIRN_RUN"], "c") == [1, 3]
 
 
+SCRIPT = """
+import sys, numpy as np, cairn
+with cairn.Checkpointer() as ck:
+    x = np.zeros(4)
+    ck.protect("x", x)
+    v = ck.latest("state")
+    if v is not None:
+        ck.restart("state", v)
+    print("restored", v, x[0] if v is not None else None)
+    x[:] = float(sys.argv[1])
+    ck.checkpoint("state", (v or 0) + 1)
+"""
+
+
+def test_two_scripts_with_one_checkpoint_name_never_restore_each_other(tmp_path):
+    """The default run names the script and its directory: train.py in a/
+    and in b/ (one store, one node-local directory, one checkpoint name) are
+    two runs; python and python3 running a/train.py are one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
+    env.update(CAIRN_PERSISTENT=str(tmp_path / "store"), CAIRN_SCRATCH=str(tmp_path / "scratch"),
+               PYTHONPATH=os.pathsep.join(sys.path))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for alias in ("python", "python3"):
+        (bindir / alias).symlink_to(sys.executable)
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "train.py").write_text(SCRIPT)
+
+    def run(d, alias, value):
+        r = subprocess.run([str(bindir / alias), "train.py", str(value)], cwd=tmp_path / d, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout.split()[1:], r.stderr
+
+    got, err = run("a", "python", 7)
+    assert got == ["None", "None"]
+    assert re.search(r"cairn: run 'train-[0-9a-f]{8}' \(the default", err), err
+    got, _ = run("b", "python3", 9)
+    assert got == ["None", "None"], "b/train.py restored a/train.py's state"
+    got, _ = run("a", "python3", 8)
+    assert got == ["1", "7.0"], "a/train.py run as python3 did not find its own checkpoint"
+    assert len(list((tmp_path / "store" / "runs").iterdir())) == 2
+
+
 def _kill_and_restart(tmp_path, cmd, env, nranks, seed):
     """Runs cmd, SIGKILLs it at a random moment after its first checkpoint,
     reruns it; returns (version restarted from, final grids)."""

@@ -163,11 +163,18 @@ TEST_F(should_checkpoint_test, a_near_deadline_asks_once_and_the_time_to_durable
 TEST_F(should_checkpoint_test, slurm_job_and_node_enter_the_run_identity) {
   unsetenv("CAIRN_RUN");
   setenv("SLURM_JOB_ID", "4242", 1);
+  setenv("SLURM_STEP_ID", "3", 1);
   setenv("SLURMD_NODENAME", "n9", 1);
   auto c = client::create();
   ASSERT_TRUE(c) << c.error().to_string();
+  // <program>-<digest of its path and directory>-<job>.<step>
+  const std::string run = c->impl()->cfg().run;
+  unsetenv("SLURM_STEP_ID");
   ASSERT_TRUE(c->finalize(true));
-  const std::string run = std::string(program_invocation_short_name) + "-4242";
+  const std::string prefix = std::string(program_invocation_short_name) + "-";
+  ASSERT_EQ(run.rfind(prefix, 0), 0u) << run;
+  ASSERT_EQ(run.size(), prefix.size() + 8 + std::string("-4242.3").size()) << run;
+  EXPECT_EQ(run.substr(run.size() - 7), "-4242.3") << run;
   auto info = format::read_run_info(storage::storage_env::posix(), dir_ + "/store", run);
   ASSERT_TRUE(info) << info.error().to_string();
   ASSERT_EQ(info->executions.size(), 1u);

@@ -301,6 +301,48 @@ TEST(FormatShard, RegionOutsideTheFile) {
       << message_of(r);
 }
 
+// Headers whose checksums an attacker re-sealed: names that would leave the
+// directory a restore writes into, and shapes that do not hold the count.
+TEST(FormatShard, ForgedNamesAndShapesAreRefused) {
+  auto with_name = [](const std::string& from, const std::string& to) {
+    test::shard_image img = image();
+    auto* p = reinterpret_cast<char*>(img.bytes.data());
+    const std::string_view hdr(p, header_bytes(img.bytes));
+    const size_t at = hdr.find(from);
+    EXPECT_NE(at, std::string_view::npos);
+    std::memcpy(p + at, to.data(), to.size());
+    reseal(img.bytes);
+    return format::decode_header(img.bytes, "f.shard");
+  };
+  auto r = with_name("temperature", "x/../../pwn");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("region 'x/../../pwn' contains '/'"), std::string::npos) << message_of(r);
+  r = with_name("temperature", std::string("temp\x01rature", 11));
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+  r = with_name("run1", "r/..");
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+  r = with_name("ckpt", "..\xff\xfe");
+  EXPECT_EQ(r.error().code(), errc::corruption) << message_of(r);
+
+  test::shard_image img = image();
+  // temperature's dims (4 x 8 = 32 elements), found in the table, made 5 x 8: 40 != 32.
+  const uint64_t dims[2] = {4, 8};
+  const auto* p = reinterpret_cast<const char*>(img.bytes.data());
+  const size_t dims_at = std::string_view(p, header_bytes(img.bytes)).find(std::string_view(
+      reinterpret_cast<const char*>(dims), sizeof dims));
+  ASSERT_NE(dims_at, std::string_view::npos);
+  poke<uint64_t>(img.bytes, dims_at, 5);
+  reseal(img.bytes);
+  r = format::decode_header(img.bytes, "f.shard");
+  EXPECT_EQ(r.error().code(), errc::corruption);
+  EXPECT_NE(message_of(r).find("dims hold 40 elements, the count says 32"), std::string::npos) << message_of(r);
+  // A count whose byte length overflows.
+  img = image();
+  poke<uint64_t>(img.bytes, dims_at - 32, uint64_t{1} << 61);  // its count: before offset, length, checksum
+  reseal(img.bytes);
+  EXPECT_EQ(format::decode_header(img.bytes, "f.shard").error().code(), errc::corruption);
+}
+
 TEST(FormatShard, FileSizeSmallerThanTheRegions) {
   test::shard_image img = image();
   poke<uint64_t>(img.bytes, kFileSizeAt, img.header.file_size - format::kAlign);

@@ -148,7 +148,7 @@ TEST(RedundancyParityFile, HeaderRoundTripAndDamage) {
   h.run = "r";
   h.name = "ckpt";
   h.version = 6;
-  h.nranks = 4;
+  h.nranks = 8;
   h.geo = {scheme::rs, 4, 2};
   h.position = 1;
   for (uint32_t p = 0; p < 4; ++p) h.set.push_back({p * 2, "node" + std::to_string(p), 70000 + p, 0x1234 + p});
@@ -167,4 +167,14 @@ TEST(RedundancyParityFile, HeaderRoundTripAndDamage) {
   auto bad = decode_parity_header(std::as_bytes(std::span(head.data(), head.size())), "x");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.error().message().find("header checksum mismatch"), std::string::npos);
+  // Re-sealed headers with members that are not distinct ranks of the job:
+  // a rebuild would index past the job's ranks.
+  for (uint32_t forged : {8u, 2u}) {
+    parity_header f = h;
+    f.set[3].rank = forged;  // out of range, or a duplicate of member 1
+    std::string text = encode_parity_header(&f);
+    auto r = decode_parity_header(std::as_bytes(std::span(text.data(), text.size())), "x");
+    ASSERT_FALSE(r.is_ok()) << forged;
+    EXPECT_NE(r.error().message().find("is not a distinct rank"), std::string::npos) << r.error().message();
+  }
 }
