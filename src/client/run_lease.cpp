@@ -241,7 +241,10 @@ result<std::unique_ptr<run_lease>> run_lease::acquire(const std::string& store, 
     // Move the dead holder's lease aside, and check it was the one judged
     // dead (not a new holder that took it meanwhile); then take it.
     const std::string aside = path + ".stale." + me.id;
-    if (::rename(path.c_str(), aside.c_str()) != 0) continue;  // someone else moved it
+    if (::rename(path.c_str(), aside.c_str()) != 0) {
+      if (errno == ENOENT) continue;  // someone else moved it
+      return status::from_errno(errno, "the lease of run '" + run + "': rename " + path);
+    }
     auto moved = read_holder(aside);
     if (moved && moved->id != holder->id) {
       // A live lease: put it back (unless it was replaced again) and judge anew.
