@@ -299,39 +299,3 @@ def test_a_daemon_mode_job_ended_right_after_a_checkpoint_keeps_that_version(rig
     harness.assert_same_state(ref.read_dump(ref.dumps / "at"), ref.read_dump(root / "restored"),
                               "state restored from version 2")
 
-
-def test_two_steps_of_one_allocation_on_one_run_the_second_is_refused(rig, tmp_path):
-    """Two job steps of one allocation (two mpiruns at once) name the same run:
-    the second is refused at init (CAIRN_EBUSY, naming the first) and changes
-    nothing; the first runs to its end and its checkpoints restore bit for bit."""
-    root = tmp_path
-    app = harness.bin_dir() / "ckpt_app"
-    script = root / "steps.sh"
-    script.write_text(
-        "#!/bin/bash\n"
-        f"mpirun --oversubscribe --bind-to none -n 2 {app} --steps 10 --every 2 --bytes {NBYTES} --sleep-ms 1500 "
-        f"> {root}/first.txt 2>&1 &\n"
-        "P=$!\n"
-        f"while [ ! -e {root}/store/runs/shared/RUN.lease ]; do sleep 0.1; done\n"
-        f"mpirun --oversubscribe --bind-to none -n 2 {app} --steps 4 --every 2 --bytes {NBYTES} "
-        f"> {root}/second.txt 2>&1\n"
-        "echo \"second rc=$?\"\n"
-        "wait $P\n"
-        "echo \"first rc=$?\"\n")
-    script.chmod(0o755)
-    job = rig.sbatch(script, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt",
-                     env=job_env(root, run="shared", lease_timeout=8))
-    state = rig.wait(job, timeout=150)
-    out = output(root, job)
-    first, second = (root / "first.txt").read_text(), (root / "second.txt").read_text()
-    assert state == "COMPLETED", f"job {job} ended {state}\n{out}\n{first}\n{second}"
-    assert "second rc=0" not in out and "first rc=0" in out, f"{out}\n{first}\n{second}"
-    assert "is being written by another execution" in second and "(-14)" in second, second
-    assert re.search(r"^final hash [0-9a-f]{16}$", first, re.M), first
-    ref = harness.Job(root / "ref", 2, run="reference")
-    ref.run("--steps", 10, "--every", 10, "--bytes", NBYTES, "--dump-at", 10, ref.dumps / "at").ok()
-    again = harness.Job(root, 2, run="shared", scratch=root / "scratch", store=root / "store")
-    res = again.run("--steps", 10, "--every", 2, "--bytes", NBYTES, "--dump-restored", root / "restored").ok()
-    assert res.restarted_from == 10, res.describe()
-    harness.assert_same_state(ref.read_dump(ref.dumps / "at"), ref.read_dump(root / "restored"),
-                              "state restored from version 10")
