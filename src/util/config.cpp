@@ -387,8 +387,8 @@ program_identity this_program() {
   // A run id is a file name: what the rules refuse becomes '_'.
   for (char& ch : id.name)
     if (ch == '/' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '_';
-  if (id.name.empty() || id.name == "." || id.name == ".." || !util::valid_utf8(id.name)) id.name = "default";
   if (id.name.size() > 64) id.name.resize(64);
+  if (id.name.empty() || id.name == "." || id.name == ".." || !util::valid_utf8(id.name)) id.name = "default";
   return id;
 }
 
