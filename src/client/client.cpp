@@ -549,6 +549,10 @@ status client_impl::take_lease() {
                  st.message().c_str());
     return {};
   }
+  return store_unwritable(st);
+}
+
+status client_impl::store_unwritable(const status& st) const {
   return st.with_context("the persistent level (CAIRN_PERSISTENT=" + cfg_.persistent +
                          ") cannot be written, so no checkpoint could be saved; give a writable directory");
 }
@@ -600,10 +604,10 @@ status client_impl::write_run_identity(bool at_init) {
   status st = env_->make_dirs(storage::join(format::runs_dir(cfg_.persistent), cfg_.run));
   if (st) st = env_->write_atomic(format::run_file_path(cfg_.persistent, cfg_.run), format::encode_run_info(run_info_), true);
   if (!st && at_init && st.code() != errc::no_space) {
-    // The first write of this execution to the store: a store that cannot be
-    // written (read-only, no permission) would lose every checkpoint.
-    return st.with_context("the persistent level (CAIRN_PERSISTENT=" + cfg_.persistent +
-                           ") cannot be written, so no checkpoint could be saved; give a writable directory");
+    // The first write of this execution to the store after the lease: a
+    // store that cannot be written (read-only, no permission) would lose
+    // every checkpoint.
+    return store_unwritable(st);
   }
   if (!st) {
     // The identity is a record, not state: a store that cannot take it (full,

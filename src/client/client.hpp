@@ -180,6 +180,9 @@ class client_impl {
   // Rank 0 takes the run's lease (run_lease.hpp): busy while another
   // execution holds it.
   status take_lease();
+  // `st` (a write to the persistent level failed at init) as the error that
+  // says the store is unusable and what to do.
+  status store_unwritable(const status& st) const;
   // File mode: where this execution's routed files are written and restored.
   std::string files_dir() const;
   status start_run_identity();

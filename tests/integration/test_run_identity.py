@@ -36,6 +36,23 @@ def default_run_job(root, **kw):
     return job
 
 
+def start_paused(job, ref, version):
+    """The job started in the background, paused on every rank after checkpoint `version`."""
+    flag = job.root / "go"
+    p = job.start(*ref.app_args(), "--steps", STEPS, "--pause-after", version, flag)
+    job.wait_paused(p, flag)
+    return p, flag
+
+
+def restored_as_reference(job, ref, version, **cfg):
+    """A rerun restores `version` bit for bit and ends as the uninterrupted run."""
+    res = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", job.dumps / "r", **cfg).ok()
+    assert res.restarted_from == version, res.describe()
+    assert_same_state(ref.dump(version), job.read_dump(job.dumps / "r"), f"state restored from version {version}")
+    assert res.final_hash == ref.final_hash
+    return res
+
+
 def test_the_default_run_is_per_program_and_directory(tmp_path, reference):
     ref = reference(2)
     shared_scratch, shared_store = tmp_path / "scratch", tmp_path / "store"
@@ -53,18 +70,13 @@ def test_the_default_run_is_per_program_and_directory(tmp_path, reference):
     assert run_b != run_a
     assert sorted(p.name for p in (shared_store / "runs").iterdir()) == sorted([run_a, run_b])
     # The same directory again: its own run, restarted bit for bit.
-    ra2 = a.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", a.dumps / "r").ok()
-    assert ra2.restarted_from == 6, ra2.describe()
-    assert_same_state(ref.dump(6), a.read_dump(a.dumps / "r"), "state restored from version 6")
-    assert ra2.final_hash == ref.final_hash
+    restored_as_reference(a, ref, 6)
 
 
 def test_a_second_execution_of_a_run_is_refused_and_changes_nothing(make_job, reference):
     ref = reference(2)
     job = make_job(2)
-    flag = job.root / "go"
-    first = job.start(*ref.app_args(), "--steps", STEPS, "--pause-after", 4, flag)
-    job.wait_paused(first, flag)
+    first, flag = start_paused(job, ref, 4)
     t0 = time.monotonic()
     second = job.run(*ref.app_args(), "--steps", STEPS, lease_timeout=60)
     took = time.monotonic() - t0
@@ -77,27 +89,20 @@ def test_a_second_execution_of_a_run_is_refused_and_changes_nothing(make_job, re
     res = harness.finish_process(first).ok()
     assert res.final_hash == ref.final_hash
     assert job.committed() == [2, 4, 6, 8, 10]
-    restored = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", job.dumps / "r").ok()
-    assert restored.restarted_from == 10
-    assert_same_state(ref.dump(10), job.read_dump(job.dumps / "r"), "state restored from version 10")
+    restored_as_reference(job, ref, 10)
     assert not (job.store / "runs" / job.run_id / "RUN.lease").exists(), "finalize left the lease"
 
 
 def test_a_killed_executions_lease_is_taken_over_at_once(make_job, reference):
     ref = reference(2)
     job = make_job(2)
-    flag = job.root / "go"
-    p = job.start(*ref.app_args(), "--steps", STEPS, "--pause-after", 6, flag)
-    job.wait_paused(p, flag)
+    p, _ = start_paused(job, ref, 6)
     harness.kill_job(p)
     assert (job.store / "runs" / job.run_id / "RUN.lease").exists()
     t0 = time.monotonic()
-    res = job.run(*ref.app_args(), "--steps", STEPS, "--dump-restored", job.dumps / "r", lease_timeout=120).ok()
+    res = restored_as_reference(job, ref, 6, lease_timeout=120)
     assert time.monotonic() - t0 < 60, "the relaunch waited for the lease to time out"
     assert "took over the lease" in res.stderr, res.describe()
-    assert res.restarted_from == 6, res.describe()
-    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "r"), "state restored from version 6")
-    assert res.final_hash == ref.final_hash
 
 
 def test_file_mode_files_live_in_a_directory_per_execution(make_job, reference):

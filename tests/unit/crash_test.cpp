@@ -122,11 +122,11 @@ enum class layout {
 };
 const char* layout_name(layout l) {
   switch (l) {
-    case layout::file_per_process: return "file per process";
+    case layout::file_per_process: return "file_per_process";
     case layout::leftovers: return "commit_if_complete";
     case layout::aggregated: return "aggregated";
   }
-  return "?";
+  return "unknown";
 }
 
 constexpr uint64_t kStride = 64 << 10;  // rank 1's offset in the first aggregated data file
@@ -294,14 +294,7 @@ TEST_P(crash_points, every_step_of_commit_retention_and_gc) {
 
 INSTANTIATE_TEST_SUITE_P(layouts, crash_points,
                          ::testing::Values(layout::file_per_process, layout::leftovers, layout::aggregated),
-                         [](const auto& info) {
-                           switch (info.param) {
-                             case layout::file_per_process: return std::string("file_per_process");
-                             case layout::leftovers: return std::string("commit_if_complete");
-                             case layout::aggregated: return std::string("aggregated");
-                           }
-                           return std::string("unknown");
-                         });
+                         [](const auto& info) { return std::string(layout_name(info.param)); });
 
 // The node-local level: shards written without sync (write_shard_file,
 // durable = false), keep = 2, each retired shard recycled as a later
