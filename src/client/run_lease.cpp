@@ -222,6 +222,9 @@ result<std::unique_ptr<run_lease>> run_lease::acquire(const std::string& store, 
       while (util::now_s() < until) {
         struct timespec ts {0, 100 * 1000 * 1000};
         nanosleep(&ts, nullptr);
+        // A holder that ends meanwhile (the ranks of a killed mpirun linger
+        // for a moment) is taken over at once.
+        if (known_dead(*holder, me)) break;
         stamp now;
         if (!stamp_of(path, &now) || !(now == first)) {
           renewed = true;
