@@ -68,12 +68,16 @@ then
 fi
 
 # The writer API (cairn.Checkpointer) calls libcairn through cffi; its MPI tests
-# use mpi4py, built from source against the system's Open MPI (libopenmpi-dev)
-# so that mpi4py and libcairn share one MPI library.
-if ! .venv/bin/python -c "import cffi, mpi4py" 2>/dev/null; then
-  echo "install-deps: installing cffi and mpi4py (built against the system MPI) into .venv"
+# use mpi4py. Its binary wheel loads the system's libmpi (Open MPI 4.1 here) at
+# run time, so that mpi4py and libcairn share one MPI library; where it cannot,
+# mpi4py is built from source against libopenmpi-dev (about 6 minutes).
+if ! .venv/bin/python -c "import cffi; from mpi4py import MPI" 2>/dev/null; then
+  echo "install-deps: installing cffi and mpi4py (over the system MPI) into .venv"
   .venv/bin/pip install -q --disable-pip-version-check cffi
-  .venv/bin/pip install -q --disable-pip-version-check --no-binary mpi4py mpi4py
+  .venv/bin/pip install -q --disable-pip-version-check --only-binary mpi4py mpi4py || true
+  if ! .venv/bin/python -c "from mpi4py import MPI" 2>/dev/null; then
+    .venv/bin/pip install -q --disable-pip-version-check --force-reinstall --no-binary mpi4py mpi4py
+  fi
 fi
 
 # PyTorch, for the tests of cairn.pytorch (tests/python_torch). PyPI's wheel

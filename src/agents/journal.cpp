@@ -27,7 +27,7 @@ std::string file_header() {
 }  // namespace
 
 std::string encode_journal_record(const nlohmann::json& rec) {
-  std::string body = dump_payload(rec);
+  std::string body = util::dump_json(rec);
   std::string out;
   put_le(&out, body.size(), 4);
   put_le(&out, util::xxh3(body.data(), body.size()), 8);
@@ -70,7 +70,7 @@ status replay_journal(const std::string& image, const std::function<status(const
                                     " has a bad checksum and is followed by " +
                                     std::to_string(image.size() - end) + " more bytes"};
     }
-    auto j = parse_payload(std::string_view(body, len));
+    auto j = util::parse_json_object(std::string_view(body, len));
     if (!j) return {errc::corruption, "journal record at offset " + std::to_string(off) + ": " + j.error().message()};
     status st = apply(*j);
     if (!st) return {errc::corruption, "journal record at offset " + std::to_string(off) + ": " + st.message()};

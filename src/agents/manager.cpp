@@ -242,7 +242,7 @@ void manager_service::apply_update(const node_update& u) {
 
 result<agent_stats> parse_agent_stats(std::string_view text) {
   if (text.size() > 65536) return status(errc::invalid_argument, "agent stats: larger than 64 KiB");
-  CAIRN_ASSIGN_OR_RETURN(json j, parse_payload(std::string(text)));
+  CAIRN_ASSIGN_OR_RETURN(json j, util::parse_json_object(std::string(text)));
   fields f(j, "agent stats");
   agent_stats st;
   f.u64("bytes_in", &st.bytes_in, false);

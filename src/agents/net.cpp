@@ -213,7 +213,7 @@ connection::connection(unique_fd fd, side s, std::string secret, net_limits lim,
 void connection::start_client(const std::string& role, const std::string& id) {
   client_nonce_ = random_nonce();
   json hello = {{"role", role}, {"id", id}, {"nonce", util::hex_encode(client_nonce_)}};
-  queue_frame(encode_frame(secret_, ctl_type::hello, 0, dump_payload(hello)), created_);
+  queue_frame(encode_frame(secret_, ctl_type::hello, 0, util::dump_json(hello)), created_);
 }
 
 void connection::queue_frame(std::string frame, double now) {
@@ -226,7 +226,7 @@ void connection::queue_frame(std::string frame, double now) {
 }
 
 void connection::send(ctl_type t, const json& body) {
-  std::string payload = dump_payload(body);
+  std::string payload = util::dump_json(body);
   if (state_ != state::established) {
     pending_.emplace_back(t, std::move(payload));
     return;
@@ -247,7 +247,7 @@ bool connection::handle_handshake(const decoded_frame& d) {
                                                  type_name(static_cast<ctl_type>(d.header.type)));
     }
     if (d.header.seq != 0) return reject(frame_error::bad_sequence, "hello with sequence " + std::to_string(d.header.seq));
-    auto body = parse_payload(d.payload);
+    auto body = util::parse_json_object(d.payload);
     if (!body) return reject(frame_error::bad_payload, "hello: " + body.error().message());
     fields f(*body, "hello");
     std::string role, id, nonce_hex, nonce;
@@ -266,14 +266,14 @@ bool connection::handle_handshake(const decoded_frame& d) {
     role_ = role;
     peer_id_ = id;
     json ack = {{"nonce", nonce_hex}, {"server_nonce", util::hex_encode(server_nonce)}};
-    queue_frame(encode_frame(secret_, ctl_type::hello_ack, 0, dump_payload(ack)), util::now_s());
+    queue_frame(encode_frame(secret_, ctl_type::hello_ack, 0, util::dump_json(ack)), util::now_s());
   } else {
     if (d.header.type != static_cast<uint16_t>(ctl_type::hello_ack)) {
       return reject(frame_error::unexpected, std::string("expected hello_ack, got ") +
                                                  type_name(static_cast<ctl_type>(d.header.type)));
     }
     if (d.header.seq != 0) return reject(frame_error::bad_sequence, "hello_ack with sequence " + std::to_string(d.header.seq));
-    auto body = parse_payload(d.payload);
+    auto body = util::parse_json_object(d.payload);
     if (!body) return reject(frame_error::bad_payload, "hello_ack: " + body.error().message());
     fields f(*body, "hello_ack");
     std::string echo, sn_hex, sn;
@@ -331,7 +331,7 @@ bool connection::on_readable(double now, std::vector<ctl_message>* out) {
       if (t == ctl_type::hello || t == ctl_type::hello_ack) {
         return reject(frame_error::unexpected, std::string(type_name(t)) + " after the handshake");
       }
-      auto body = parse_payload(d.payload);
+      auto body = util::parse_json_object(d.payload);
       if (!body) {
         // The frame is authentic and the stream intact: answer, keep the connection.
         log_rejection(peer_, "bad_payload", std::string(type_name(t)) + ": " + body.error().message());

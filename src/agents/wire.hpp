@@ -15,6 +15,7 @@
 
 #include "agents/auth.hpp"
 #include "cairn/status.hpp"
+#include "util/json.hpp"
 
 namespace cairn::agents {
 
@@ -22,7 +23,6 @@ inline constexpr char kFrameMagic[4] = {'C', 'R', 'N', 'C'};
 inline constexpr uint16_t kProtocolVersion = 1;
 inline constexpr size_t kHeaderSize = 24;
 inline constexpr uint32_t kDefaultMaxPayload = 1u << 20;  // 1 MiB
-inline constexpr int kMaxJsonDepth = 16;
 
 enum class ctl_type : uint16_t {
   hello = 1,          // client -> server, first frame, secret key
@@ -120,35 +120,8 @@ class session {
   uint64_t recv_seq_ = 0;
 };
 
-// Parses a payload: a JSON object of valid UTF-8 nested at most kMaxJsonDepth
-// deep (checked before parsing). invalid_argument otherwise. Never throws.
-result<nlohmann::json> parse_payload(std::string_view payload);
-std::string dump_payload(const nlohmann::json& j);  // compact; invalid UTF-8 replaced
-
-// Reads typed fields of a JSON object without throwing: every getter records
-// the first problem (missing required field, wrong type, out of range) and
-// returns false; error() says which field of which message.
-class fields {
- public:
-  fields(const nlohmann::json& j, std::string where);
-  bool str(const char* key, std::string* out, bool required = true, size_t max_len = 256);
-  bool u64(const char* key, uint64_t* out, bool required = true, uint64_t max = UINT64_MAX);
-  bool u32(const char* key, uint32_t* out, bool required = true, uint32_t max = UINT32_MAX);
-  bool num(const char* key, double* out, bool required = true, double min = 0, double max = 1e300);
-  bool boolean(const char* key, bool* out, bool required = true);
-  // An object or array member (borrowed from j); null when absent and optional.
-  const nlohmann::json* object(const char* key, bool required = true);
-  const nlohmann::json* array(const char* key, bool required = true, size_t max_items = 100000);
-  bool ok() const { return error_.empty(); }
-  status error() const;
-
- private:
-  const nlohmann::json* find(const char* key, bool required);
-  void fail(const std::string& why);
-  const nlohmann::json& j_;
-  std::string where_;
-  std::string error_;
-};
+// The strict JSON reading (util/json.hpp) under the names this module uses.
+using util::fields;
 
 }  // namespace cairn::agents
 

@@ -1,6 +1,7 @@
 // engine_host = daemon: the client's side of the node daemon (docs/design/daemon.md).
 #include <dlfcn.h>
 #include <spawn.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,14 +40,26 @@ std::string daemon_program(const config& cfg) {
 
 // Starts cairnd in a session of its own (a signal to the application's
 // process group, or the launcher's cleanup of it, does not reach the daemon),
-// with stdin and stdout on /dev/null and stderr shared with the rank.
-result<pid_t> spawn_daemon(const std::string& program, const std::string& socket, int ranks, double drain_s) {
+// with stdin and stdout on /dev/null and stderr shared with the rank. The
+// execution's token reaches it through a pipe on its descriptor 3 (never its
+// arguments or environment, which other users can read in /proc).
+result<pid_t> spawn_daemon(const std::string& program, const std::string& socket, int ranks, double drain_s,
+                           const std::string& token) {
+  int tp[2];
+  if (pipe2(tp, O_CLOEXEC) != 0) return status::from_errno(errno, "the node daemon's token pipe");
+  const bool written = write(tp[1], token.data(), token.size()) == static_cast<ssize_t>(token.size());
+  close(tp[1]);
+  if (!written) {
+    close(tp[0]);
+    return status(errc::io_error, "writing the node daemon's token");
+  }
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
   posix_spawnattr_init(&attr);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, tp[0], 3);  // dup2 clears close-on-exec
   sigset_t none;
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
@@ -60,11 +73,14 @@ result<pid_t> spawn_daemon(const std::string& program, const std::string& socket
                              ranks_s.data(),
                              const_cast<char*>("--drain-s"),
                              drain.data(),
+                             const_cast<char*>("--token-fd"),
+                             const_cast<char*>("3"),
                              nullptr};
   pid_t pid = 0;
   int rc = posix_spawnp(&pid, program.c_str(), &fa, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  close(tp[0]);
   if (rc != 0)
     return status::from_errno(rc, "starting the node daemon '" + program +
                                       "' (engine_host = daemon; set daemon_program to where cairnd is installed)");
@@ -100,14 +116,22 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   }
   const std::string socket = daemon::socket_name(attempt_, cfg_.run, node_);
   status st;
+  std::string token;  // the node's leader draws it; its ranks learn it from the leader
   if (rank() == leader) {
-    auto pid = spawn_daemon(daemon_program(cfg_), socket, local_ranks, cfg_.daemon_drain_s);
+    token.resize(daemon::kTokenBytes);
+    if (getrandom(token.data(), token.size(), 0) != static_cast<ssize_t>(token.size()))
+      st = status::from_errno(errno, "drawing the node daemon's token");
+  }
+  if (rank() == leader && st) {
+    auto pid = spawn_daemon(daemon_program(cfg_), socket, local_ranks, cfg_.daemon_drain_s, token);
     if (pid) daemon_pid_ = *pid;
     else st = pid.take_status();
   }
+  const auto tokens = comm::allgather_lines(*comm_, util::hex_encode(token));
   CAIRN_RETURN_IF_ERROR(agree(st));
   nlohmann::json hello = {{"rank", rank()},
                           {"nranks", size()},
+                          {"token", tokens[static_cast<size_t>(leader)]},
                           {"pid", static_cast<int>(getpid())},
                           {"executable", program_invocation_short_name ? program_invocation_short_name : ""},
                           {"config", cfg_.values()}};
@@ -131,6 +155,9 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   }
   CAIRN_RETURN_IF_ERROR(agree(daemon_->start(start.dump())));
   pool_.set_shared(true);
+  pool_.set_on_drop([l = std::weak_ptr<daemon::link>(daemon_)](uint64_t id) {
+    if (auto p = l.lock()) p->release_slot(id);
+  });
   size_t image = stages->add(daemon::make_image_proxy(
       daemon_, engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs)));
   size_t local = image;

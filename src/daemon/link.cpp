@@ -124,6 +124,14 @@ bool link::submit(engine::version_job& job) {
   return true;
 }
 
+void link::release_slot(uint64_t id) {
+  {
+    std::lock_guard lk(mu_);
+    if (!alive_ || slots_sent_.erase(id) == 0) return;
+  }
+  (void)ch_.send({msg::release, json{{"id", id}}.dump(), {}, -1});
+}
+
 stage_report link::wait(const engine::version_job& job, const std::string& stage) {
   std::unique_lock lk(mu_);
   const auto key = std::make_pair(job.daemon_id, stage);

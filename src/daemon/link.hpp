@@ -58,6 +58,9 @@ class link {
   // The application committed (name, version): the daemon has nothing left
   // to commit for it should the application die.
   void committed(const std::string& name, int64_t version);
+  // The rank dropped this staging slot (staging_pool::set_on_drop): the
+  // daemon unmaps it (if it was ever handed over).
+  void release_slot(uint64_t id);
   // The rank is done with the daemon (finalize).
   void bye();
   // The application abandons its pending versions (finalize without

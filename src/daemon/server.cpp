@@ -16,6 +16,7 @@
 #include <numeric>
 #include <optional>
 #include <nlohmann/json.hpp>
+#include <sodium.h>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,7 @@
 #include "util/contain.hpp"
 #include "util/cpu.hpp"
 #include "util/hex.hpp"
+#include "util/json.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "redundancy/stage.hpp"
 #endif
@@ -50,10 +52,18 @@ void log(const char* fmt, const std::string& a, const std::string& b = {}) {
   std::fputc('\n', stderr);
 }
 
+// What every session of the daemon shares.
+struct shared_state {
+  std::string token;             // the execution's (server_options::token)
+  std::atomic<int> admitted{0};  // sessions whose hello carried it
+};
+
 // A rank's connection and the engine that runs its versions.
 class session {
  public:
-  explicit session(int fd) : ch_(fd) {}
+  // Until its hello is admitted, a connection may send one frame of at most
+  // kMaxMeta bytes, within the handshake's time.
+  session(int fd, shared_state* shared) : ch_(fd, 4096 + kMaxMeta), shared_(shared) {}
   // Serves the connection to its end, finishes the work, commits what the
   // application left uncommitted if it died.
   void serve();
@@ -62,6 +72,7 @@ class session {
   // What the reporting stages need of a job beyond version_job.
   struct job : engine::version_job {
     uint64_t id = 0;
+    std::shared_ptr<util::aligned_buffer> slot;  // image points into it: kept while the job lives
   };
   // Runs `inner` and reports its outcome to the rank as `report`; a
   // successful persistent write is kept as a commit candidate.
@@ -87,16 +98,22 @@ class session {
     std::string report_;
   };
 
+  // The first frame: a hello with this execution's token, answered with a
+  // welcome (or a refusal); false when the connection is not the job's.
+  bool admit();
   status hello(const frame& f);
   // Builds the engine (the start frame: the redundancy set, if any).
   status start(const frame& f);
   status take_slot(frame& f);
+  status release_slot(const frame& f);
   status take_job(const frame& f);
+  status committed(const frame& f);
   void report(const job& j, const std::string& stage, const status& st);
   void wrote_persistent(const format::shard_header& h);
   void commit_leftovers();
 
   channel ch_;
+  shared_state* shared_;
   config cfg_;
   int rank_ = -1;
   std::string executable_, mode_;
@@ -108,7 +125,7 @@ class session {
 #endif
   // Redundancy: what a protected version's MANIFEST records (the job's sets).
   std::optional<format::redundancy_info> redundancy_record_;
-  std::map<uint64_t, std::unique_ptr<util::aligned_buffer>> slots_;
+  std::map<uint64_t, std::shared_ptr<util::aligned_buffer>> slots_;
   std::mutex mu_;
   // Versions written to the persistent level and not yet committed by the
   // application, by (name, version). GUARDED_BY(mu_)
@@ -116,33 +133,32 @@ class session {
 };
 
 void session::serve() {
+  if (!admit()) return;
   bool goodbye = false;
   for (;;) {
     auto f = ch_.recv();
-    if (!f) break;  // the rank is gone (or finalized and closed)
+    if (!f) {
+      // The rank is gone (or finalized and closed), or broke the framing:
+      // nothing more can be read; what it handed over is finished below.
+      if (f.error().code() != errc::not_found) log("rank %s: %s", std::to_string(rank_), f.error().to_string());
+      break;
+    }
+    // A malformed frame is refused and logged; the session goes on.
     status st;
     switch (f->type) {
-      case msg::hello: st = hello(*f); break;
       case msg::start:
         st = start(*f);
         if (!st) start_error_ = st.to_string();
         break;
       case msg::slot: st = take_slot(*f); break;
+      case msg::release: st = release_slot(*f); break;
       case msg::job: st = take_job(*f); break;
-      case msg::committed: {
-        auto m = json::parse(f->meta, nullptr, false);
-        if (m.is_discarded()) break;
-        std::lock_guard lk(mu_);
-        uncommitted_.erase({m.value("name", std::string()), m.value("version", int64_t{-1})});
-        break;
-      }
+      case msg::committed: st = committed(*f); break;
       case msg::bye: goodbye = true; break;
-      default: break;
+      default: st = status(errc::invalid_argument, "a frame of unknown type " + std::to_string(int(f->type))); break;
     }
-    if (!st) {
-      log("rank %s: %s", std::to_string(rank_), st.to_string());
-      if (rank_ < 0) return;  // hello refused: the rank was told
-    }
+    if (f->fd >= 0) close(f->fd);  // a descriptor no handler took
+    if (!st) log("rank %s: %s (frame refused)", std::to_string(rank_), st.to_string());
     if (goodbye) break;
   }
   if (!engine_) return;
@@ -153,6 +169,28 @@ void session::serve() {
   if (!goodbye) commit_leftovers();
 }
 
+bool session::admit() {
+  // A connection that says nothing holds no rank's place for long.
+  constexpr time_t kHandshakeS = 10;
+  const int fd = ch_.fd();
+  struct timeval tv {kHandshakeS, 0};
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  auto f = ch_.recv();
+  status st;
+  if (!f) st = f.take_status().with_context("before its hello");
+  else if (f->type != msg::hello) st = status(errc::invalid_argument, "its first frame is not a hello");
+  else st = hello(*f);
+  if (!st) {
+    log("a connection refused: %s%s", st.to_string(), "");
+    return false;
+  }
+  struct timeval none {};
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  ch_.set_max_frame(kMaxFrame);
+  shared_->admitted.fetch_add(1);
+  return true;
+}
+
 status session::hello(const frame& f) {
   json w = {{"pid", static_cast<int>(getpid())}};
   // A refused hello is answered (the rank reports why) and ends the session.
@@ -160,14 +198,20 @@ status session::hello(const frame& f) {
     w["error"] = why.message();
     w["code"] = static_cast<int>(why.code());
     rank_ = -1;
-    (void)ch_.send({msg::welcome, w.dump(), {}, -1});
+    (void)ch_.send({msg::welcome, util::dump_json(w), {}, -1});
     return why;
   };
-  auto m = json::parse(f.meta, nullptr, false);
-  if (m.is_discarded() || !m.contains("config")) return refuse({errc::corruption, "unreadable hello"});
-  rank_ = m.value("rank", -1);
-  executable_ = m.value("executable", std::string());
-  auto c = config::from_values(m["config"].get<std::map<std::string, std::string>>());
+  auto m = decode_hello(f.meta);
+  if (!m) return refuse(m.take_status());
+  // Another execution's rank (or anything else of this user that found the
+  // socket) does not carry the token this daemon was started with.
+  if (m->token.size() != shared_->token.size() ||
+      sodium_memcmp(m->token.data(), shared_->token.data(), m->token.size()) != 0)
+    return refuse({errc::invalid_argument, "the hello does not carry this execution's token: a rank of another job "
+                                             "or execution reached this daemon"});
+  rank_ = m->rank;
+  executable_ = m->executable;
+  auto c = config::from_values(m->config);
   if (!c) return refuse(c.take_status().with_context("the rank's configuration"));
   cfg_ = std::move(c).value();
   mode_ = cfg_.mode == engine_mode::sync ? "sync" : "thread";
@@ -190,9 +234,8 @@ status session::hello(const frame& f) {
 }
 
 status session::start(const frame& f) {
-  if (rank_ < 0 || engine_) return {errc::invalid_argument, "start without hello, or twice"};
-  auto m = json::parse(f.meta, nullptr, false);
-  if (m.is_discarded()) return {errc::corruption, "unreadable start"};
+  if (engine_) return {errc::invalid_argument, "a second start frame"};
+  CAIRN_ASSIGN_OR_RETURN(start_msg m, decode_start(f.meta));
   storage::storage_env* env = storage::storage_env::posix();
   storage::storage_env* flush_env = env;
   if (cfg_.io_rate_limit > 0) {
@@ -209,34 +252,27 @@ status session::start(const frame& f) {
   size_t local = image;
   if (cfg_.local_enabled)
     local = g.add(std::make_unique<reporting>(this, engine::make_local_stage(env, paths), "local"), {image});
-  if (m.contains("redundancy") && !m["redundancy"].is_null()) {
+  if (m.redundancy) {
 #ifdef CAIRN_HAVE_FABRIC
-    const auto& r = m["redundancy"];
+    auto& r = *m.redundancy;
     if (!plane_) return {errc::invalid_argument, "a redundancy set for a session without a plane"};
     redundancy::set_info set;
-    auto kind = redundancy::parse_scheme(r.value("scheme", std::string()));
+    auto kind = redundancy::parse_scheme(r.scheme);
     if (!kind) return kind.take_status();
     set.geo.kind = *kind;
-    set.geo.k = r.value("k", 0u);
-    set.geo.m = r.value("m", 0u);
-    set.members = r.value("members", std::vector<uint32_t>());
-    set.nodes = r.value("nodes", std::vector<std::string>());
-    set.position = r.value("position", 0u);
-    std::vector<std::string> peers;
-    for (const auto& hex : r.value("peers", std::vector<std::string>())) {
-      std::string name;
-      if (!util::hex_decode(hex, hex.size() / 2, &name)) return {errc::corruption, "unreadable peer endpoint"};
-      peers.push_back(std::move(name));
-    }
-    plane_->set_peers(std::move(peers));
-    if (r.contains("record") && r["record"].is_object()) {
-      const auto& rr = r["record"];
+    set.geo.k = r.k;
+    set.geo.m = r.m;
+    set.members = std::move(r.members);
+    set.nodes = std::move(r.nodes);
+    set.position = r.position;
+    plane_->set_peers(std::move(r.peers));
+    if (r.has_record) {
       format::redundancy_info ri;
-      ri.scheme = rr.value("scheme", std::string());
-      ri.description = rr.value("description", std::string());
-      ri.k = rr.value("k", 0u);
-      ri.m = rr.value("m", 0u);
-      ri.sets = rr.value("sets", std::vector<std::vector<uint32_t>>());
+      ri.scheme = r.record_scheme;
+      ri.description = r.record_description;
+      ri.k = r.record_k;
+      ri.m = r.record_m;
+      ri.sets = std::move(r.record_sets);
       redundancy_record_ = std::move(ri);
     }
     g.add(std::make_unique<reporting>(this, redundancy::make_stage(env, paths, std::move(set), plane_, {}), "redundancy"),
@@ -247,8 +283,7 @@ status session::start(const frame& f) {
   }
   g.add(std::make_unique<reporting>(this, engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), "persistent"),
         {image});
-  const bool redundancy = m.contains("redundancy") && !m["redundancy"].is_null();
-  if (!redundancy || redundancy_record_) {
+  if (!m.redundancy || redundancy_record_) {
     // The last writer of a version commits it (format::record_part), as a
     // rank's own engine would: whether or not the application calls cairn
     // again, lives, or is killed with this daemon a moment later. With
@@ -280,23 +315,34 @@ status session::start(const frame& f) {
 }
 
 status session::take_slot(frame& f) {
-  auto m = json::parse(f.meta, nullptr, false);
-  int fd = std::exchange(f.fd, -1);
-  if (m.is_discarded()) {
-    close(fd);
-    return {errc::corruption, "unreadable slot"};
-  }
-  CAIRN_ASSIGN_OR_RETURN(auto buf, util::aligned_buffer::map_shared(fd, m.value("size", size_t{0})));
-  slots_[m.value("id", uint64_t{0})] = std::make_unique<util::aligned_buffer>(std::move(buf));
+  if (f.fd < 0) return {errc::invalid_argument, "a slot frame without its memory file"};
+  CAIRN_ASSIGN_OR_RETURN(slot_msg m, decode_slot(f.meta));
+  if (slots_.count(m.id)) return {errc::invalid_argument, "staging slot " + std::to_string(m.id) + " handed over twice"};
+  // map_shared takes the descriptor (and checks the size against the file).
+  CAIRN_ASSIGN_OR_RETURN(auto buf, util::aligned_buffer::map_shared(std::exchange(f.fd, -1), m.size));
+  slots_[m.id] = std::make_shared<util::aligned_buffer>(std::move(buf));
+  return {};
+}
+
+status session::release_slot(const frame& f) {
+  CAIRN_ASSIGN_OR_RETURN(slot_msg m, decode_slot(f.meta));
+  // Unmapped once no queued job of it is left (each holds the slot).
+  if (slots_.erase(m.id) == 0) return {errc::invalid_argument, "release of unknown staging slot " + std::to_string(m.id)};
+  return {};
+}
+
+status session::committed(const frame& f) {
+  CAIRN_ASSIGN_OR_RETURN(committed_msg m, decode_committed(f.meta));
+  std::lock_guard lk(mu_);
+  uncommitted_.erase({m.name, m.version});
   return {};
 }
 
 status session::take_job(const frame& f) {
-  auto m = json::parse(f.meta, nullptr, false);
-  if (m.is_discarded()) return {errc::corruption, "unreadable job"};
+  CAIRN_ASSIGN_OR_RETURN(job_msg m, decode_job(f.meta));
   auto j = std::make_shared<job>();
-  j->id = m.value("id", uint64_t{0});
-  auto slot = slots_.find(m.value("slot", uint64_t{0}));
+  j->id = m.id;
+  auto slot = slots_.find(m.slot);
   status st;
   // Every refused job is reported, so the rank's proxies never wait for it.
   if (!engine_) st = status(errc::internal, "the daemon's engine did not start: " + start_error_);
@@ -313,10 +359,11 @@ status session::take_job(const frame& f) {
     report(*j, "image", st);  // the version fails on the rank with this message
     return st;
   }
-  j->image = slot->second.get();
-  j->wanted = m.value("wanted", 0u);
-  j->captured_at = m.value("captured_at", 0.0);
-  j->capture_s = m.value("capture_s", 0.0);
+  j->slot = slot->second;
+  j->image = j->slot.get();
+  j->wanted = m.wanted;
+  j->captured_at = m.captured_at;
+  j->capture_s = m.capture_s;
   j->done = CAIRN_LEVEL_CAPTURED;
   engine_->submit(j);
   return {};
@@ -384,15 +431,27 @@ int run_server(const server_options& o) {
     int wake = -1;  // a duplicate of the session's socket: shutting it down ends the session's wait
   };
   std::list<running> sessions;
-  int started = 0;
+  shared_state shared;
+  shared.token = o.token;
   const double deadline = util::now_s() + o.connect_timeout;
   double drain_until = 0;
   sigset_t waiting;  // the mask while waiting: SIGTERM may arrive
   pthread_sigmask(SIG_SETMASK, nullptr, &waiting);
   sigdelset(&waiting, SIGTERM);
   for (;;) {
+    // Ended sessions (refused connections among them) are joined as they go.
+    for (auto it = sessions.begin(); it != sessions.end();) {
+      if (!it->done.load()) {
+        ++it;
+        continue;
+      }
+      it->t.join();
+      if (it->wake >= 0) close(it->wake);
+      it = sessions.erase(it);
+    }
+    const int admitted = shared.admitted.load();
     const bool all_done = std::all_of(sessions.begin(), sessions.end(), [](const running& r) { return r.done.load(); });
-    if (all_done && (started >= o.ranks || util::now_s() >= deadline || drain_until > 0)) break;
+    if (all_done && (admitted >= o.ranks || util::now_s() >= deadline || drain_until > 0)) break;
     if (g_terminate.load() && drain_until == 0) {
       drain_until = util::now_s() + o.drain_s;
       log("SIGTERM: finishing and committing what the job handed over (at most %s s)%s", std::to_string(o.drain_s));
@@ -402,8 +461,12 @@ int run_server(const server_options& o) {
       for (auto& r : sessions)
         if (!r.done.load()) (void)::shutdown(r.wake, SHUT_RDWR);
     }
+    // Connections are taken until every rank of the node is admitted (a
+    // refused one does not count), at most a bounded number at once.
+    const auto open_now = std::count_if(sessions.begin(), sessions.end(), [](const running& r) { return !r.done.load(); });
     pollfd p{*lfd, POLLIN, 0};
-    if (started >= o.ranks || drain_until > 0) p.fd = -1;  // only wait for the sessions to end
+    if (admitted >= o.ranks || drain_until > 0 || util::now_s() >= deadline || open_now >= 2 * o.ranks + 16)
+      p.fd = -1;  // only wait for the sessions to end
     const timespec tick{0, 200'000'000};
     int n = ppoll(&p, 1, &tick, &waiting);
     if (n > 0 && (p.revents & POLLIN)) {
@@ -416,13 +479,12 @@ int run_server(const server_options& o) {
         close(fd);
         continue;
       }
-      ++started;
       auto& r = sessions.emplace_back();
       r.wake = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-      r.t = std::thread([fd, &r] {
+      r.t = std::thread([fd, &r, &shared] {
         // No exception ends the daemon (every session of the node with it).
-        status st = util::contained("cairnd session", [fd] {
-          session s(fd);
+        status st = util::contained("cairnd session", [fd, &shared] {
+          session s(fd, &shared);
           s.serve();
           return status();
         });

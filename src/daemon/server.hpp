@@ -32,6 +32,10 @@ struct server_options {
   int ranks = 1;               // ranks of the job on this node
   double connect_timeout = 60;  // seconds to wait for them to connect
   double drain_s = 20;          // after SIGTERM (config daemon_drain_s)
+  // The execution's token (protocol.hpp kTokenBytes), handed over by the rank
+  // that started the daemon through an inherited descriptor: a connection
+  // whose hello does not carry it is refused and does not count as a rank.
+  std::string token;
 };
 
 // SIGTERM starts the drain of run_server (async-signal-safe handler).

@@ -30,6 +30,11 @@ void staging_pool::resume() {
   cv_.notify_all();
 }
 
+void staging_pool::set_on_drop(std::function<void(uint64_t id)> f) {
+  std::lock_guard lk(mu_);
+  on_drop_ = std::move(f);
+}
+
 void staging_pool::set_shared(bool shared) {
   std::lock_guard lk(mu_);
   shared_ = shared;
@@ -91,6 +96,8 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
     if (replace ? (slot_bytes_ >= slot_bytes || free_.size() != all_.size()) : (slot_bytes_ != size))
       continue;
     if (replace) {
+      if (on_drop_)
+        for (const auto& b : all_) on_drop_(b->id());
       all_.clear();
       free_.clear();
       slot_bytes_ = size;

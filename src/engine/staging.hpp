@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -29,6 +30,9 @@ class staging_pool {
   // Slots allocated from now on are shared memory (aligned_buffer::
   // allocate_shared) that the node daemon maps. Call before the first reserve.
   void set_shared(bool shared);
+  // Called with a slot's id when the pool drops it (a larger slot replaced
+  // it), under the pool's lock: the node daemon unmaps its copy.
+  void set_on_drop(std::function<void(uint64_t id)> f);
 
   // (Re)sizes the pool: frees slots smaller than slot_bytes (only when free:
   // waits for them, or with `wait` false returns without change) and
@@ -66,6 +70,7 @@ class staging_pool {
 
   size_t slot_bytes_ = 0;                             // GUARDED_BY(mu_)
   bool shared_ = false;                               // GUARDED_BY(mu_)
+  std::function<void(uint64_t)> on_drop_;             // GUARDED_BY(mu_)
   std::vector<size_t> making_;                        // GUARDED_BY(mu_): sizes of the slots being made
   int waiting_ = 0;                                   // GUARDED_BY(mu_): reserves waiting for them
   int paused_ = 0;                                    // GUARDED_BY(mu_)

@@ -1,6 +1,7 @@
 #include "util/aligned_buffer.hpp"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -45,6 +46,14 @@ result<aligned_buffer> aligned_buffer::allocate_shared(size_t size, bool touch) 
 }
 
 result<aligned_buffer> aligned_buffer::map_shared(int fd, size_t size) {
+  // A mapping beyond the file's end would fault (SIGBUS) at the first touch:
+  // the descriptor must be a file of at least that size.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || size == 0 || static_cast<uint64_t>(st.st_size) < size) {
+    close(fd);
+    return status(errc::invalid_argument, "shared memory of " + std::to_string(size) +
+                                              " bytes: the descriptor is not a file of that size");
+  }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     int e = errno;

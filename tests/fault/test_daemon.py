@@ -12,6 +12,7 @@ its own).
 - The daemons end with their job; a configuration the daemon cannot serve is
   refused at init with a message.
 """
+import json
 import os
 import random
 import signal
@@ -173,6 +174,54 @@ def other_user() -> str:
     return OTHER_USER
 
 
+def start_cairnd(tmp_path, ranks=1, timeout=20):
+    """cairnd started as a rank starts it: its token on an inherited pipe. Returns (process, socket name, token hex, log path)."""
+    import subprocess
+    name = f"cairn-test-{os.getpid()}-{time.monotonic_ns()}"
+    token = os.urandom(32)
+    r, w = os.pipe()
+    os.write(w, token)
+    os.close(w)
+    log_path = tmp_path / "cairnd.log"
+    cairnd = harness.bin_dir().parents[1] / "tools" / "cairnd" / "cairnd"
+    with open(log_path, "w") as log:
+        d = subprocess.Popen([str(cairnd), "--socket", name, "--ranks", str(ranks), "--connect-timeout", str(timeout),
+                              "--token-fd", str(r)], stdout=log, stderr=subprocess.STDOUT, pass_fds=(r,))
+    os.close(r)
+    return d, name, token.hex(), log_path
+
+
+def daemon_connect(name):
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    for _ in range(200):
+        try:
+            s.connect("\0" + name)
+            return s
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError("cairnd does not listen")
+
+
+def daemon_frame(kind: int, meta: str = "", payload: bytes = b"") -> bytes:
+    m = meta.encode()
+    return (1 + 4 + len(m) + len(payload)).to_bytes(4, "little") + bytes([kind]) + len(m).to_bytes(4, "little") + m + \
+        payload
+
+
+def daemon_answer(s) -> dict:
+    import json
+    s.settimeout(10)
+    head = b""
+    while len(head) < 9:
+        head += s.recv(9 - len(head))
+    n = int.from_bytes(head[:4], "little") - 5
+    body = b""
+    while len(body) < n:
+        body += s.recv(n - len(body))
+    return json.loads(body[:int.from_bytes(head[5:9], "little")])
+
+
 def test_another_user_cannot_talk_to_the_daemon(tmp_path):
     """Another local user connects to a cairnd (its abstract socket name is
     readable in /proc; file permissions do not apply to it) before the job's
@@ -181,11 +230,7 @@ def test_another_user_cannot_talk_to_the_daemon(tmp_path):
     still waits for its rank, whose connection it serves."""
     import subprocess
     user = other_user()
-    name = f"cairn-test-{os.getpid()}-{time.monotonic_ns()}"
-    log = open(tmp_path / "cairnd.log", "w")
-    cairnd = harness.bin_dir().parents[1] / "tools" / "cairnd" / "cairnd"
-    d = subprocess.Popen([str(cairnd), "--socket", name, "--ranks", "1", "--connect-timeout", "20"],
-                         stdout=log, stderr=subprocess.STDOUT)
+    d, name, token, log_path = start_cairnd(tmp_path)
     try:
         probe = ("import socket, time\n"
                  "for _ in range(200):\n"
@@ -206,16 +251,70 @@ def test_another_user_cannot_talk_to_the_daemon(tmp_path):
         assert r.returncode == 0, r.stderr
         assert "answer b''" in r.stdout or "answer reset" in r.stdout, r.stdout  # closed at once, without a word
         assert d.poll() is None, "cairnd ended"
-        # The job's own user is still served: its connection is accepted.
-        import socket
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.connect("\0" + name)
+        # The job's own rank is still served: its hello is welcomed.
+        s = daemon_connect(name)
+        s.sendall(daemon_frame(1, json.dumps({"rank": 0, "nranks": 1, "token": token,
+                                              "config": {"persistent": str(tmp_path / "store")}})))
+        assert "error" not in daemon_answer(s)
+        s.sendall(daemon_frame(5))  # bye
         s.close()
         d.wait(timeout=30)
     finally:
         if d.poll() is None:
             d.kill()
             d.wait()
-        log.close()
-    text = (tmp_path / "cairnd.log").read_text()
+    text = log_path.read_text()
     assert "not this job's user" in text, text
+
+
+def test_the_daemon_admits_only_its_execution_and_survives_malformed_frames(tmp_path):
+    """A connection of the job's own user without this execution's token (a
+    rank of another job of the user, or anything else that found the socket)
+    is refused with a reason and does not take a rank's place; one that says
+    nothing is dropped after the handshake's time. The admitted rank's
+    malformed frames (wrong JSON types, unknown types, a slot without its
+    memory file, a job in a slot never handed over) are each refused and
+    logged while its session goes on; a frame longer than the limit ends
+    the session (the stream cannot be read on) as a rank's death does, and
+    the daemon ends normally."""
+    d, name, token, log_path = start_cairnd(tmp_path, timeout=30)
+    store = str(tmp_path / "store")
+    try:
+        stranger = daemon_connect(name)
+        stranger.sendall(daemon_frame(1, json.dumps({"rank": 0, "nranks": 1, "token": "00" * 32,
+                                                     "config": {"persistent": "/tmp/elsewhere"}})))
+        assert "token" in daemon_answer(stranger)["error"]
+        silent = daemon_connect(name)  # says nothing: dropped after the handshake's 10 s
+        s = daemon_connect(name)
+        s.sendall(daemon_frame(1, json.dumps({"rank": 0, "nranks": 1, "token": token, "config": {"persistent": store}})))
+        assert "error" not in daemon_answer(s)
+        for kind, meta in [(6, '{"redundancy": "xor"}'),          # start: redundancy of the wrong type
+                           (4, '{"name": 7, "version": "x"}'),    # committed
+                           (3, '{"id": "one", "slot": 1}'),       # job
+                           (3, '{"id": 1, "slot": 99, "wanted": 1}'),  # before the engine started
+                           (2, '{"id": 1, "size": 4096}'),        # slot without its memory file
+                           (7, '{"id": 5}'),                      # release of an unknown slot
+                           (99, '{}'),                            # unknown type
+                           (6, '[' * 100000)]:                    # nested too deep
+            s.sendall(daemon_frame(kind, meta))
+        s.sendall(daemon_frame(6, '{"redundancy": null}'))  # a good start after all that
+        s.sendall(daemon_frame(3, '{"id": 2, "slot": 99, "wanted": 1}'))  # a slot never handed over
+        s.sendall(b"\xff\xff\xff\x7f")  # a frame of 2 GiB: the stream cannot be read on
+        time.sleep(0.5)
+        assert d.poll() is None, "cairnd ended on a malformed frame"
+        s.close()
+        d.wait(timeout=30)
+        assert d.returncode == 0
+        silent.close()
+        stranger.close()
+    finally:
+        if d.poll() is None:
+            d.kill()
+            d.wait()
+    text = log_path.read_text()
+    assert "does not carry this execution's token" in text, text
+    assert text.count("frame refused") >= 7, text
+    for what in ["'redundancy' must be an object", "'name' must be a string", "'id' must be a non-negative integer",
+                 "engine did not start", "never handed over", "without its memory file", "unknown staging slot",
+                 "unknown type", "nested deeper", "nothing received in time", "a frame of 2147483647 bytes"]:
+        assert what in text, (what, text)

@@ -78,7 +78,7 @@ TEST(agents_wire, round_trip) {
   EXPECT_EQ(d.header.version, kProtocolVersion);
   EXPECT_EQ(std::string(d.payload), payload);
   EXPECT_EQ(d.consumed, f.size());
-  auto j = parse_payload(d.payload);
+  auto j = util::parse_json_object(d.payload);
   ASSERT_TRUE(j);
   EXPECT_EQ((*j)["node"], "n1");
 }
@@ -169,12 +169,12 @@ TEST(agents_wire, session_rejects_replayed_and_skipped_frames) {
 }
 
 TEST(agents_wire, payloads_must_be_shallow_json_objects) {
-  EXPECT_TRUE(parse_payload("{}"));
-  EXPECT_TRUE(parse_payload(R"({"s":"[[[[[[[[[[[[[[[[[[[[[[[[[["})"));  // brackets inside strings do not count
+  EXPECT_TRUE(util::parse_json_object("{}"));
+  EXPECT_TRUE(util::parse_json_object(R"({"s":"[[[[[[[[[[[[[[[[[[[[[[[[[["})"));  // brackets inside strings do not count
   for (std::string bad : {std::string("[1,2]"), std::string("\"x\""), std::string("{"), std::string("not json"),
                           std::string(""), std::string("{\"a\":\"\xff\xfe\"}"), std::string(100, '[') + std::string(100, ']'),
                           "{\"a\":" + std::string(17, '[') + std::string(17, ']') + "}"}) {
-    auto r = parse_payload(bad);
+    auto r = util::parse_json_object(bad);
     EXPECT_FALSE(r) << bad.substr(0, 40);
     if (!r) {
       EXPECT_EQ(r.error().code(), errc::invalid_argument);
@@ -295,7 +295,7 @@ TEST(agents_connection, first_message_must_be_a_hello) {
 TEST(agents_connection, replayed_hello_is_rejected) {
   std::string nonce(kNonceSize, 'n');
   std::string hello = frame(ctl_type::hello, 0,
-                            dump_payload(json{{"role", "admin"}, {"id", ""}, {"nonce", util::hex_encode(nonce)}}));
+                            util::dump_json(json{{"role", "admin"}, {"id", ""}, {"nonce", util::hex_encode(nonce)}}));
   nonce_cache shared;
   for (int round = 0; round < 2; ++round) {
     int sv[2];

@@ -509,6 +509,29 @@ TEST(staging, reserving_ahead_never_waits_for_a_slot_in_use) {
   EXPECT_EQ(pool.slot_bytes(), 100000u + 4096);
 }
 
+TEST(staging, dropped_slots_are_announced) {
+  // The node daemon maps every slot handed to it: it learns of each one the
+  // pool drops (staging_pool::set_on_drop), so its memory does not grow with
+  // every larger image.
+  staging_pool pool;
+  std::vector<uint64_t> dropped;
+  pool.set_on_drop([&](uint64_t id) { dropped.push_back(id); });
+  ASSERT_TRUE(pool.reserve(4096, 2));
+  aligned_buffer* a = pool.acquire(false);
+  aligned_buffer* b = pool.acquire(false);
+  std::vector<uint64_t> first = {a->id(), b->id()};
+  ASSERT_TRUE(pool.reserve(8192, 2, false));  // slots in use: nothing changes
+  EXPECT_TRUE(dropped.empty());
+  pool.release(a);
+  pool.release(b);
+  ASSERT_TRUE(pool.reserve(8192, 2));
+  std::sort(first.begin(), first.end());
+  std::sort(dropped.begin(), dropped.end());
+  EXPECT_EQ(dropped, first);
+  ASSERT_TRUE(pool.reserve(8192, 2));  // big enough: nothing more dropped
+  EXPECT_EQ(dropped.size(), 2u);
+}
+
 TEST(staging, a_paused_maker_waits_for_resume_or_for_a_reserve_that_needs_its_slot) {
   constexpr size_t size = size_t{64} << 20;  // several pieces
   staging_pool pool;

@@ -6,6 +6,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <cstdio>
+
+#include "daemon/protocol.hpp"
 #include "daemon/server.hpp"
 
 int main(int argc, char** argv) {
@@ -15,7 +19,26 @@ int main(int argc, char** argv) {
   app.add_option("--ranks", o.ranks, "ranks of the job on this node")->required()->check(CLI::PositiveNumber);
   app.add_option("--connect-timeout", o.connect_timeout, "seconds to wait for the ranks to connect");
   app.add_option("--drain-s", o.drain_s, "seconds to go on after SIGTERM, finishing and committing what the job left");
+  int token_fd = -1;
+  app.add_option("--token-fd", token_fd,
+                 "descriptor to read the execution's token from (the rank that starts cairnd passes a pipe)")
+      ->required();
   CLI11_PARSE(app, argc, argv);
+  char buf[cairn::daemon::kTokenBytes];
+  size_t have = 0;
+  while (have < sizeof buf) {
+    ssize_t n = read(token_fd, buf + have, sizeof buf - have);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    have += static_cast<size_t>(n);
+  }
+  close(token_fd);
+  if (have != sizeof buf) {
+    std::fprintf(stderr, "cairnd: no token of %zu bytes on descriptor %d: cairnd is started by the job's rank "
+                         "(engine_host = daemon), not by hand\n", sizeof buf, token_fd);
+    return 2;
+  }
+  o.token.assign(buf, sizeof buf);
   // The application's terminal or launcher may be gone long before the work
   // is: a write to a closed pipe must not end the daemon.
   signal(SIGPIPE, SIG_IGN);
