@@ -695,7 +695,9 @@ json controller_state::status_json(double now) const {
   uint64_t total_held = 0, total_reserved = 0;
   double total_bw = 0;
   json nodes = json::array();
-  for (const auto& [id, n] : nodes_) {
+  for (const auto& entry : nodes_) {
+    const std::string& id = entry.first;  // (clang 14 cannot capture a structured binding)
+    const node& n = entry.second;
     uint64_t held = 0, reserved = 0;
     auto mine = agents_on(id);
     for (const agent* g : mine) {

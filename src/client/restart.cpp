@@ -683,7 +683,9 @@ status client_impl::restore(const std::string& name, int64_t version) {
 
   // Check every protected region against the checkpoint before touching any.
   status st;
-  for (auto& [rname, r] : regions_) {
+  for (auto& entry : regions_) {
+    const std::string& rname = entry.first;  // (clang 14 cannot capture a structured binding)
+    auto& r = entry.second;
     auto it = std::find_if(restart_.header.regions.begin(), restart_.header.regions.end(),
                            [&](const format::region_desc& d) { return d.name == rname; });
     if (it == restart_.header.regions.end()) {
@@ -709,7 +711,9 @@ status client_impl::restore(const std::string& name, int64_t version) {
   if (st && regions_.empty() && !files_)
     st = status(errc::invalid_argument, "cairn_restart: no region is protected (call cairn_protect first)");
   CAIRN_RETURN_IF_ERROR(agree(st));
-  for (auto& [rname, r] : regions_) {
+  for (auto& entry : regions_) {
+    const std::string& rname = entry.first;  // (clang 14 cannot capture a structured binding)
+    auto& r = entry.second;
     auto it = std::find_if(restart_.header.regions.begin(), restart_.header.regions.end(),
                            [&](const format::region_desc& d) { return d.name == rname; });
     if (!r.mem_shape.empty()) {

@@ -22,13 +22,13 @@ class reader {
   reader(std::span<const std::byte> b) : b_(b) {}
   template <typename T>
   bool get(T* v) {
-    if (pos_ + sizeof(T) > b_.size()) return false;
+    if (sizeof(T) > b_.size() - pos_) return false;
     std::memcpy(v, b_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return true;
   }
   bool get_str(size_t n, std::string* s) {
-    if (pos_ + n > b_.size()) return false;
+    if (n > b_.size() - pos_) return false;  // (no overflow: pos_ <= size)
     s->assign(reinterpret_cast<const char*>(b_.data() + pos_), n);
     pos_ += n;
     return true;

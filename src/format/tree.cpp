@@ -27,14 +27,14 @@ class reader {
   explicit reader(std::span<const std::byte> b) : b_(b) {}
   template <typename T>
   bool get(T* v) {
-    if (pos_ + sizeof(T) > b_.size()) return false;
+    if (sizeof(T) > b_.size() - pos_) return false;
     std::memcpy(v, b_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
     return true;
   }
   bool get_bytes(size_t n, void* out) {
-    if (pos_ + n > b_.size()) return false;
-    std::memcpy(out, b_.data() + pos_, n);
+    if (n > b_.size() - pos_) return false;  // (no overflow: pos_ <= size)
+    if (n > 0) std::memcpy(out, b_.data() + pos_, n);  // (out may be null when n is 0)
     pos_ += n;
     return true;
   }

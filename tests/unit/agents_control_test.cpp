@@ -71,7 +71,8 @@ TEST(agents_wire, round_trip) {
   std::string f = frame(ctl_type::heartbeat, 42, payload);
   ASSERT_EQ(f.size(), kHeaderSize + payload.size() + kTagSize);
   EXPECT_EQ(f.substr(0, 4), "CRNC");
-  decoded_frame d = decode(f + "trailing");
+  const std::string buf = f + "trailing";  // d.payload points into it
+  decoded_frame d = decode(buf);
   ASSERT_EQ(d.what, decoded_frame::kind::frame) << d.detail;
   EXPECT_EQ(d.header.type, static_cast<uint16_t>(ctl_type::heartbeat));
   EXPECT_EQ(d.header.seq, 42u);

@@ -975,7 +975,8 @@ TEST(HistoryDiff, GlobalLayoutReportsWhatCannotBeMatched) {
 
   test::temp_dir dir3;
   write_global(dir3.path(), "a", 1, "f", CAIRN_FLOAT64, g, {{{0, 0}, {10, 10}}}, ga);
-  write_global(dir3.path(), "b", 1, "f", CAIRN_FLOAT64, {10, 11}, {{{0, 0}, {10, 10}}}, ga);
+  const auto gb = random_array(CAIRN_FLOAT64, 110, rng, 1e-3, false);  // a 10x11 global array
+  write_global(dir3.path(), "b", 1, "f", CAIRN_FLOAT64, {10, 11}, {{{0, 0}, {10, 10}}}, gb);
   res = run_diff(dir3.path(), {});
   rd = find(res, 1, "f");
   ASSERT_NE(rd, nullptr);

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The sanitized build (docs/design/security.md "Fuzzing and sanitizers"):
+# builds the core, the unit tests and the libFuzzer targets with clang under
+# ASan+UBSan (any report fails), runs the unit tests, then each fuzz target
+# for FUZZ_SECONDS over its seed corpus (cairn_fuzz_seeds) and its regression
+# corpus (tests/fuzz/regress/<target>, replayed whole).
+#   scripts/sanitize.sh [build dir]        default build-san
+#   SANITIZE=thread scripts/sanitize.sh    the unit tests under TSan instead (no fuzzing)
+#   FUZZ_SECONDS=600 scripts/sanitize.sh   a longer campaign (the corpus grows under the build dir)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build-san}
+sanitize=${SANITIZE:-address,undefined}
+seconds=${FUZZ_SECONDS:-15}
+jobs=${JOBS:-$(nproc)}
+fuzz=ON
+[ "$sanitize" = thread ] && fuzz=OFF
+start=$(date +%s)
+CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DCAIRN_SANITIZE="$sanitize" -DCAIRN_BUILD_FUZZ=$fuzz -DCAIRN_ENABLE_MPI=OFF -DCAIRN_ENABLE_FORTRAN=OFF \
+  -DCAIRN_BUILD_EXAMPLES=OFF -DCAIRN_BUILD_BENCH=OFF >/dev/null
+targets=(cairn_unit_tests)
+[ $fuzz = ON ] && targets+=(cairn_fuzzers)
+cmake --build "$dir" -j "$jobs" --target "${targets[@]}" | grep -v '^\[' || true
+echo "sanitize: built in $(( $(date +%s) - start )) s"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+ctest --test-dir "$dir" -L unit --output-on-failure -j 1
+[ $fuzz = ON ] || exit 0
+seeds="$dir/fuzz-seeds"
+rm -rf "$seeds"
+"$dir/tests/fuzz/cairn_fuzz_seeds" "$seeds"
+for bin in "$dir"/tests/fuzz/fuzz_*; do
+  t=$(basename "$bin")
+  t=${t#fuzz_}
+  corpus="$dir/fuzz-corpus/$t"
+  mkdir -p "$corpus" "$seeds/$t"
+  regress="tests/fuzz/regress/$t"
+  dirs=("$corpus" "$seeds/$t")
+  [ -d "$regress" ] && dirs+=("$regress")
+  # -timeout: an input that takes a second is a bug (a decoder must not spin).
+  "$bin" -max_total_time="$seconds" -timeout=2 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+    -artifact_prefix="$dir/fuzz-crash-$t-" "${dirs[@]}" 2>"$dir/fuzz-$t.log" ||
+    { tail -60 "$dir/fuzz-$t.log"; echo "sanitize: fuzz target $t failed: its input is $dir/fuzz-crash-$t-*;" \
+      "copy it into $regress/ with the fix"; exit 1; }
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/fuzz-$t.log" | grep -o '[0-9]*$' || echo "?")
+  cov=$(grep -o 'cov: [0-9]*' "$dir/fuzz-$t.log" | tail -1 || true)
+  echo "sanitize: fuzz $t: $execs executions in ${seconds} s, ${cov:-cov: ?}"
+done
+echo "sanitize: done in $(( $(date +%s) - start )) s"
