@@ -1,7 +1,8 @@
 # Entry points for a fresh Debian 12 machine:
 #   make demo   install dependencies, build, run the checkpoint/kill/restart demonstration
 #               (then the same with remote checkpoint agents)
-#   make test   install dependencies, build, run every test
+#   make test   install dependencies, build, run every test (and the sanitized build's
+#               unit tests and fuzz targets: scripts/sanitize.sh)
 #   make demo-history   runs compared version by version (cairn diff, Python report)
 BUILD ?= build
 # Open MPI refuses to run as root unless told; harmless otherwise.
@@ -28,7 +29,7 @@ demo-history: build
 	@scripts/demo-history.sh $(BUILD)
 
 test: build
-	@ctest --test-dir $(BUILD) --output-on-failure -j 1
+	@scripts/test.sh $(BUILD)
 
 # Benchmarks (results and their reading: docs/benchmarks.md).
 bench: build

@@ -19,7 +19,9 @@ packages=(build-essential cmake ninja-build pkg-config git
           # the single-host CephFS of the tests (tests/support_py/cephfs.py)
           ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr
           # the single-host Slurm of the tests (tests/support_py/slurm.py)
-          slurm-wlm munge)
+          slurm-wlm munge
+          # the sanitized build and its libFuzzer targets (scripts/sanitize.sh)
+          clang libclang-rt-14-dev llvm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

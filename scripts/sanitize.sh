@@ -5,10 +5,17 @@
 # for FUZZ_SECONDS over its seed corpus (cairn_fuzz_seeds) and its regression
 # corpus (tests/fuzz/regress/<target>, replayed whole).
 #   scripts/sanitize.sh [build dir]        default build-san
+#   scripts/sanitize.sh --build-only DIR   configure and build only (make test does this
+#                                          beside the main suite, then runs the rest)
 #   SANITIZE=thread scripts/sanitize.sh    the unit tests under TSan instead (no fuzzing)
 #   FUZZ_SECONDS=600 scripts/sanitize.sh   a longer campaign (the corpus grows under the build dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+fi
 dir=${1:-build-san}
 sanitize=${SANITIZE:-address,undefined}
 seconds=${FUZZ_SECONDS:-15}
@@ -22,8 +29,14 @@ CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDeb
   -DCAIRN_BUILD_EXAMPLES=OFF -DCAIRN_BUILD_BENCH=OFF >/dev/null
 targets=(cairn_unit_tests)
 [ $fuzz = ON ] && targets+=(cairn_fuzzers)
-cmake --build "$dir" -j "$jobs" --target "${targets[@]}" | grep -v '^\[' || true
+if ! cmake --build "$dir" -j "$jobs" --target "${targets[@]}" >"$dir/build.log" 2>&1; then
+  tail -40 "$dir/build.log"
+  echo "sanitize: the sanitized build failed (whole log: $dir/build.log)"
+  exit 1
+fi
 echo "sanitize: built in $(( $(date +%s) - start )) s"
+[ $build_only = 1 ] && exit 0
+[ -x /usr/bin/llvm-symbolizer ] && export ASAN_SYMBOLIZER_PATH=/usr/bin/llvm-symbolizer
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
