@@ -16,6 +16,7 @@
 #include "format/reshard.hpp"
 #include "format/tree.hpp"
 #include "util/copy.hpp"
+#include "util/cpu.hpp"
 #include "util/hash.hpp"
 #include "util/names.hpp"
 
@@ -31,7 +32,18 @@ namespace {
 status read_verified(result<std::unique_ptr<storage::readable_file>> file, const std::string& path, uint32_t rank,
                      uint32_t nranks, const std::string& name, int64_t version, const format::shard_entry* expect,
                      bool in_place, format::shard_image* out) {
-  const auto check = format::shard_identity_check(path, rank, nranks, name, version, expect);
+  const auto identity = format::shard_identity_check(path, rank, nranks, name, version, expect);
+  // An image read into memory must fit in what the node has: checked on the
+  // header, before anything is allocated (a header that claims far more than
+  // its job ever wrote is refused, not obeyed).
+  const auto check = [&, in_place](const format::shard_header& h) -> status {
+    CAIRN_RETURN_IF_ERROR(identity(h));
+    const uint64_t avail = util::available_memory();
+    if (!in_place && avail > 0 && h.file_size > avail)
+      return {errc::no_space, path + ": its image needs " + std::to_string(h.file_size) +
+                                  " bytes of memory; this node has " + std::to_string(avail) + " available"};
+    return {};
+  };
   if (!file) return file.take_status();
   CAIRN_ASSIGN_OR_RETURN(*out, in_place ? format::map_shard_image(std::move(file).value(), path, check)
                                         : format::read_shard_image(std::move(file).value(), path, check));
@@ -115,7 +127,11 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
       restart_ = format::shard_image();
       auto got = agents_->restore(h, cfg_.run, name, me, &restart_.image);
       status st = got ? status() : got.error();
-      if (st && (got->rank != me || got->nranks != n || got->name != name))
+      if (st && (got->rank != me || got->name != name || got->version != version || got->run != cfg_.run))
+        st = status(errc::corruption, "the agent returned another shard (run '" + got->run + "', '" + got->name +
+                                          "' version " + std::to_string(got->version) + " rank " +
+                                          std::to_string(got->rank) + ")");
+      else if (st && got->nranks != n)
         st = status(errc::invalid_argument, "agent copy written by " + std::to_string(got->nranks) +
                                                 " ranks; this job has " + std::to_string(n));
       if (st) {

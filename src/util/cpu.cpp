@@ -107,6 +107,24 @@ status bind_this_thread(const std::vector<int>& cpus) {
   return {};
 }
 
+namespace {
+
+// MemTotal and MemAvailable of /proc/meminfo, in bytes (0 when unknown).
+void read_meminfo(uint64_t* total, uint64_t* avail) {
+  *total = *avail = 0;
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return;
+  char key[64];
+  unsigned long long kb = 0;
+  while ((!*total || !*avail) && std::fscanf(f, "%63s %llu kB", key, &kb) == 2) {
+    if (std::strcmp(key, "MemTotal:") == 0) *total = uint64_t{kb} * 1024;
+    else if (std::strcmp(key, "MemAvailable:") == 0) *avail = uint64_t{kb} * 1024;
+  }
+  std::fclose(f);
+}
+
+}  // namespace
+
 double node_load() {
   double load = 0;
   if (FILE* f = std::fopen("/proc/loadavg", "r")) {
@@ -117,18 +135,16 @@ double node_load() {
     }
     std::fclose(f);
   }
-  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char key[64];
-    unsigned long long kb = 0, total = 0, avail = 0;
-    while (std::fscanf(f, "%63s %llu kB", key, &kb) == 2) {
-      if (std::strcmp(key, "MemTotal:") == 0) total = kb;
-      else if (std::strcmp(key, "MemAvailable:") == 0) avail = kb;
-      if (total && avail) break;
-    }
-    std::fclose(f);
-    if (total) load += 1.0 - static_cast<double>(avail) / static_cast<double>(total);
-  }
+  uint64_t total = 0, avail = 0;
+  read_meminfo(&total, &avail);
+  if (total) load += 1.0 - static_cast<double>(avail) / static_cast<double>(total);
   return load;
+}
+
+uint64_t available_memory() {
+  uint64_t total = 0, avail = 0;
+  read_meminfo(&total, &avail);
+  return avail;
 }
 
 status setup_this_thread(const thread_setup& s) {

@@ -31,6 +31,8 @@ result<std::vector<int>> placement_cpus(placement p, int home_cpu, const std::st
 // load average per online CPU plus the fraction of memory in use, from
 // /proc (0 where unreadable). Network use is not measured. About 20 us.
 double node_load();
+// MemAvailable of /proc/meminfo in bytes; 0 when unknown.
+uint64_t available_memory();
 
 // Binds the calling thread to `cpus` (no-op when empty).
 status bind_this_thread(const std::vector<int>& cpus);

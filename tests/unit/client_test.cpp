@@ -16,9 +16,11 @@
 #include "cairn/cairn.hpp"
 #include "client/client.hpp"
 #include "format/layout.hpp"
+#include "format/manifest.hpp"
 #include "format/run_info.hpp"
 #include "format/shard.hpp"
 #include "storage/storage_env.hpp"
+#include "util/cpu.hpp"
 
 namespace cairn {
 namespace {
@@ -203,6 +205,54 @@ TEST_F(client_test, a_committed_version_damaged_on_every_level_is_replaced_after
   auto again = r.restart_test("ck");
   ASSERT_TRUE(again) << again.error().to_string();
   EXPECT_EQ(*again, 2);
+}
+
+TEST_F(client_test, a_header_claiming_more_memory_than_the_node_has_is_refused_before_allocating) {
+  // A writer of the store re-seals version 2's header (and its MANIFEST
+  // entry) so that its one region claims more bytes than this node has
+  // available, over a sparse file of that size. The restart refuses it on
+  // the header, before allocating or reading anything, says why, and
+  // restores version 1.
+  int64_t x = 0;
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+    for (int64_t v : {1, 2}) {
+      x = v * 10;
+      ASSERT_TRUE(c.checkpoint("ck", v));
+    }
+    ASSERT_TRUE(c.finalize(true));
+  }
+  auto* env = storage::storage_env::posix();
+  ASSERT_TRUE(env->remove_tree(scratch()));  // the persistent copy is read into memory
+  const std::string shard = format::shard_path(store(), "unit", "ck", 2, 0);
+  auto h = format::read_header(env, shard);
+  ASSERT_TRUE(h);
+  const uint64_t claim = util::available_memory() + (uint64_t{1} << 30);
+  h->regions.at(0).count = claim / 8;
+  ASSERT_TRUE(format::plan_layout(*h));
+  std::string head(h->data_offset, '\0');
+  format::encode_header(*h, std::as_writable_bytes(std::span<char>(head.data(), head.size())));
+  ASSERT_TRUE(env->write_atomic(shard, head, false));
+  ASSERT_EQ(truncate(shard.c_str(), static_cast<off_t>(h->file_size)), 0);  // sparse
+  const std::string mpath = format::manifest_path(store(), "unit", "ck", 2);
+  auto m = format::read_manifest(env, mpath);
+  ASSERT_TRUE(m);
+  m->shards.at(0).header_checksum = h->header_checksum;
+  m->shards.at(0).size = h->file_size;
+  ASSERT_TRUE(env->write_atomic(mpath, format::encode_manifest(*m), true));
+
+  auto c = make_client();
+  x = 0;
+  ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+  testing::internal::CaptureStderr();
+  auto v = c.restart_test("ck");
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(v) << v.error().to_string();
+  EXPECT_EQ(*v, 1);
+  EXPECT_NE(err.find("bytes of memory; this node has"), std::string::npos) << err;
+  ASSERT_TRUE(c.restart("ck", 1));
+  EXPECT_EQ(x, 10);
 }
 
 TEST_F(client_test, restart_test_without_checkpoints_is_not_found) {
