@@ -191,6 +191,13 @@ def start_cairnd(tmp_path, ranks=1, timeout=20):
     return d, name, token.hex(), log_path
 
 
+def stop(d):
+    """Kills a cairnd a test left running (by its PID)."""
+    if d.poll() is None:
+        d.kill()
+        d.wait()
+
+
 def daemon_connect(name):
     import socket
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -260,9 +267,7 @@ def test_another_user_cannot_talk_to_the_daemon(tmp_path):
         s.close()
         d.wait(timeout=30)
     finally:
-        if d.poll() is None:
-            d.kill()
-            d.wait()
+        stop(d)
     text = log_path.read_text()
     assert "not this job's user" in text, text
 
@@ -308,9 +313,7 @@ def test_the_daemon_admits_only_its_execution_and_survives_malformed_frames(tmp_
         silent.close()
         stranger.close()
     finally:
-        if d.poll() is None:
-            d.kill()
-            d.wait()
+        stop(d)
     text = log_path.read_text()
     assert "does not carry this execution's token" in text, text
     assert text.count("frame refused") >= 7, text

@@ -169,17 +169,20 @@ TEST_F(client_test, a_later_execution_cannot_replace_a_committed_version) {
   EXPECT_EQ(x, 222);
 }
 
+// One execution checkpoints x = 10 as version 1 and x = 20 as version 2 of "ck".
+void checkpoint_x_twice(int64_t* x) {
+  auto c = make_client();
+  ASSERT_TRUE(c.protect("x", x, 1, CAIRN_INT64));
+  for (int64_t v : {1, 2}) {
+    *x = v * 10;
+    ASSERT_TRUE(c.checkpoint("ck", v));
+  }
+  ASSERT_TRUE(c.finalize(true));
+}
+
 TEST_F(client_test, a_committed_version_damaged_on_every_level_is_replaced_after_a_restart) {
   int64_t x = 0;
-  {
-    auto c = make_client();
-    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
-    for (int64_t v : {1, 2}) {
-      x = v * 10;
-      ASSERT_TRUE(c.checkpoint("ck", v));
-    }
-    ASSERT_TRUE(c.finalize(true));
-  }
+  ASSERT_NO_FATAL_FAILURE(checkpoint_x_twice(&x));
   // Version 2 damaged at both levels: the last byte of x's region flipped.
   for (const std::string& root : {store(), scratch()}) {
     const std::string p = format::shard_path(root, "unit", "ck", 2, 0);
@@ -214,15 +217,7 @@ TEST_F(client_test, a_header_claiming_more_memory_than_the_node_has_is_refused_b
   // the header, before allocating or reading anything, says why, and
   // restores version 1.
   int64_t x = 0;
-  {
-    auto c = make_client();
-    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
-    for (int64_t v : {1, 2}) {
-      x = v * 10;
-      ASSERT_TRUE(c.checkpoint("ck", v));
-    }
-    ASSERT_TRUE(c.finalize(true));
-  }
+  ASSERT_NO_FATAL_FAILURE(checkpoint_x_twice(&x));
   auto* env = storage::storage_env::posix();
   ASSERT_TRUE(env->remove_tree(scratch()));  // the persistent copy is read into memory
   const std::string shard = format::shard_path(store(), "unit", "ck", 2, 0);
