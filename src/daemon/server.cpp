@@ -155,6 +155,7 @@ void session::serve() {
       case msg::job: st = take_job(*f); break;
       case msg::committed: st = committed(*f); break;
       case msg::bye: goodbye = true; break;
+      case msg::hello: st = status(errc::invalid_argument, "a second hello"); break;
       default: st = status(errc::invalid_argument, "a frame of unknown type " + std::to_string(int(f->type))); break;
     }
     if (f->fd >= 0) close(f->fd);  // a descriptor no handler took
