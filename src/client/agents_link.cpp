@@ -18,6 +18,7 @@
 #include "agents/wire.hpp"
 #include "cairn.h"
 #include "util/clock.hpp"
+#include "util/json.hpp"
 
 #ifdef CAIRN_HAVE_FABRIC
 #include "agents/data_protocol.hpp"
@@ -45,14 +46,14 @@ std::string agents_view::encode() const {
 result<agents_view> agents_view::from_reply(const json& body) {
   try {
     agents_view v;
-    v.app = body.at("app").get<uint64_t>();
-    v.generation = body.at("generation").get<uint64_t>();
-    v.target = body.value("target", 0u);
+    v.app = util::int_at<uint64_t>(body, "app");
+    v.generation = util::int_at<uint64_t>(body, "generation");
+    v.target = util::int_or<uint32_t>(body, "target", 0);
     v.returning = body.value("returning", false);
-    v.checkpoints_done = body.value("checkpoints_done", uint64_t{0});
+    v.checkpoints_done = util::int_or<uint64_t>(body, "checkpoints_done", 0);
     for (const auto& a : body.at("agents")) {
       agent_ref r;
-      r.id = a.at("agent").get<uint64_t>();
+      r.id = util::int_at<uint64_t>(a, "agent");
       r.node = a.value("node", "");
       r.endpoint = a.value("endpoint", "");
       v.agents.push_back(std::move(r));

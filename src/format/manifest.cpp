@@ -5,6 +5,7 @@
 #include "format/layout.hpp"
 #include "format/run_info.hpp"
 #include "util/hash.hpp"
+#include "util/json.hpp"
 
 namespace cairn::format {
 
@@ -41,8 +42,8 @@ result<shard_entry> entry_from_json(const json& s, bool extents, const container
                                     const std::string& where) {
   auto corrupt = [&](const std::string& what) { return status(errc::corruption, where + ": " + what); };
   shard_entry e;
-  e.rank = s.at("rank");
-  e.size = s.at("size");
+  e.rank = util::int_at<uint32_t>(s, "rank");
+  e.size = util::int_at<uint64_t>(s, "size");
   if (!util::parse_hex64(s.at("header_checksum"), &e.header_checksum)) return corrupt("bad shard checksum");
   e.captured_at = s.value("captured_at", 0.0);
   e.capture_s = s.value("capture_s", 0.0);
@@ -57,10 +58,10 @@ result<shard_entry> entry_from_json(const json& s, bool extents, const container
   uint64_t next = 0;
   for (auto& x : s.at("extents")) {
     image_extent ie;
-    ie.src = x.at(0);
-    ie.length = x.at(1);
-    ie.file = x.at(2);
-    ie.offset = x.at(3);
+    ie.src = util::int_of<uint64_t>(x.at(0), "extent source offset");
+    ie.length = util::int_of<uint64_t>(x.at(1), "extent length");
+    ie.file = util::int_of<uint32_t>(x.at(2), "extent file");
+    ie.offset = util::int_of<uint64_t>(x.at(3), "extent offset");
     if (!util::parse_hex64(x.at(4), &ie.checksum)) return corrupt("bad extent checksum");
     if (ie.src != next || ie.length == 0 ||
         (container && (ie.file >= container->files.size() || ie.offset + ie.length > container->files[ie.file].size)))
@@ -126,38 +127,38 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
   try {
     json j = json::parse(*body);
     if (j.at("format") != "cairn-manifest") return corrupt("not a cairn manifest");
-    int fv = j.at("format_version");
+    const int fv = util::int_at<int>(j, "format_version");
     if (fv != kManifestFormatVersion && fv != kManifestAggregatedVersion)
       return status(errc::not_supported, where + ": manifest format version " + std::to_string(fv) +
                                              " not readable by this cairn (it reads 1 and 2); upgrade cairn");
     if (j.value("layout", "file_per_process") == "aggregated") {
       const json& c = j.at("container");
-      int cv = c.at("format_version");
+      const int cv = util::int_at<int>(c, "format_version");
       if (cv != kContainerFormatVersion)
         return status(errc::not_supported, where + ": container format version " + std::to_string(cv) +
                                                " not readable by this cairn (it reads " +
                                                std::to_string(kContainerFormatVersion) + "); upgrade cairn");
       m.aggregated = true;
       m.container.strategy = c.at("strategy");
-      m.container.stripe = c.at("stripe");
-      m.container.stripe_count = c.value("stripe_count", 0u);
+      m.container.stripe = util::int_at<uint64_t>(c, "stripe");
+      m.container.stripe_count = util::int_or<uint32_t>(c, "stripe_count", 0);
       for (auto& f : c.at("files")) {
         data_file d;
         d.name = f.at("name");
-        d.size = f.at("size");
-        d.writers = f.value("writers", std::vector<uint32_t>{});
+        d.size = util::int_at<uint64_t>(f, "size");
+        if (f.contains("writers")) d.writers = util::ints_of<uint32_t>(f["writers"], "writers");
         if (d.name.empty() || d.name.find('/') != std::string::npos) return corrupt("bad data file name");
         m.container.files.push_back(std::move(d));
       }
-      m.container.leaders = c.value("leaders", std::vector<uint32_t>{});
-      m.container.bytes_between_nodes = c.value("bytes_between_nodes", uint64_t{0});
-      m.container.bytes_within_nodes = c.value("bytes_within_nodes", uint64_t{0});
-      m.container.padding = c.value("padding", uint64_t{0});
+      if (c.contains("leaders")) m.container.leaders = util::ints_of<uint32_t>(c["leaders"], "leaders");
+      m.container.bytes_between_nodes = util::int_or<uint64_t>(c, "bytes_between_nodes", 0);
+      m.container.bytes_within_nodes = util::int_or<uint64_t>(c, "bytes_within_nodes", 0);
+      m.container.padding = util::int_or<uint64_t>(c, "padding", 0);
     }
     m.run = j.at("run");
     m.name = j.at("name");
-    m.version = j.at("version");
-    m.nranks = j.at("nranks");
+    m.version = util::int_at<int64_t>(j, "version");
+    m.nranks = util::int_at<uint32_t>(j, "nranks");
     m.committed_at = j.at("committed_at");
     m.executable = j.value("executable", "");
     m.mode = j.value("mode", "");
@@ -167,9 +168,10 @@ result<manifest> decode_manifest(const std::string& text, const std::string& whe
       redundancy_info ri;
       ri.scheme = r.at("scheme");
       ri.description = r.value("description", "");
-      ri.k = r.at("k");
-      ri.m = r.at("m");
-      ri.sets = r.value("sets", std::vector<std::vector<uint32_t>>{});
+      ri.k = util::int_at<uint32_t>(r, "k");
+      ri.m = util::int_at<uint32_t>(r, "m");
+      if (r.contains("sets"))
+        for (const json& set : r["sets"]) ri.sets.push_back(util::ints_of<uint32_t>(set, "redundancy set"));
       if (r.contains("protected_at") && !r["protected_at"].is_null()) ri.protected_at = r["protected_at"];
       m.redundancy = std::move(ri);
     }

@@ -4,6 +4,7 @@
 
 #include "format/layout.hpp"
 #include "util/hash.hpp"
+#include "util/json.hpp"
 
 namespace cairn::format {
 
@@ -57,7 +58,7 @@ result<run_info> decode_run_info(const std::string& text, const std::string& whe
   try {
     json j = json::parse(body);
     if (j.at("format") != "cairn-run") return status(errc::corruption, where + ": not a cairn RUN file");
-    int fv = j.at("format_version");
+    const int fv = util::int_at<int>(j, "format_version");
     if (fv != kRunFormatVersion)
       return status(errc::not_supported, where + ": RUN format version " + std::to_string(fv) + " not readable");
     r.run = j.at("run");
@@ -68,7 +69,7 @@ result<run_info> decode_run_info(const std::string& text, const std::string& whe
       execution x;
       x.started_at = e.value("started_at", 0.0);
       x.ended_at = e.value("ended_at", 0.0);
-      x.nranks = e.value("nranks", 0u);
+      x.nranks = util::int_or<uint32_t>(e, "nranks", 0);
       x.hosts = e.value("hosts", std::vector<std::string>{});
       x.nodes = e.value("nodes", std::vector<std::string>{});
       x.job = e.value("job", "");

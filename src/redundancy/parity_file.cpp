@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/hash.hpp"
+#include "util/json.hpp"
 #include "util/names.hpp"
 
 namespace cairn::redundancy {
@@ -86,30 +87,30 @@ result<parity_header> decode_parity_header(std::span<const std::byte> bytes, con
     auto j = nlohmann::json::parse(text, text + len);
     h.run = j.at("run").get<std::string>();
     h.name = j.at("name").get<std::string>();
-    h.version = j.at("version").get<int64_t>();
-    h.nranks = j.at("nranks").get<uint32_t>();
+    h.version = util::int_at<int64_t>(j, "version");
+    h.nranks = util::int_at<uint32_t>(j, "nranks");
     auto kind = parse_scheme(j.at("scheme").get<std::string>());
     if (!kind) return bad(kind.error().message());
     h.geo.kind = *kind;
-    h.geo.k = j.at("k").get<uint32_t>();
-    h.geo.m = j.at("m").get<uint32_t>();
-    h.position = j.at("position").get<uint32_t>();
+    h.geo.k = util::int_at<uint32_t>(j, "k");
+    h.geo.m = util::int_at<uint32_t>(j, "m");
+    h.position = util::int_at<uint32_t>(j, "position");
     h.written_at = j.value("written_at", 0.0);
     for (const auto& m : j.at("set")) {
       member x;
-      x.rank = m.at("rank").get<uint32_t>();
+      x.rank = util::int_at<uint32_t>(m, "rank");
       x.node = m.at("node").get<std::string>();
-      x.size = m.at("size").get<uint64_t>();
+      x.size = util::int_at<uint64_t>(m, "size");
       if (!util::parse_hex64(m.at("header_checksum").get<std::string>(), &x.header_checksum))
         return bad("bad header_checksum");
       h.set.push_back(std::move(x));
     }
     for (const auto& b : j.at("blocks")) {
       block x;
-      x.stripe = b.at("stripe").get<uint32_t>();
-      x.row = b.at("row").get<uint32_t>();
-      x.offset = b.at("offset").get<uint64_t>();
-      x.length = b.at("length").get<uint64_t>();
+      x.stripe = util::int_at<uint32_t>(b, "stripe");
+      x.row = util::int_at<uint32_t>(b, "row");
+      x.offset = util::int_at<uint64_t>(b, "offset");
+      x.length = util::int_at<uint64_t>(b, "length");
       if (!util::parse_hex64(b.at("checksum").get<std::string>(), &x.checksum)) return bad("bad block checksum");
       h.blocks.push_back(x);
     }

@@ -4,6 +4,14 @@
 
 namespace cairn::util {
 
+void detail::bad_json_integer(const nlohmann::json& v, const char* what, int64_t min, uint64_t max) {
+  throw nlohmann::json::out_of_range::create(
+      406,
+      std::string(what) + " must be an integer from " + std::to_string(min) + " to " + std::to_string(max) +
+          ", not " + v.dump().substr(0, 40),
+      nullptr);
+}
+
 result<nlohmann::json> parse_json_object(std::string_view payload, const std::string& what) {
   // Depth first: a deeply nested document must not reach the parser.
   int depth = 0;

@@ -6,7 +6,9 @@
 #define CAIRN_UTIL_JSON_HPP
 
 #include <cstdint>
+#include <limits>
 #include <string>
+#include <type_traits>
 #include <string_view>
 #include <vector>
 
@@ -54,6 +56,49 @@ class fields {
   std::string where_;
   std::string error_;
 };
+
+// For the store's decoders, written as one try block over nlohmann::json
+// (format/, redundancy/): the integer v, in T's range, or a json::exception
+// naming `what`. nlohmann's own conversion casts a float or a wider integer
+// to T, which is undefined behaviour for a float out of T's range and a silent
+// truncation for a wide integer.
+namespace detail {
+[[noreturn]] void bad_json_integer(const nlohmann::json& v, const char* what, int64_t min, uint64_t max);
+}
+template <class T>
+T int_of(const nlohmann::json& v, const char* what) {
+  static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
+  constexpr uint64_t max = static_cast<uint64_t>(std::numeric_limits<T>::max());
+  constexpr int64_t min = static_cast<int64_t>(std::numeric_limits<T>::min());
+  if (v.is_number_unsigned()) {
+    if (const uint64_t x = v.get<uint64_t>(); x <= max) return static_cast<T>(x);
+  } else if (v.is_number_integer()) {
+    if (const int64_t x = v.get<int64_t>(); x >= 0 ? static_cast<uint64_t>(x) <= max : x >= min)
+      return static_cast<T>(x);
+  }
+  detail::bad_json_integer(v, what, min, max);
+}
+// obj[key], which must be present.
+template <class T>
+T int_at(const nlohmann::json& obj, const char* key) {
+  return int_of<T>(obj.at(key), key);
+}
+// obj[key], or dflt when obj has no such member.
+template <class T>
+T int_or(const nlohmann::json& obj, const char* key, T dflt) {
+  auto it = obj.find(key);
+  return it == obj.end() ? dflt : int_of<T>(*it, key);
+}
+// An array of such integers.
+template <class T>
+std::vector<T> ints_of(const nlohmann::json& v, const char* what) {
+  if (!v.is_array())
+    throw nlohmann::json::type_error::create(302, std::string(what) + " must be an array of integers", nullptr);
+  std::vector<T> out;
+  out.reserve(v.size());
+  for (const auto& e : v) out.push_back(int_of<T>(e, what));
+  return out;
+}
 
 }  // namespace cairn::util
 

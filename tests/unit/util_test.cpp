@@ -17,6 +17,7 @@
 #include "util/copy.hpp"
 #include "util/cpu.hpp"
 #include "util/hash.hpp"
+#include "util/json.hpp"
 #include "util/names.hpp"
 
 namespace cairn {
@@ -306,3 +307,26 @@ TEST(names, utf8_and_the_rules_of_a_name) {
   EXPECT_FALSE(util::check_text("code version", "v1\x01"));
 }
 }  // namespace cairn
+
+TEST(json, integers_of_the_stores_decoders_are_checked_not_cast) {
+  using nlohmann::json;
+  const json j = json::parse(R"({"u": 7, "neg": -3, "big": 4294967296, "f": 7.8e91, "s": "7", "a": [1, 2, 3],
+                                 "mixed": [1, 2.5]})");
+  EXPECT_EQ(cairn::util::int_at<uint32_t>(j, "u"), 7u);
+  EXPECT_EQ(cairn::util::int_at<int64_t>(j, "neg"), -3);
+  EXPECT_EQ(cairn::util::int_at<uint64_t>(j, "big"), 4294967296u);
+  EXPECT_EQ(cairn::util::int_or<uint32_t>(j, "absent", 9), 9u);
+  EXPECT_EQ(cairn::util::ints_of<uint32_t>(j["a"], "a"), (std::vector<uint32_t>{1, 2, 3}));
+  // A float (undefined behaviour when cast out of range), a negative for an
+  // unsigned field, a value wider than the field and a string are refused,
+  // as json::exceptions the decoders already turn into corruption errors.
+  for (const char* key : {"neg", "big", "f", "s"}) EXPECT_THROW(cairn::util::int_at<uint32_t>(j, key), json::exception) << key;
+  EXPECT_THROW(cairn::util::int_at<int64_t>(j, "f"), json::exception);
+  EXPECT_THROW(cairn::util::ints_of<uint32_t>(j["mixed"], "mixed"), json::exception);
+  EXPECT_THROW(cairn::util::ints_of<uint32_t>(j["u"], "u"), json::exception);
+  try {
+    cairn::util::int_at<uint32_t>(j, "big");
+  } catch (const json::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("big must be an integer from 0 to 4294967295"), std::string::npos) << e.what();
+  }
+}
