@@ -11,7 +11,8 @@ n1/n2 and cairn records it (RUN: nodes, job). A rig that cannot start fails the
 tests with the reason; nothing is skipped.
 
 Wall time: Slurm's limits are whole minutes, and slurmctld checks them from its
-periodic work: the first job takes 60 to 70 s, the others a few seconds.
+periodic work: a job killed at its limit takes 60 to 70 s, so the two such jobs
+run side by side (nodes of 4 CPUs); the others take a few seconds.
 """
 import json
 import os
@@ -37,7 +38,7 @@ def rig(tmp_path_factory):
     if not (harness.bin_dir() / "ckpt_app").is_file():
         pytest.fail(f"{harness.bin_dir()}/ckpt_app not found: build with MPI and set CAIRN_TEST_BIN_DIR (ctest does)")
     root = tmp_path_factory.mktemp("slurm")
-    r = slurm.SlurmRig(root / "rig", nodes=2, cpus=2)
+    r = slurm.SlurmRig(root / "rig", nodes=2, cpus=4)  # room for two 4-rank jobs at once
     try:
         r.start()
     except slurm.SlurmError as e:
@@ -84,14 +85,21 @@ def run_info(store: Path, run: str) -> dict:
     return json.loads(text[:text.rindex("xxh3 ")])
 
 
-def test_warning_checkpoint_before_the_time_limit_restarts_bit_identical(rig, tmp_path):
-    root = tmp_path
-    cfg = dict(run=RUN, warning_signals="USR1")  # SIGTERM at the limit ends the ranks at once
-    # 1. The job that Slurm warns and then kills.
+WARNING_CFG = dict(run=RUN, warning_signals="USR1")  # SIGTERM at the limit ends the ranks at once
+
+
+def submit_warning_job(rig, root: Path) -> str:
+    """The job that Slurm warns (USR1 20 s before its limit) and then kills."""
     script = write_script(root / "job.sh", ["--steps", STEPS, "--every", EVERY, "--bytes", NBYTES,
                                             "--sleep-ms", SLEEP_MS, "--on-warning"])
-    first = rig.sbatch(script, "-N2", "-n4", "--time=1", "--signal=USR1@20", f"--output={root}/out-%j.txt",
-                       env=job_env(root, **cfg))
+    return rig.sbatch(script, "-N2", "--ntasks-per-node=2", "--time=1", "--signal=USR1@20", f"--output={root}/out-%j.txt",
+                      env=job_env(root, **WARNING_CFG))
+
+
+def check_warning_job(rig, root: Path, first: str) -> None:
+    """The warned job checkpointed on the warning and committed before the kill;
+    the rerun (another job of the same run) restarts from that version, bit for
+    bit the state of an uninterrupted run."""
     state = rig.wait(first, timeout=200)
     out = output(root, first)
     assert state == "TIMEOUT", f"job {first} ended {state}, expected TIMEOUT at its limit\n{out}"
@@ -109,7 +117,8 @@ def test_warning_checkpoint_before_the_time_limit_restarts_bit_identical(rig, tm
     # 2. The rerun (another job of the same run) restarts from that version.
     script2 = write_script(root / "rerun.sh", ["--steps", STEPS, "--every", EVERY, "--bytes", NBYTES,
                                                "--dump-restored", root / "restored"])
-    second = rig.sbatch(script2, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt", env=job_env(root, **cfg))
+    second = rig.sbatch(script2, "-N2", "--ntasks-per-node=2", "--time=1", f"--output={root}/out-%j.txt",
+                        env=job_env(root, **WARNING_CFG))
     state = rig.wait(second, timeout=120)
     out2 = output(root, second)
     assert state == "COMPLETED", f"rerun job {second} ended {state}\n{out2}"
@@ -131,7 +140,7 @@ def test_warning_checkpoint_before_the_time_limit_restarts_bit_identical(rig, tm
 
 def test_the_default_run_is_named_after_the_job(rig, tmp_path):
     script = write_script(tmp_path / "job.sh", ["--steps", 4, "--every", 2])
-    job = rig.sbatch(script, "-N2", "-n4", "--time=1", f"--output={tmp_path}/out-%j.txt", env=job_env(tmp_path))
+    job = rig.sbatch(script, "-N2", "--ntasks-per-node=2", "--time=1", f"--output={tmp_path}/out-%j.txt", env=job_env(tmp_path))
     state = rig.wait(job, timeout=120)
     out = output(tmp_path, job)
     assert state == "COMPLETED", f"job {job} ended {state}\n{out}"
@@ -250,52 +259,80 @@ def test_agents_in_a_job_of_their_own_serve_an_application_job(rig, tmp_path):
     assert got.group(1) == want
 
 
-@pytest.mark.parametrize("end", ["scancel", "time limit"])
-def test_a_daemon_mode_job_ended_right_after_a_checkpoint_keeps_that_version(rig, tmp_path, end):
+DAEMON_NBYTES = 1 << 20
+
+
+def daemon_cfg(timed: bool) -> dict:
+    return dict(run="ended", engine_host="daemon", io_rate_limit=60000 if timed else 800000, daemon_drain_s=40)
+
+
+def submit_daemon_job(rig, root: Path, timed: bool) -> str:
     """engine_host = daemon, the persistent write slowed down (io_rate_limit):
-    every rank pauses right after cairn_checkpoint(2) returned, and the job
-    ends: cancelled (scancel), or killed at its time limit (checkpoint 2
-    comes about 50 s into a 1-minute job, its flush takes some 30 s more).
-    Either way Slurm sends SIGTERM to every process of the job, SIGKILL after
-    KillWait. The daemons, still flushing version 2, neither die of the
-    SIGTERM nor wait for the application: the last one to make its shard
-    durable commits it. A second job (node-local directories wiped) restores
-    version 2 bit for bit."""
-    root = tmp_path
-    nbytes = 1 << 20
-    timed = end == "time limit"
-    cfg = dict(run="ended", engine_host="daemon", io_rate_limit=60000 if timed else 800000, daemon_drain_s=40)
+    every rank pauses right after cairn_checkpoint(2) returned; returns once
+    all have. Timed, checkpoint 2 comes about 50 s into a 1-minute job and its
+    flush takes some 30 s more, so it is not committed yet."""
     flag = root / "go"
-    script = write_script(root / "job.sh", ["--steps", 40, "--every", 2, "--bytes", nbytes,
+    script = write_script(root / "job.sh", ["--steps", 40, "--every", 2, "--bytes", DAEMON_NBYTES,
                                             "--sleep-ms", 24000 if timed else 0, "--pause-after", 2, flag])
-    job = rig.sbatch(script, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt", env=job_env(root, **cfg))
+    job = rig.sbatch(script, "-N2", "--ntasks-per-node=2", "--time=1", f"--output={root}/out-%j.txt",
+                     env=job_env(root, **daemon_cfg(timed)))
     deadline = time.monotonic() + 120
     while not all(Path(f"{flag}.ready.{r}").exists() for r in range(4)):
         assert rig.job_state(job) in ("PENDING", "CONFIGURING", "RUNNING"), \
             f"job {job} ended before checkpoint 2 returned on every rank\n{output(root, job)}"
         assert time.monotonic() < deadline, f"job {job} did not reach its pause\n{output(root, job)}"
         time.sleep(0.02)
-    manifest = root / "store" / "runs" / "ended" / "ckpt" / f"v{2:012d}" / "MANIFEST"
     if timed:
-        assert not manifest.exists(), "version 2 committed before the time limit: the flush is not slow enough"
-    else:
-        rig.scancel(job)
+        assert not daemon_manifest(root).exists(), \
+            "version 2 committed before the time limit: the flush is not slow enough"
+    return job
+
+
+def daemon_manifest(root: Path) -> Path:
+    return root / "store" / "runs" / "ended" / "ckpt" / f"v{2:012d}" / "MANIFEST"
+
+
+def check_daemon_job(rig, root: Path, job: str, timed: bool) -> None:
+    """The job ended (Slurm sent SIGTERM to every process of the job, SIGKILL
+    after KillWait). The daemons, still flushing version 2, neither died of the
+    SIGTERM nor waited for the application: the last one to make its shard
+    durable committed it. A second job (node-local directories wiped)
+    restores version 2 bit for bit."""
     state = rig.wait(job, timeout=120)
     assert state == ("TIMEOUT" if timed else "CANCELLED"), f"job {job} ended {state}\n{output(root, job)}"
     deadline = time.monotonic() + 60
-    while not manifest.is_file():
+    while not daemon_manifest(root).is_file():
         assert time.monotonic() < deadline, f"version 2 was never committed\n{output(root, job)}"
         time.sleep(0.1)
     shutil.rmtree(root / "scratch", ignore_errors=True)
-    script2 = write_script(root / "rerun.sh", ["--steps", 2, "--every", 2, "--bytes", nbytes,
+    script2 = write_script(root / "rerun.sh", ["--steps", 2, "--every", 2, "--bytes", DAEMON_NBYTES,
                                                "--dump-restored", root / "restored"])
-    second = rig.sbatch(script2, "-N2", "-n4", "--time=1", f"--output={root}/out-%j.txt", env=job_env(root, **cfg))
+    second = rig.sbatch(script2, "-N2", "--ntasks-per-node=2", "--time=1", f"--output={root}/out-%j.txt",
+                        env=job_env(root, **daemon_cfg(timed)))
     state = rig.wait(second, timeout=120)
     out2 = output(root, second)
     assert state == "COMPLETED", f"rerun job {second} ended {state}\n{out2}"
     assert re.search(r"^restarted from version 2$", out2, re.M), out2
     ref = harness.Job(root / "ref", 4, run="reference")
-    ref.run("--steps", 2, "--every", 2, "--bytes", nbytes, "--dump-at", 2, ref.dumps / "at").ok()
+    ref.run("--steps", 2, "--every", 2, "--bytes", DAEMON_NBYTES, "--dump-at", 2, ref.dumps / "at").ok()
     harness.assert_same_state(ref.read_dump(ref.dumps / "at"), ref.read_dump(root / "restored"),
                               "state restored from version 2")
 
+
+def test_a_daemon_mode_job_cancelled_right_after_a_checkpoint_keeps_that_version(rig, tmp_path):
+    job = submit_daemon_job(rig, tmp_path, timed=False)
+    rig.scancel(job)
+    check_daemon_job(rig, tmp_path, job, timed=False)
+
+
+def test_jobs_killed_at_their_time_limit_keep_their_last_checkpoint(rig, tmp_path):
+    """Two 1-minute jobs side by side (Slurm's limits are whole minutes, so each
+    costs a minute of wall time; the rig's nodes have room for both): the job
+    warned 20 s before its limit checkpoints on the warning, and the
+    daemon-mode job is killed while its daemons flush checkpoint 2."""
+    for d in ("warning", "daemon"):
+        (tmp_path / d).mkdir()
+    warned = submit_warning_job(rig, tmp_path / "warning")
+    drained = submit_daemon_job(rig, tmp_path / "daemon", timed=True)
+    check_warning_job(rig, tmp_path / "warning", warned)
+    check_daemon_job(rig, tmp_path / "daemon", drained, timed=True)
