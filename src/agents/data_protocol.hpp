@@ -1,17 +1,8 @@
-// The agents' protocol over the inter-rank data plane (src/fabric): the small
-// two-sided messages an application rank and its checkpoint agent exchange
-// (data_message), the text lists some of them carry, and the application's
-// side (agent_client). The bytes move with fabric::transfer_engine and
-// fabric::pull_image; the agent's side is tools/agent. See
-// docs/design/agents_data_plane.md.
-//
-// The aggregated flush (src/aggregate/leaders.cpp) speaks the READY and HELD
-// messages of this protocol between ranks and leaders, with the same codec,
-// and so includes this header. The messages stay here rather than in
-// src/fabric because what they carry (a version of run/name for one rank, a
-// transfer mode, the restore, query and release verbs) is the agents'
-// vocabulary; src/fabric moves bytes between endpoints and knows no protocol.
-// Should the aggregation's messages ever need to differ, it gets its own.
+// The agents' protocol over the inter-rank data plane (src/fabric): the text
+// lists some of its messages (fabric/message.hpp) carry, and the
+// application's side (agent_client). The bytes move with
+// fabric::transfer_engine and fabric::pull_image; the agent's side is
+// tools/agent. See docs/design/agents_data_plane.md.
 #ifndef CAIRN_AGENTS_DATA_PROTOCOL_HPP
 #define CAIRN_AGENTS_DATA_PROTOCOL_HPP
 
@@ -25,75 +16,20 @@
 
 #include "cairn/status.hpp"
 #include "fabric/fabric.hpp"
+#include "fabric/message.hpp"
 #include "fabric/transfer.hpp"
 #include "format/shard.hpp"
 
 namespace cairn::agents {
 
-// ---- protocol messages -------------------------------------------------------
-//
-// Little-endian binary, at most fabric_context::max_message_bytes(): magic
-// "CAGM", wire version, type, then the fields of `data_message` in order (strings
-// as u16 length + bytes). A version of the protocol:
-//
-//   pull:    client READY(mode pull, buffer)     -> agent reads -> HELD(code)
-//   lend:    client READY(mode lend, buffer, text: lent regions)
-//                                                -> agent reads the header block from
-//                                                   the buffer, lent regions from the
-//                                                   application's memory -> HELD(code)
-//   push:    client READY(mode push, length)     -> agent PUSH_TARGET(buffer)
-//            client writes, PUSH_DONE            -> agent verifies -> HELD(code)
-//   restart: client RESTORE(mode push, buffer)   -> agent writes -> RESTORED(code, length)
-//            client RESTORE(mode pull)           -> agent RESTORE_SOURCE(buffer)
-//            client reads, RESTORE_DONE          -> agent RESTORED(code)
-//   query:   client QUERY(run, name, rank)       -> agent HOLDING(text: versions)
-//   release: client RELEASE(run[, name])         -> agent RELEASED(version: count)
-//
-// `request` is chosen by the client and echoed; `reply_to` is the sender's
-// endpoint name. A reply with code != 0 carries errc and a message.
-inline constexpr uint32_t kMessageMagic = 0x4d474143;  // "CAGM"
-inline constexpr uint16_t kWireVersion = 1;
-
-enum class data_msg : uint16_t {
-  ready = 1,
-  push_target = 2,
-  push_done = 3,
-  held = 4,
-  restore = 5,
-  restore_source = 6,
-  restore_done = 7,
-  restored = 8,
-  query = 9,      // which versions of (run, name, rank) the agent holds in memory
-  holding = 10,   // reply: text = "version:length:attempt" entries, comma-separated
-  release = 11,   // drop every held version of run (name empty: all names), cancel their writes
-  released = 12,  // reply: version = how many were dropped
-};
-const char* data_msg_name(data_msg t);
-
-// lend: a pull whose regions come from the application's own (lent) memory.
-enum class transfer_mode : uint8_t { pull = 0, push = 1, lend = 2 };
-
-struct data_message {
-  data_msg type = data_msg::ready;
-  transfer_mode mode = transfer_mode::pull;
-  uint64_t request = 0;
-  int64_t version = 0;  // RESTORE: -1 = the newest held
-  uint32_t rank = 0;
-  uint32_t nranks = 1;
-  uint64_t addr = 0;    // a registered buffer (remote_buffer)
-  uint64_t key = 0;
-  uint64_t length = 0;
-  int32_t code = 0;     // errc of a reply
-  std::string reply_to;
-  std::string run;
-  std::string name;
-  std::string text;     // error message of a reply
-};
-
-std::string encode_data_message(const data_message& m);
-result<data_message> decode_data_message(std::string_view bytes);
-// A reply's code and text as a status.
-status data_message_status(const data_message& m);
+// ---- protocol messages: the codec is fabric/message.hpp --------------------------
+using fabric::data_message;
+using fabric::data_message_status;
+using fabric::data_msg;
+using fabric::data_msg_name;
+using fabric::decode_data_message;
+using fabric::encode_data_message;
+using fabric::transfer_mode;
 
 // The lent regions of a READY (mode lend) as its text: "index:addr:key"
 // entries, comma-separated.

@@ -8,10 +8,9 @@
 #include <set>
 #include <tuple>
 
-#include "agents/data_protocol.hpp"
 #include "cairn.h"
 #include "fabric/fabric.hpp"
-#include "fabric/transfer.hpp"
+#include "fabric/mailbox.hpp"
 #include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
@@ -21,104 +20,33 @@
 
 namespace cairn::aggregate {
 
-using agents::data_message;
-using agents::data_msg;
+using fabric::data_message;
+using fabric::data_msg;
 
+// The mailbox (fabric/mailbox.hpp) and a leader's bounce buffers (pull one,
+// write the other), reused.
 class data_plane {
  public:
-  data_plane_options opts;
-  std::unique_ptr<fabric::fabric_context> ctx;       // messages; the target of the leaders' reads
-  std::unique_ptr<fabric::transfer_engine> lanes;    // a leader's pulls
-  std::vector<std::string> peers;                    // endpoint names, rank order
-  std::vector<fabric::fabric_addr> addrs;            // inserted on first use (0 = not yet)
-  std::vector<bool> inserted;
-  util::aligned_buffer windows[2];                   // a leader's bounce buffers (pull one, write the other), reused
-  uint64_t next_request = 1;
-  // Messages that arrived before the stage asked for them: (name, version,
-  // rank) -> the message. READY comes from senders, HELD from leaders.
-  std::map<std::tuple<std::string, int64_t, uint32_t>, data_message> ready, held;
-
-  result<fabric::fabric_addr> peer(uint32_t rank) {
-    if (rank >= peers.size()) return status(errc::internal, "aggregation data plane: no rank " + std::to_string(rank));
-    if (!inserted[rank]) {
-      CAIRN_ASSIGN_OR_RETURN(addrs[rank], ctx->insert_peer(peers[rank]));
-      inserted[rank] = true;
-    }
-    return addrs[rank];
-  }
-
-  status send(uint32_t rank, const data_message& m) {
-    CAIRN_ASSIGN_OR_RETURN(auto a, peer(rank));
-    return ctx->send(a, agents::encode_data_message(m));
-  }
-
-  // Receives until `want` (READY from rank `from`, or HELD from leader
-  // `from`) of (name, version) is there; drops what belongs to older versions
-  // of the name. Gives up when the job is cancelled (its version failed on
-  // some rank) or nothing at all arrives for timeout_s.
-  result<data_message> await(data_msg want, const std::string& name, int64_t version, uint32_t from,
-                             const std::atomic<bool>& cancelled) {
-    auto& box = want == data_msg::ready ? ready : held;
-    const auto key = std::make_tuple(name, version, from);
-    double quiet_since = util::now_s();
-    while (true) {
-      if (auto it = box.find(key); it != box.end()) {
-        data_message m = std::move(it->second);
-        box.erase(it);
-        return m;
-      }
-      if (cancelled.load())
-        return status(errc::cancelled, "'" + name + "' version " + std::to_string(version) +
-                                           ": the flush failed on another rank");
-      if (util::now_s() - quiet_since > opts.timeout_s)
-        return status(errc::io_error, "'" + name + "' version " + std::to_string(version) + ": no " +
-                                          agents::data_msg_name(want) + " from rank " + std::to_string(from) +
-                                          " within " + std::to_string(static_cast<int>(opts.timeout_s)) +
-                                          " s (rank gone?)");
-      auto bytes = ctx->recv(0.1);
-      if (!bytes) {
-        if (bytes.error().code() == errc::again) continue;
-        return bytes.take_status().with_context("aggregation data plane");
-      }
-      auto m = agents::decode_data_message(*bytes);
-      if (!m || (m->type != data_msg::ready && m->type != data_msg::held)) continue;
-      quiet_since = util::now_s();
-      auto& to = m->type == data_msg::ready ? ready : held;
-      // Older versions of this name are over: what still arrives for them is stale.
-      if (m->name == name && m->version < version) continue;
-      to[std::make_tuple(m->name, m->version, m->rank)] = std::move(*m);
-    }
-  }
+  std::shared_ptr<fabric::mailbox> box;
+  util::aligned_buffer windows[2];
 };
 
 result<std::shared_ptr<data_plane>> make_data_plane(const data_plane_options& o) {
   auto d = std::make_shared<data_plane>();
-  d->opts = o;
-  fabric::fabric_options f;
-  f.provider = o.provider;
-  f.node = o.bind;
-  f.timeout_s = o.timeout_s;
-  f.thread_safe = true;
-  f.progress_thread = true;  // leaders read this rank's staging slot through this endpoint
-  auto ctx = fabric::fabric_context::create(f);
-  if (!ctx) return ctx.take_status().with_context("aggregation data plane (aggregate_strategy = leaders)");
-  d->ctx = std::move(ctx).value();
-  fabric::transfer_options t;
-  t.fabric = f;
-  t.fabric.thread_safe = false;
-  t.fabric.progress_thread = false;
-  t.threads = std::max(1, o.lanes);
-  CAIRN_ASSIGN_OR_RETURN(d->lanes, fabric::transfer_engine::create(t));
+  fabric::mailbox_options m;
+  m.provider = o.provider;
+  m.bind = o.bind;
+  m.lanes = o.lanes;
+  m.timeout_s = o.timeout_s;
+  m.what = "aggregation data plane (aggregate_strategy = leaders)";
+  CAIRN_ASSIGN_OR_RETURN(d->box, fabric::mailbox::create(m));
   return d;
 }
 
-const std::string& data_plane_name(const data_plane& d) { return d.ctx->name(); }
+const std::string& data_plane_name(const data_plane& d) { return d.box->name(); }
 
-status set_data_plane_peers(data_plane& d, std::vector<std::string> names) {
-  d.peers = std::move(names);
-  d.addrs.assign(d.peers.size(), 0);
-  d.inserted.assign(d.peers.size(), false);
-  return {};
+status join_data_plane(data_plane& d, uint32_t self, std::vector<std::string> names, std::string key) {
+  return d.box->join(self, std::move(names), std::move(key));
 }
 
 namespace {
@@ -144,12 +72,11 @@ class leaders_stage final : public aggregated_stage {
     fabric::memory_region mr;
     status st;
     if (!my_leaders.empty()) {
-      auto r = d_->ctx->register_memory(image, h.file_size, fabric::kRemoteRead);
+      auto r = d_->box->context().register_memory(image, h.file_size, fabric::kRemoteRead);
       if (!r) return r.take_status().with_context("aggregated flush: exposing the image");
       mr = std::move(r).value();
       data_message ready;
       ready.type = data_msg::ready;
-      ready.request = d_->next_request++;
       ready.run = h.run;
       ready.name = h.name;
       ready.version = h.version;
@@ -158,15 +85,13 @@ class leaders_stage final : public aggregated_stage {
       ready.addr = mr.remote_address();
       ready.key = mr.key();
       ready.length = h.file_size;
-      ready.reply_to = d_->ctx->name();
       // Where a leader of this node may read the image without the network:
-      // the node-local shard (if the local stage wrote it), and the header
-      // checksum that proves the file is this image.
+      // the node-local directory (if the local stage wrote the shard), and
+      // the header checksum that proves the file is this image.
       if (o_.local_level)
-        ready.text = format::shard_path(paths_.scratch, h.run, h.name, h.version, me) + "\n" +
-                     util::hex64(h.header_checksum);
+        ready.text = paths_.scratch + "\n" + util::hex64(h.header_checksum);
       for (uint32_t l : my_leaders)
-        if (st) st = d_->send(l, ready).with_context("aggregated flush: READY to leader rank " + std::to_string(l));
+        if (st) st = d_->box->send(l, ready).with_context("aggregated flush: READY to leader rank " + std::to_string(l));
       if (o_.kill.version == h.version && !o_.kill.leader) ::raise(SIGKILL);  // test hook
     }
 
@@ -178,9 +103,9 @@ class leaders_stage final : public aggregated_stage {
     // 3. The image must stay put until every leader has read it.
     for (uint32_t l : my_leaders) {
       if (!st) break;
-      auto m = d_->await(data_msg::held, h.name, h.version, l, job.cancelled);
+      auto m = d_->box->await(data_msg::held, h.name, h.version, l, job.cancelled);
       if (!m) st = m.take_status();
-      else if (status held = agents::data_message_status(*m); !held)
+      else if (status held = fabric::data_message_status(*m); !held)
         // The leader's failure, which the leader reports: a consequence here.
         st = status(errc::cancelled, "leader rank " + std::to_string(l) + " failed: " + held.message());
     }
@@ -246,8 +171,8 @@ class leaders_stage final : public aggregated_stage {
       if (x.leader == k) write_async(x.stream, job.image->data() + x.src, x.length);
     if (!from.empty()) {
       for (auto& w : d_->windows)
-        if (st && w.size() < d_->opts.window) {
-          auto b = util::aligned_buffer::allocate(d_->opts.window);
+        if (st && w.size() < kWindow) {
+          auto b = util::aligned_buffer::allocate(kWindow);
           if (!b) st = b.take_status();
           else w = std::move(b).value();
         }
@@ -260,22 +185,21 @@ class leaders_stage final : public aggregated_stage {
     while (!waiting.empty()) {
       uint32_t r = *waiting.begin();
       for (uint32_t c : waiting)
-        if (d_->ready.count({h.name, h.version, c})) {
+        if (d_->box->arrived(data_msg::ready, h.name, h.version, c)) {
           r = c;
           break;
         }
-      auto m = d_->await(data_msg::ready, h.name, h.version, r, job.cancelled);
+      auto m = d_->box->await(data_msg::ready, h.name, h.version, r, job.cancelled);
       if (!m) {
         finish_write();
         return m.take_status();  // cancelled or gone: the senders learn it the same way
       }
       waiting.erase(r);
       if (st) {
-        fabric::remote_buffer src{d_->peers[r], m->addr, m->key, m->length};
         // A sender of this node: its node-local shard file, when it is this image.
         std::unique_ptr<storage::readable_file> file =
-            p.nodes[r] == p.nodes[me] ? local_copy(*m) : nullptr;
-        const uint64_t window = d_->opts.window;
+            p.nodes[r] == p.nodes[me] ? local_copy(h, r, *m) : nullptr;
+        const uint64_t window = kWindow;
         for (const auto& x : from[r]) {
           for (uint64_t o = 0; st && o < x.length; o += window) {
             const uint64_t n = std::min<uint64_t>(window, x.length - o);
@@ -284,9 +208,8 @@ class leaders_stage final : public aggregated_stage {
             if (file) {
               pulled = file->read_at(x.src + o, w.data(), n);
             } else {
-              fabric::remote_buffer part{src.peer, src.addr + x.src + o, src.key, n};
-              fabric::extent e{0, n};
-              pulled = d_->lanes->pull(part, w.span().first(n), {&e, 1});
+              pulled = x.src + o + n > m->length ? status(errc::corruption, "a piece beyond the image it announced")
+                                                 : d_->box->pull(r, m->addr + x.src + o, m->key, w.data(), n);
             }
             if (!pulled) st = pulled.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
             if (o_.kill.version == h.version && o_.kill.leader) ::raise(SIGKILL);  // test hook: mid-exchange
@@ -304,7 +227,7 @@ class leaders_stage final : public aggregated_stage {
         reply.code = static_cast<int32_t>(st.code());
         reply.text = st.message();
       }
-      if (status s = d_->send(r, reply); !s && st) st = s.with_context("aggregated flush: HELD to rank " + std::to_string(r));
+      if (status s = d_->box->send(r, reply); !s && st) st = s.with_context("aggregated flush: HELD to rank " + std::to_string(r));
     }
     finish_write();
     for (auto& [f, file] : files) {
@@ -314,16 +237,20 @@ class leaders_stage final : public aggregated_stage {
     return st;
   }
 
-  // The sender's node-local shard named in its READY, opened, if its header
-  // is the image the READY announces; null otherwise (then RMA).
-  std::unique_ptr<storage::readable_file> local_copy(const data_message& m) {
+  // Sender r's node-local shard of this version, opened, if its header is the
+  // image its READY announces; null otherwise (then RMA). The READY gives the
+  // sender's node-local directory (ranks of a node may have their own); the
+  // path in it is the layout's for this version and rank, computed here.
+  std::unique_ptr<storage::readable_file> local_copy(const format::shard_header& mine, uint32_t r,
+                                                     const data_message& m) {
     const size_t nl = m.text.find('\n');
     uint64_t checksum = 0;
-    if (nl == std::string::npos || !util::parse_hex64(m.text.substr(nl + 1), &checksum)) return nullptr;
-    auto f = env_->open_read(m.text.substr(0, nl));
+    if (nl == std::string::npos || nl == 0 || !util::parse_hex64(m.text.substr(nl + 1), &checksum)) return nullptr;
+    const std::string path = format::shard_path(m.text.substr(0, nl), mine.run, mine.name, mine.version, r);
+    auto f = env_->open_read(path);
     if (!f || (*f)->size() != m.length) return nullptr;
-    auto h = format::read_header(**f, m.text.substr(0, nl));
-    if (!h || h->header_checksum != checksum || h->file_size != m.length) return nullptr;
+    auto h = format::read_header(**f, path);
+    if (!h || h->header_checksum != checksum || h->file_size != m.length || h->rank != r) return nullptr;
     return std::move(f).value();
   }
 

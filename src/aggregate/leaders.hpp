@@ -2,8 +2,8 @@
 // every rank announces its checksummed image to the leaders the plan gives
 // its bytes to; each leader pulls those bytes by RMA read over the inter-rank
 // data plane (src/fabric: its lanes), writes them with its own into the
-// extents it alone owns, and syncs. No MPI: the messages (READY, HELD of the
-// agents' protocol, agents/data_protocol.hpp) go over the same endpoints.
+// extents it alone owns, and syncs. No MPI: the messages (READY, HELD,
+// sealed with the job's key) go over the same endpoints.
 // Built with libfabric only.
 #ifndef CAIRN_AGGREGATE_LEADERS_HPP
 #define CAIRN_AGGREGATE_LEADERS_HPP
@@ -22,16 +22,19 @@ struct data_plane_options {
   std::string bind;          // local address; empty: the provider's default
   int lanes = 2;             // threads pulling in parallel on a leader
   double timeout_s = 120;    // no message and no completion for this long: the peer is gone
-  uint64_t window = 16 << 20;  // each of a leader's two bounce buffers (one pulled while the other is written), reused
 };
 
-// This rank's end of the aggregation data plane. Create at init (no
-// collective), give name() to every rank, then set_peers with every rank's
-// name in rank order (the client does both through its communicator).
+// Each of a leader's two bounce buffers (one pulled while the other is written), reused.
+inline constexpr uint64_t kWindow = 16 << 20;
+
+// This rank's end of the aggregation data plane (a mailbox of its own,
+// fabric/mailbox.hpp). Create at init (no collective), give its name to every
+// rank, then join with every rank's name in rank order and the job's key
+// (the client does both through its communicator).
 class data_plane;
 result<std::shared_ptr<data_plane>> make_data_plane(const data_plane_options& o);
 const std::string& data_plane_name(const data_plane& d);
-status set_data_plane_peers(data_plane& d, std::vector<std::string> names);
+status join_data_plane(data_plane& d, uint32_t self, std::vector<std::string> names, std::string key);
 
 std::unique_ptr<engine::stage> make_leaders_stage(storage::storage_env* env, engine::level_paths paths,
                                                   stage_options options, std::shared_ptr<data_plane> plane);

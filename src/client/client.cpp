@@ -23,6 +23,7 @@
 #include "daemon/link.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "aggregate/leaders.hpp"
+#include "fabric/mailbox.hpp"
 #endif
 #include "engine/stages.hpp"
 #include "format/container.hpp"
@@ -642,6 +643,23 @@ status client_impl::tag(const std::string& key, const std::string& value) {
   run_info_.tags[key] = value;
   return write_run_identity();
 }
+
+#ifdef CAIRN_HAVE_FABRIC
+result<std::string> client_impl::plane_key() {
+  if (!plane_key_.empty()) return plane_key_;
+  std::string key;
+  status st;
+  if (rank() == 0) {
+    auto k = fabric::new_plane_key();
+    if (k) key = std::move(k).value();
+    else st = k.take_status();
+  }
+  CAIRN_RETURN_IF_ERROR(agree(st));
+  comm_->broadcast(&key, 0);
+  plane_key_ = key;
+  return key;
+}
+#endif
 
 status client_impl::agree(status mine) {
   int64_t code = comm_->min(static_cast<int64_t>(mine.code()));

@@ -39,8 +39,8 @@
 namespace cairn::aggregate {
 class data_plane;
 }
-namespace cairn::redundancy {
-class plane;
+namespace cairn::fabric {
+class mailbox;
 }
 namespace cairn::daemon {
 class link;
@@ -408,7 +408,12 @@ class client_impl {
   std::string fs_name_;
   uint32_t aggregate_files_ = 1;
   std::shared_ptr<aggregate::data_plane> plane_;  // aggregate_strategy = leaders (libfabric builds)
-  std::shared_ptr<redundancy::plane> redundancy_plane_;  // redundancy != none
+  std::shared_ptr<fabric::mailbox> redundancy_plane_;  // redundancy != none
+  // Collective at its first call (init): the key that seals this job's
+  // data-plane messages (fabric/mailbox.hpp), drawn by rank 0 and broadcast
+  // over the job's communicator. libfabric builds.
+  result<std::string> plane_key();
+  std::string plane_key_;
   std::string redundancy_scheme_;                        // e.g. "xor(k=4, m=1)"
   redundancy::set_info redundancy_set_;                  // engine_host = daemon: this rank's set
   format::redundancy_info redundancy_record_;            // what protected versions' manifests record

@@ -95,7 +95,9 @@ status client_impl::start_aggregation() {
       const std::byte* p = all.data() + static_cast<size_t>(r) * kRow;
       names.emplace_back(reinterpret_cast<const char*>(p + 1), static_cast<size_t>(p[0]));
     }
-    CAIRN_RETURN_IF_ERROR(aggregate::set_data_plane_peers(*plane_, std::move(names)));
+    CAIRN_ASSIGN_OR_RETURN(std::string key, plane_key());
+    CAIRN_RETURN_IF_ERROR(aggregate::join_data_plane(*plane_, static_cast<uint32_t>(rank()), std::move(names),
+                                                     std::move(key)));
   }
 #endif
   if (aggregate_files_ > static_cast<uint32_t>(size()))

@@ -145,11 +145,13 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   if (redundancy_on()) {
     CAIRN_RETURN_IF_ERROR(start_redundancy(paths, nullptr, 0));
     const auto peers = comm::allgather_lines(*comm_, util::hex_encode(daemon_->plane_name()));
+    auto key = plane_key();  // the one start_redundancy agreed on
+    if (!key) return key.take_status();
     const auto& set = redundancy_set_;
     const auto& rec = redundancy_record_;  // what a protected version's MANIFEST records: the daemon commits it
     start["redundancy"] = {{"scheme", cfg_.redundancy}, {"k", set.geo.k},         {"m", set.geo.m},
                            {"members", set.members},    {"nodes", set.nodes},     {"position", set.position},
-                           {"peers", peers},
+                           {"peers", peers},            {"key", util::hex_encode(*key)},
                            {"record", {{"scheme", rec.scheme}, {"description", rec.description}, {"k", rec.k},
                                        {"m", rec.m}, {"sets", rec.sets}}}};
   }

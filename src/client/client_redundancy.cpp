@@ -60,6 +60,7 @@ status client_impl::start_redundancy(const engine::level_paths& paths, engine::s
   redundancy::plane_options o;
   o.provider = cfg_.agents_provider;
   o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
+  o.what = "redundancy data plane";
   auto p = redundancy::plane::create(o);
   status st = p ? status() : p.error();
   CAIRN_RETURN_IF_ERROR(agree(st));
@@ -105,7 +106,8 @@ status client_impl::start_redundancy(const engine::level_paths& paths, engine::s
   redundancy_record_.k = widest.k;
   redundancy_record_.m = mine.geo.m;
   redundancy_record_.sets = sets;
-  redundancy_plane_->set_peers(std::move(names));
+  CAIRN_ASSIGN_OR_RETURN(std::string key, plane_key());
+  CAIRN_RETURN_IF_ERROR(redundancy_plane_->join(me, std::move(names), std::move(key)));
   // engine_host = daemon: the daemons encode (start_daemon hands them the
   // set); this rank's plane serves the rebuild at restart.
   if (!stages) {
@@ -253,7 +255,7 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
       auto img = util::aligned_buffer::allocate(sizes[pos]);
       if (!img) st = img.error();
       else image = std::move(img).value();
-      const uint64_t window = plane.options().window;
+      const uint64_t window = redundancy::kWindow;
       std::vector<util::aligned_buffer> in(d);
       util::aligned_buffer out;
       for (uint32_t s = 0; st && s < g.k; ++s) {

@@ -163,6 +163,7 @@ result<T> decode(std::string_view meta, const char* what,
 status read_set(const nlohmann::json& r, start_msg::set* set) {
   util::fields f(r, "the start frame's redundancy");
   std::vector<std::string> peers;
+  std::string key;
   f.str("scheme", &set->scheme, true, 64);
   f.u32("k", &set->k, true, 1024);
   f.u32("m", &set->m, true, 1024);
@@ -170,6 +171,7 @@ status read_set(const nlohmann::json& r, start_msg::set* set) {
   f.u32s("members", &set->members, true, 2048);
   f.strings("nodes", &set->nodes, true, 2048, 4096);
   f.strings("peers", &peers, true, 1u << 20, 1024);
+  f.str("key", &key, true, 64);
   const nlohmann::json* rec = f.object("record", false);
   if (!f.ok()) return f.error();
   for (const auto& hex : peers) {
@@ -178,6 +180,8 @@ status read_set(const nlohmann::json& r, start_msg::set* set) {
       return status(errc::invalid_argument, "the start frame's redundancy: an unreadable peer endpoint");
     set->peers.push_back(std::move(name));
   }
+  if (key.size() != 64 || !util::hex_decode(key, 32, &set->key))
+    return status(errc::invalid_argument, "the start frame's redundancy: the job's key is not 32 bytes in hex");
   if (rec == nullptr) return {};
   util::fields g(*rec, "the start frame's redundancy record");
   g.str("scheme", &set->record_scheme, true, 64);

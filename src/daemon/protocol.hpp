@@ -119,6 +119,7 @@ struct start_msg {
     std::vector<uint32_t> members;
     std::vector<std::string> nodes;
     std::vector<std::string> peers;  // endpoint names, decoded
+    std::string key;                 // the job's data-plane key (fabric/mailbox.hpp), decoded
     // What a protected version's MANIFEST records (absent from older ranks).
     bool has_record = false;
     std::string record_scheme, record_description;

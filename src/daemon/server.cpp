@@ -223,6 +223,7 @@ status session::hello(const frame& f) {
     redundancy::plane_options o;
     o.provider = cfg_.agents_provider;
     o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
+    o.what = "redundancy data plane (cairnd)";
     auto p = redundancy::plane::create(o);
     if (!p) return refuse(p.take_status().with_context("the redundancy data plane"));
     plane_ = std::move(p).value();
@@ -266,7 +267,7 @@ status session::start(const frame& f) {
     set.members = std::move(r.members);
     set.nodes = std::move(r.nodes);
     set.position = r.position;
-    plane_->set_peers(std::move(r.peers));
+    CAIRN_RETURN_IF_ERROR(plane_->join(static_cast<uint32_t>(rank_), std::move(r.peers), std::move(r.key)));
     if (r.has_record) {
       format::redundancy_info ri;
       ri.scheme = r.record_scheme;

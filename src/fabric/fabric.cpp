@@ -6,6 +6,7 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
+#include <sys/random.h>
 #include <sys/uio.h>
 
 #include <algorithm>
@@ -239,7 +240,9 @@ struct fabric_context::impl {
   std::map<std::string, fabric_addr> peers;          // GUARDED_BY(mu): name -> AV address
   bool polling = false;  // GUARDED_BY(mu): one thread reads the CQ at a time
   status failed;         // GUARDED_BY(mu): latched fatal error (timeout, CQ failure)
-  std::atomic<uint64_t> next_key{1};
+  // Keys this side chooses (no FI_MR_PROV_KEY) are random within the
+  // provider's key size: a peer cannot guess another registration's key.
+  uint64_t key_mask = ~uint64_t{0};
 
   std::thread progress_thread;
   std::atomic<bool> stop{false};
@@ -415,6 +418,7 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
   pr.domain = info->domain_attr->name ? info->domain_attr->name : "";
   pr.mr_mode = info->domain_attr->mr_mode;
   pr.mr_mode_text = mr_mode_text(pr.mr_mode);
+  if (const size_t kb = info->domain_attr->mr_key_size; kb > 0 && kb < 8) p->key_mask = (uint64_t{1} << (8 * kb)) - 1;
   pr.max_msg_size = info->ep_attr->max_msg_size;
   pr.chunk_bytes = pr.max_msg_size;
   if (options.max_chunk > 0) pr.chunk_bytes = std::min<uint64_t>(pr.chunk_bytes, options.max_chunk);
@@ -523,10 +527,20 @@ result<memory_region> fabric_context::register_memory(void* ptr, size_t len, uns
   if (access & kRemoteWrite) acc |= FI_REMOTE_WRITE;
   if (acc == 0) return status(errc::invalid_argument, "register_memory: no access requested");
   const uint64_t mode = m.props.mr_mode;
-  // Without FI_MR_PROV_KEY the application picks keys, unique in the domain.
-  const uint64_t requested_key = (mode & FI_MR_PROV_KEY) ? 0 : m.next_key.fetch_add(1);
+  // Without FI_MR_PROV_KEY the application picks keys, unique in the domain:
+  // random ones (a key in use is refused, then another is drawn).
   fid_mr* mr = nullptr;
-  int ret = fi_mr_reg(m.dom->domain.get(), ptr, len, acc, 0, requested_key, 0, &mr, nullptr);
+  int ret = 0;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    uint64_t requested_key = 0;
+    if (!(mode & FI_MR_PROV_KEY)) {
+      if (::getrandom(&requested_key, sizeof requested_key, 0) != sizeof requested_key)
+        return status(errc::io_error, "getrandom for a memory key failed");
+      requested_key &= m.key_mask;
+    }
+    ret = fi_mr_reg(m.dom->domain.get(), ptr, len, acc, 0, requested_key, 0, &mr, nullptr);
+    if (ret != -FI_ENOKEY || (mode & FI_MR_PROV_KEY)) break;
+  }
   if (ret != 0) return fabric_error(ret, "fi_mr_reg of " + std::to_string(len) + " bytes");
   memory_region r;
   r.domain_ = m.dom;

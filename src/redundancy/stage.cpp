@@ -14,91 +14,8 @@
 
 namespace cairn::redundancy {
 
-using agents::data_message;
-using agents::data_msg;
-
-result<std::shared_ptr<plane>> plane::create(const plane_options& o) {
-  auto p = std::make_shared<plane>();
-  p->opts_ = o;
-  fabric::fabric_options f;
-  f.provider = o.provider;
-  f.node = o.bind;
-  f.timeout_s = o.timeout_s;
-  f.thread_safe = true;
-  f.progress_thread = true;  // the set's members read this rank's image through this endpoint
-  auto ctx = fabric::fabric_context::create(f);
-  if (!ctx) return ctx.take_status().with_context("redundancy data plane");
-  p->ctx_ = std::move(ctx).value();
-  fabric::transfer_options t;
-  t.fabric = f;
-  t.fabric.thread_safe = false;
-  t.fabric.progress_thread = false;
-  t.threads = std::max(1, o.lanes);
-  CAIRN_ASSIGN_OR_RETURN(p->lanes_, fabric::transfer_engine::create(t));
-  return p;
-}
-
-void plane::set_peers(std::vector<std::string> names) {
-  peers_ = std::move(names);
-  addrs_.assign(peers_.size(), 0);
-  inserted_.assign(peers_.size(), false);
-}
-
-result<fabric::fabric_addr> plane::peer(uint32_t rank) {
-  if (rank >= peers_.size()) return status(errc::internal, "redundancy data plane: no rank " + std::to_string(rank));
-  if (!inserted_[rank]) {
-    CAIRN_ASSIGN_OR_RETURN(addrs_[rank], ctx_->insert_peer(peers_[rank]));
-    inserted_[rank] = true;
-  }
-  return addrs_[rank];
-}
-
-status plane::send(uint32_t rank, const data_message& m) {
-  CAIRN_ASSIGN_OR_RETURN(auto a, peer(rank));
-  data_message c = m;
-  c.request = next_request_++;
-  return ctx_->send(a, agents::encode_data_message(c));
-}
-
-result<data_message> plane::await(data_msg want, const std::string& name, int64_t version, uint32_t from,
-                                  const std::atomic<bool>& cancelled) {
-  auto& box = want == data_msg::ready ? ready_ : held_;
-  const auto key = std::make_tuple(name, version, from);
-  double quiet_since = util::now_s();
-  while (true) {
-    if (auto it = box.find(key); it != box.end()) {
-      data_message m = std::move(it->second);
-      box.erase(it);
-      return m;
-    }
-    if (cancelled.load())
-      return status(errc::cancelled, "'" + name + "' version " + std::to_string(version) + ": cancelled");
-    if (util::now_s() - quiet_since > opts_.timeout_s)
-      return status(errc::io_error, "redundancy: '" + name + "' version " + std::to_string(version) + ": no " +
-                                        agents::data_msg_name(want) + " from rank " + std::to_string(from) +
-                                        " within " + std::to_string(static_cast<int>(opts_.timeout_s)) +
-                                        " s (rank or node gone?)");
-    auto bytes = ctx_->recv(0.1);
-    if (!bytes) {
-      if (bytes.error().code() == errc::again) continue;
-      return bytes.take_status().with_context("redundancy data plane");
-    }
-    auto m = agents::decode_data_message(*bytes);
-    if (!m || (m->type != data_msg::ready && m->type != data_msg::held)) continue;
-    quiet_since = util::now_s();
-    if (m->name == name && m->version < version) continue;  // stale: that version is over here
-    auto& to = m->type == data_msg::ready ? ready_ : held_;
-    to[std::make_tuple(m->name, m->version, m->rank)] = std::move(*m);
-  }
-}
-
-status plane::pull(uint32_t rank, uint64_t addr, uint64_t key, std::byte* local, uint64_t len) {
-  if (len == 0) return {};
-  if (rank >= peers_.size()) return status(errc::internal, "redundancy data plane: no rank " + std::to_string(rank));
-  fabric::remote_buffer src{peers_[rank], addr, key, len};
-  fabric::extent e{0, len};
-  return lanes_->pull(src, std::span<std::byte>(local, len), {&e, 1});
-}
+using fabric::data_message;
+using fabric::data_msg;
 
 namespace {
 
@@ -163,7 +80,7 @@ class redundancy_stage final : public engine::stage {
       if (r == me) continue;
       auto m = plane_->await(data_msg::held, h.name, h.version, r, job.cancelled);
       if (!m) return m.take_status();
-      if (status s = agents::data_message_status(*m); !s)
+      if (status s = fabric::data_message_status(*m); !s)
         return status(errc::cancelled, "rank " + std::to_string(r) + " could not write its parity: " + s.message());
     }
     job.protected_at = util::wall_s();
@@ -190,7 +107,7 @@ class redundancy_stage final : public engine::stage {
         return status(errc::internal, "redundancy: bad READY from rank " + std::to_string(x.rank));
       ph.set.push_back(std::move(x));
     }
-    const uint64_t window = std::max<uint64_t>(4096, plane_->options().window);
+    const uint64_t window = kWindow;
     const uint32_t d = g.d();
     std::vector<util::aligned_buffer> in(d);
     std::vector<util::aligned_buffer> parity;

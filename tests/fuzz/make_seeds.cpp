@@ -146,7 +146,7 @@ int main(int argc, char** argv) {
                                  {"executable", "app"}, {"config", {{"persistent", "/tmp/s"}, {"run", "r"}}}}.dump();
   const std::string start =
       json{{"redundancy", {{"scheme", "xor"}, {"k", 2}, {"m", 1}, {"members", {0, 1}}, {"nodes", {"a", "b"}},
-                           {"position", 0}, {"peers", {"6162", "6364"}},
+                           {"position", 0}, {"peers", {"6162", "6364"}}, {"key", std::string(64, '7')},
                            {"record", {{"scheme", "xor"}, {"description", "x"}, {"k", 2}, {"m", 1}, {"sets", {{0, 1}}}}}}}}
           .dump();
   const std::string job = json{{"id", 1}, {"slot", 3}, {"wanted", 7}, {"captured_at", 1.5}, {"capture_s", 0.1}}.dump();

@@ -1,0 +1,139 @@
+#include "fabric/mailbox.hpp"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "util/clock.hpp"
+
+namespace cairn::fabric {
+
+result<std::string> new_plane_key() {
+  if (sodium_init() < 0) return status(errc::internal, "libsodium could not be initialised (no entropy source?)");
+  std::string k(kPlaneKeyBytes, '\0');
+  randombytes_buf(k.data(), k.size());
+  return k;
+}
+
+result<std::shared_ptr<mailbox>> mailbox::create(const mailbox_options& o) {
+  if (sodium_init() < 0) return status(errc::internal, "libsodium could not be initialised (no entropy source?)");
+  auto p = std::make_shared<mailbox>();
+  p->opts_ = o;
+  fabric_options f;
+  f.provider = o.provider;
+  f.node = o.bind;
+  f.timeout_s = o.timeout_s;
+  f.thread_safe = true;
+  f.progress_thread = true;  // peers read this rank's registered memory through this endpoint
+  auto ctx = fabric_context::create(f);
+  if (!ctx) return ctx.take_status().with_context(o.what);
+  p->ctx_ = std::move(ctx).value();
+  transfer_options t;
+  t.fabric = f;
+  t.fabric.thread_safe = false;
+  t.fabric.progress_thread = false;
+  t.threads = std::max(1, o.lanes);
+  CAIRN_ASSIGN_OR_RETURN(p->lanes_, transfer_engine::create(t));
+  return p;
+}
+
+status mailbox::join(uint32_t self, std::vector<std::string> names, std::string key) {
+  if (key.size() != kPlaneKeyBytes)
+    return {errc::internal, opts_.what + ": a job key of " + std::to_string(key.size()) + " bytes"};
+  if (self >= names.size()) return {errc::internal, opts_.what + ": rank " + std::to_string(self) + " not in the job"};
+  self_ = self;
+  key_ = std::move(key);
+  peers_ = std::move(names);
+  addrs_.assign(peers_.size(), 0);
+  inserted_.assign(peers_.size(), false);
+  return {};
+}
+
+result<fabric_addr> mailbox::peer(uint32_t rank) {
+  if (rank >= peers_.size()) return status(errc::internal, opts_.what + ": no rank " + std::to_string(rank));
+  if (!inserted_[rank]) {
+    CAIRN_ASSIGN_OR_RETURN(addrs_[rank], ctx_->insert_peer(peers_[rank]));
+    inserted_[rank] = true;
+  }
+  return addrs_[rank];
+}
+
+std::string mailbox::tag(uint32_t receiver, std::string_view message) const {
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, reinterpret_cast<const unsigned char*>(key_.data()), key_.size(), kPlaneTagBytes);
+  unsigned char to[4];
+  std::memcpy(to, &receiver, 4);  // little-endian hosts only, as the message
+  crypto_generichash_update(&st, to, sizeof to);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(message.data()), message.size());
+  std::string out(kPlaneTagBytes, '\0');
+  crypto_generichash_final(&st, reinterpret_cast<unsigned char*>(out.data()), out.size());
+  return out;
+}
+
+status mailbox::send(uint32_t rank, data_message m) {
+  if (key_.empty()) return {errc::internal, opts_.what + ": send before join"};
+  CAIRN_ASSIGN_OR_RETURN(auto a, peer(rank));
+  m.request = next_request_++;
+  std::string bytes = encode_data_message(m);
+  bytes += tag(rank, bytes);
+  return ctx_->send(a, bytes);
+}
+
+result<data_message> mailbox::await(data_msg want, const std::string& name, int64_t version, uint32_t from,
+                                    const std::atomic<bool>& cancelled) {
+  auto& box = want == data_msg::ready ? ready_ : held_;
+  const auto key = std::make_tuple(name, version, from);
+  double quiet_since = util::now_s();
+  while (true) {
+    if (auto it = box.find(key); it != box.end()) {
+      data_message m = std::move(it->second);
+      box.erase(it);
+      return m;
+    }
+    if (cancelled.load())
+      return status(errc::cancelled, "'" + name + "' version " + std::to_string(version) +
+                                         ": cancelled (the version failed on another rank)");
+    if (util::now_s() - quiet_since > opts_.timeout_s)
+      return status(errc::io_error, opts_.what + ": '" + name + "' version " + std::to_string(version) + ": no " +
+                                        data_msg_name(want) + " from rank " + std::to_string(from) + " within " +
+                                        std::to_string(static_cast<int>(opts_.timeout_s)) + " s (rank or node gone?)");
+    auto bytes = ctx_->recv(0.1);
+    if (!bytes) {
+      if (bytes.error().code() == errc::again) continue;
+      return bytes.take_status().with_context(opts_.what);
+    }
+    std::string_view in(*bytes);
+    if (key_.empty() || in.size() < kPlaneTagBytes ||
+        sodium_memcmp(tag(self_, in.substr(0, in.size() - kPlaneTagBytes)).data(),
+                      in.data() + in.size() - kPlaneTagBytes, kPlaneTagBytes) != 0) {
+      if (refused_++ == 0)
+        std::fprintf(stderr, "cairn: rank %u: %s: dropped a message without this job's key (another job's, or a "
+                             "stranger's); further ones are counted only\n",
+                     self_, opts_.what.c_str());
+      continue;
+    }
+    auto m = decode_data_message(in.substr(0, in.size() - kPlaneTagBytes));
+    if (!m || (m->type != data_msg::ready && m->type != data_msg::held) || m->rank >= peers_.size()) continue;
+    quiet_since = util::now_s();
+    if (m->name == name && m->version < version) continue;  // stale: that version is over here
+    auto& to = m->type == data_msg::ready ? ready_ : held_;
+    to[std::make_tuple(m->name, m->version, m->rank)] = std::move(*m);
+  }
+}
+
+bool mailbox::arrived(data_msg want, const std::string& name, int64_t version, uint32_t from) const {
+  const auto& box = want == data_msg::ready ? ready_ : held_;
+  return box.count(std::make_tuple(name, version, from)) > 0;
+}
+
+status mailbox::pull(uint32_t rank, uint64_t addr, uint64_t key, std::byte* local, uint64_t len) {
+  if (len == 0) return {};
+  if (rank >= peers_.size()) return status(errc::internal, opts_.what + ": no rank " + std::to_string(rank));
+  remote_buffer src{peers_[rank], addr, key, len};
+  extent e{0, len};
+  return lanes_->pull(src, std::span<std::byte>(local, len), {&e, 1});
+}
+
+}  // namespace cairn::fabric

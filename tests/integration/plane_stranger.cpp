@@ -1,0 +1,116 @@
+// cairn_plane_stranger: a process without a job's key that floods the job's
+// data-plane endpoints with forged messages (tests/integration/test_data_planes.py).
+//
+//   cairn_plane_stranger SECONDS NAME VERSIONS RANKS ADDRESS:PORT...
+//
+// For SECONDS (or until SIGTERM), to every endpoint ADDRESS:PORT (IPv4; with tcp;ofi_rxm the
+// endpoint name is the sockaddr_in), sends for checkpoint NAME, versions 1..VERSIONS
+// and ranks 0..RANKS-1: a READY that points at a buffer that is not there
+// and at a file outside any store, and a HELD that reports a failure; half
+// of them carry a random 16-byte tag (a wrong key), half none. Accepted, they
+// would fail the job's versions or make a leader read the wrong bytes.
+// Prints how many it sent; exit 0, or 2 on bad arguments or no endpoint.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sodium.h>
+
+#include <atomic>
+#include <csignal>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fabric/fabric.hpp"
+#include "fabric/message.hpp"
+
+using namespace cairn;
+
+namespace {
+std::atomic<bool> stop{false};
+}
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: %s SECONDS NAME VERSIONS RANKS ADDRESS:PORT...\n", argv[0]);
+    return 2;
+  }
+  const double seconds = std::atof(argv[1]);
+  const std::string name = argv[2];
+  const int versions = std::atoi(argv[3]), ranks = std::atoi(argv[4]);
+  if (sodium_init() < 0) return 2;
+  std::signal(SIGTERM, [](int) { stop = true; });
+  // One context per endpoint: a port that is not a fabric endpoint (or one
+  // that drops the connection) fails its context for good, not the others'.
+  struct target {
+    std::unique_ptr<fabric::fabric_context> ctx;
+    fabric::fabric_addr addr = 0;
+  };
+  std::vector<target> peers;
+  fabric::fabric_options o;
+  o.timeout_s = 2;
+  for (int i = 5; i < argc; ++i) {
+    auto ctx = fabric::fabric_context::create(o);
+    if (!ctx) {
+      std::fprintf(stderr, "stranger: %s\n", ctx.error().to_string().c_str());
+      return 2;
+    }
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    const std::string at = argv[i];
+    const size_t colon = at.rfind(':');
+    if (colon == std::string::npos || inet_pton(AF_INET, at.substr(0, colon).c_str(), &a.sin_addr) != 1) {
+      std::fprintf(stderr, "stranger: %s is not ADDRESS:PORT\n", argv[i]);
+      return 2;
+    }
+    a.sin_port = htons(static_cast<uint16_t>(std::atoi(at.c_str() + colon + 1)));
+    auto p = (*ctx)->insert_peer(std::string(reinterpret_cast<const char*>(&a), sizeof a));
+    if (p) peers.push_back({std::move(ctx).value(), *p});
+  }
+  uint64_t sent = 0, failed = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end && !stop) {
+    for (target& t : peers)
+      for (int v = 1; v <= versions; ++v)
+        for (int r = 0; r < ranks; ++r)
+          for (auto type : {fabric::data_msg::ready, fabric::data_msg::held}) {
+            fabric::data_message m;
+            m.type = type;
+            m.request = sent;
+            m.run = "redundancy";
+            m.name = name;
+            m.version = v;
+            m.rank = static_cast<uint32_t>(r);
+            m.nranks = static_cast<uint32_t>(ranks);
+            m.addr = 4096;
+            m.key = 0x5eed;
+            m.length = 1 << 20;
+            if (type == fabric::data_msg::ready) {
+              m.text = "/etc\n0123456789abcdef";
+            } else {
+              m.code = -5;
+              m.text = "forged by a stranger";
+            }
+            std::string bytes = fabric::encode_data_message(m);
+            if (sent % 2) {
+              std::string tag(16, '\0');
+              randombytes_buf(tag.data(), tag.size());
+              bytes += tag;
+            }
+            if (!t.ctx || stop) continue;
+            if (t.ctx->send(t.addr, bytes)) {
+              ++sent;
+            } else {
+              ++failed;
+              t.ctx.reset();
+            }
+          }
+  }
+  std::printf("stranger: sent %llu forged messages to %zu endpoints (%llu failed)\n",
+              static_cast<unsigned long long>(sent), peers.size(), static_cast<unsigned long long>(failed));
+  return 0;
+}
