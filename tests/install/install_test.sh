@@ -65,14 +65,21 @@ if grep -q '^CAIRN_ENABLE_MPI:BOOL=ON' "$build/CMakeCache.txt"; then
   for f in include/veloc.h include/scr.h lib/libveloc-client.so lib/libscr.so; do
     [ -e "$prefix/$f" ] || { echo "install_test: missing $f in the installed tree" >&2; exit 1; }
   done
+  # Linked as VELOC's and SCR's documentation says (-L and -rpath of the
+  # prefix) and run without LD_LIBRARY_PATH: libcairn is found through the
+  # drop-ins' own runpath ($ORIGIN).
   mpicc -o "$tmp/veloc_consumer" "$src/tests/install/consumer_compat/veloc_consumer.c" \
-    -I"$prefix/include" -L"$prefix/lib" -lveloc-client
+    -I"$prefix/include" -L"$prefix/lib" -Wl,-rpath,"$prefix/lib" -lveloc-client
   mpicc -o "$tmp/scr_consumer" "$src/tests/install/consumer_compat/scr_consumer.c" \
-    -I"$prefix/include" -L"$prefix/lib" -lscr
+    -I"$prefix/include" -L"$prefix/lib" -Wl,-rpath,"$prefix/lib" -lscr
+  for lib in libveloc-client.so libscr.so; do
+    readelf -d "$prefix/lib/$lib" | grep -q 'RUNPATH.*\$ORIGIN' ||
+      { echo "install_test: $lib has no \$ORIGIN in its runpath" >&2; readelf -d "$prefix/lib/$lib" >&2; exit 1; }
+  done
   printf 'scratch = %s\npersistent = %s\nmode = sync\n' "$tmp/veloc-scratch" "$tmp/veloc-store" > "$tmp/veloc.cfg"
-  CAIRN_RUN=veloc "$tmp/veloc_consumer" "$tmp/veloc.cfg" | grep -q "veloc consumer: ok" ||
+  CAIRN_RUN=veloc env -u LD_LIBRARY_PATH "$tmp/veloc_consumer" "$tmp/veloc.cfg" | grep -q "veloc consumer: ok" ||
     { echo "install_test: the VELOC consumer failed" >&2; exit 1; }
-  (cd "$tmp" && env -u CAIRN_PERSISTENT -u CAIRN_SCRATCH SCR_PREFIX="$tmp/scr" SCR_CACHE_BASE="$tmp/scr-cache" "$tmp/scr_consumer") |
+  (cd "$tmp" && env -u CAIRN_PERSISTENT -u CAIRN_SCRATCH -u LD_LIBRARY_PATH SCR_PREFIX="$tmp/scr" SCR_CACHE_BASE="$tmp/scr-cache" "$tmp/scr_consumer") |
     grep -q "scr consumer: ok" || { echo "install_test: the SCR consumer failed" >&2; exit 1; }
 fi
 
