@@ -171,6 +171,14 @@ int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
  * max_version (>= 0); CAIRN_ENOTFOUND / CAIRN_EUNUSABLE as there when there is none. */
 int cairn_restart_test_max(cairn_t *c, const char *name, int64_t max_version, int64_t *version);
 
+/* Collective. The newest version of `name` that earlier executions of this
+ * run committed (a MANIFEST on the persistent level, or complete in agent
+ * memory), restartable or not: this execution's checkpoints of `name` must be
+ * above it. CAIRN_ENOTFOUND when there is none. For libraries that number
+ * versions themselves (the SCR drop-in starts above it when nothing was
+ * restarted). */
+int cairn_committed_newest(cairn_t *c, const char *name, int64_t *version);
+
 /* Collective. Restores `version` of `name` into the protected regions, taking
  * each rank's shard from the fastest intact level. Every checksum is verified
  * before any region is written. A protected region missing from the checkpoint

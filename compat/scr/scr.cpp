@@ -137,6 +137,9 @@ struct scr_state {
   // Output phase.
   int64_t id = 0;        // this dataset's id (cairn version)
   int64_t next_id = 1;   // the next dataset's id
+  // The newest dataset earlier executions committed: as SCR, new ids go
+  // above the highest in the prefix's index even when nothing was restarted.
+  int64_t committed = 0;
   std::string name;
   int flags = 0;
   bool in_cairn = false;  // a checkpoint dataset: cairn file mode is open
@@ -303,6 +306,15 @@ int SCR_Init(void) {
     MPI_Comm_free(&st->comm);
     return fail_cairn(__func__, rc);
   }
+  int64_t newest = -1;
+  rc = cairn_committed_newest(st->c, kCkpt, &newest);
+  if (rc != CAIRN_OK && rc != CAIRN_ENOTFOUND) {
+    (void)cairn_finalize(&st->c, 0);
+    MPI_Comm_free(&st->comm);
+    return fail_cairn(__func__, rc);
+  }
+  st->committed = std::max<int64_t>(newest, 0);
+  st->next_id = st->committed + 1;
   st->last_end = now_s();
   g = st.release();
   return SCR_SUCCESS;
@@ -504,7 +516,7 @@ int SCR_Complete_restart(int valid) {
   if (ok && rc == CAIRN_OK) {
     // After a fall back to an older dataset, the newer ones stay committed
     // (cairn never replaces a committed version): new datasets go above them.
-    g->next_id = std::max(g->offered, g->newest_offered) + 1;
+    g->next_id = std::max({g->offered, g->newest_offered, g->committed}) + 1;
     g->restart_cap = -1;
     g->wanted.clear();
     return SCR_SUCCESS;

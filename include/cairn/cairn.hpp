@@ -52,6 +52,8 @@ class client {
   // See cairn_restart_test_max.
   result<int64_t> restart_test(std::string_view name, int64_t max_version);
   status restart(std::string_view name, int64_t version);
+  // See cairn_committed_newest (-1: none).
+  result<int64_t> committed_newest(std::string_view name);
 
   // Remote checkpoint agents: see cairn_probe; the CAIRN_AGENTS_* change.
   result<int> probe();

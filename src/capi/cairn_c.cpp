@@ -90,6 +90,10 @@ result<int64_t> client::restart_test(std::string_view n, int64_t max_version) {
   CAIRN_IMPL_OR_FAIL();
   return impl_->restart_test(std::string(n), max_version);
 }
+result<int64_t> client::committed_newest(std::string_view n) {
+  CAIRN_IMPL_OR_FAIL();
+  return impl_->committed_newest(std::string(n));
+}
 result<uint64_t> client::restart_region_size(std::string_view r) {
   CAIRN_IMPL_OR_FAIL();
   return impl_->restart_region_size(std::string(r));
@@ -246,6 +250,18 @@ int cairn_restart_test_max(cairn_t* c, const char* name, int64_t max_version, in
     if (max_version < 0) return {errc::invalid_argument, "cairn_restart_test_max: max_version must be >= 0"};
     *version = -1;
     CAIRN_ASSIGN_OR_RETURN(*version, c->client.restart_test(name, max_version));
+    return {};
+  });
+}
+
+int cairn_committed_newest(cairn_t* c, const char* name, int64_t* version) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    CAIRN_CHECK_NAME(name);
+    if (version == nullptr) return {errc::invalid_argument, "cairn_committed_newest: version is NULL"};
+    *version = -1;
+    CAIRN_ASSIGN_OR_RETURN(*version, c->client.committed_newest(name));
+    if (*version < 0) return {errc::not_found, "no committed version of '" + std::string(name) + "' in this run"};
     return {};
   });
 }

@@ -777,6 +777,11 @@ status client_impl::checkpoint(const std::string& name, int64_t version) {
   return capture(name, version, regs);
 }
 
+result<int64_t> client_impl::committed_newest(const std::string& name) {
+  CAIRN_RETURN_IF_ERROR(util::check_name("checkpoint", name));
+  return floor_of(name).version;
+}
+
 const client_impl::committed_floor& client_impl::floor_of(const std::string& name) {
   if (auto it = floors_.find(name); it != floors_.end()) return it->second;
   committed_floor f;

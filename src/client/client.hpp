@@ -125,6 +125,8 @@ class client_impl {
   // max_version >= 0: the newest restartable version at or below it.
   result<int64_t> restart_test(const std::string& name, int64_t max_version = -1);
   status restart(const std::string& name, int64_t version);
+  // Collective: floor_of(name) (-1: none).
+  result<int64_t> committed_newest(const std::string& name);
   status restore(const std::string& name, int64_t version);  // restart, without preparing staging
   status finalize(bool wait_for_pending);
 

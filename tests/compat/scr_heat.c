@@ -8,6 +8,7 @@
  *
  *   scr_heat ITERATIONS COLS ROWS [SLEEP_US]
  *
+ * SCR_HEAT_NO_RESTART=1 skips the restart, as SCR's test_ckpt does.
  * Prints "restart from NAME step N" (or "fresh start"), "checkpoint NAME" for
  * each checkpoint taken, and "result iterations N hash H" at the end. */
 #include <stdio.h>
@@ -59,6 +60,7 @@ int main(int argc, char **argv) {
   int have = 0, restarted = 0;
   char dset[SCR_MAX_FILENAME];
   do {
+    if (getenv("SCR_HEAT_NO_RESTART")) break;
     if (SCR_Have_restart(&have, dset) != SCR_SUCCESS) printf("rank %d: SCR_Have_restart failed\n", rank);
     if (!have) break;
     SCR_Start_restart(dset);

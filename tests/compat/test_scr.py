@@ -55,6 +55,24 @@ def test_need_checkpoint_follows_the_configured_interval(heat, tmp_path):
     assert lines(r.stdout, "checkpoint ") == [f"checkpoint ckpt.{s}" for s in range(7, 61, 7)], r.describe()
 
 
+def test_a_rerun_that_does_not_restart_numbers_its_datasets_above_the_committed_ones(heat, tmp_path):
+    """SCR's test_ckpt: a program run twice without restarting. Its second
+    execution's datasets get ids above the first's (as SCR's do: above the
+    highest in the prefix's index) instead of "already committed", and a
+    third execution restarts from the second's newest."""
+    e = env(tmp_path, SCR_CHECKPOINT_INTERVAL=20, SCR_HEAT_NO_RESTART=1)
+    for _ in range(2):
+        r = harness.run_process(command(heat), e, tmp_path)
+        assert r.rc == 0, r.describe()
+        assert lines(r.stdout, "checkpoint ") == ["checkpoint ckpt.20", "checkpoint ckpt.40", "checkpoint ckpt.60"], \
+            r.describe()
+    versions = sorted(p.name for p in (tmp_path / "prefix" / ".scr" / "cairn" / "runs").glob("*/scr/v*"))
+    assert versions == [f"v{v:012d}" for v in range(1, 7)], versions
+    del e["SCR_HEAT_NO_RESTART"]
+    r = harness.run_process(command(heat), e, tmp_path)
+    assert r.rc == 0 and "restart from ckpt.60 step 60" in r.stdout, r.describe()
+
+
 def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path):
     ref_root, job_root = tmp_path / "ref", tmp_path / "job"
     ref_root.mkdir()
