@@ -52,6 +52,10 @@ def _same(a, b, path="state"):
         assert a.dtype == b.dtype and a.shape == b.shape, path
         raw = lambda t: t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()  # noqa: E731
         assert raw(a) == raw(b), path
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), path
+    elif isinstance(a, np.generic):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), path
     elif isinstance(a, dict):
         assert list(a) == list(b), path
         for k in a:
@@ -67,6 +71,8 @@ def _same(a, b, path="state"):
 def _clone(v):
     if isinstance(v, torch.Tensor):
         return v.detach().clone()
+    if isinstance(v, np.ndarray):
+        return v.copy()
     if isinstance(v, dict):
         out = type(v)((k, _clone(x)) for k, x in v.items())
         if hasattr(v, "_metadata"):
@@ -115,6 +121,50 @@ def test_state_dict_round_trip_is_bit_identical_and_async(store_env):
     _train(m3, o3, 5, seed=5)
     for a, b in zip(m2.parameters(), m3.parameters()):
         assert torch.equal(a, b)
+
+
+def test_numpy_and_python_random_states_and_scalars_keep_their_types(store_env):
+    """What training scripts save beside tensors: np.random.get_state(), a
+    Generator's state, random.getstate(), numpy arrays and numpy scalars
+    (np.float64 comes back as np.float64, not float)."""
+    np.random.seed(7)
+    gen = np.random.default_rng(11)
+    random.seed(3)
+    state = {"np_rng": np.random.get_state(), "gen": gen.bit_generator.state, "py_rng": random.getstate(),
+             "scalars": [np.float64(0.1), np.float32(2.5), np.int64(-3), np.uint8(200), np.bool_(True),
+                         np.complex128(1 - 2j), np.float16(0.333)],
+             "arrays": {"f": np.arange(6.0).reshape(2, 3), "fortran": np.asfortranarray(np.ones((3, 2))),
+                        "b": np.array([True, False]), "c": np.array([1 + 1j]), "empty": np.zeros((0, 2), np.int32)}}
+    want = _clone(state)
+    with cairn.Checkpointer(config={"mode": "sync"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "np")
+        saver.save(state, 1)
+        got = saver.load()
+    _same(want, got)
+    # The restored generators continue where the saved ones were.
+    expect_np, expect_py, expect_gen = np.random.rand(3), random.random(), gen.random(2)
+    np.random.set_state(got["np_rng"])
+    random.setstate(got["py_rng"])
+    g2 = np.random.default_rng()
+    g2.bit_generator.state = got["gen"]
+    assert np.array_equal(np.random.rand(3), expect_np) and random.random() == expect_py
+    assert np.array_equal(g2.random(2), expect_gen)
+
+
+def test_saving_a_version_twice_skips_with_a_warning_or_raises(store_env):
+    """A step checkpoint and an end-of-epoch save of the same step: the second
+    is skipped with a warning (the default) and the training goes on; with
+    if_saved="error" it raises."""
+    with cairn.Checkpointer(config={"mode": "sync"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "twice")
+        assert saver.save({"w": torch.ones(3)}, 5) is True
+        with pytest.warns(RuntimeWarning, match="version 5 was saved already"):
+            assert saver.save({"w": torch.zeros(3)}, 5) is False
+        with pytest.raises(cairn.InvalidArgumentError, match="version 5 was saved already"):
+            saver.save({"w": torch.zeros(3)}, 4, if_saved="error")
+        assert saver.save({"w": torch.full((3,), 2.0)}, 6) is True
+        assert saver.latest() == 6
+        assert torch.equal(saver.load(5)["w"], torch.ones(3))
 
 
 def test_unsupported_input_is_refused_and_nothing_is_lost(store_env):

@@ -83,6 +83,24 @@ def test_a_protected_array_cannot_be_resized_or_freed(store_env):
     assert np.array_equal(got, np.arange(100, dtype=np.float64))
 
 
+def test_batch_system_calls(store_env, monkeypatch):
+    """should_checkpoint and time_left, as cairn_should_checkpoint and
+    cairn_time_left: a warning signal asks for a checkpoint once."""
+    monkeypatch.delenv("SLURM_JOB_END_TIME", raising=False)
+    with cairn.Checkpointer(config={"mode": "sync", "warning_signals": "USR1"}) as ck:
+        assert ck.time_left() is None
+        assert ck.should_checkpoint() is False
+        x = np.arange(4.0)
+        ck.protect("x", x)
+        os.kill(os.getpid(), signal.SIGUSR1)  # counted by cairn's handler, the process goes on
+        assert ck.should_checkpoint() is True
+        ck.checkpoint("c", 1)
+        assert ck.should_checkpoint() is False
+    with cairn.Checkpointer(config={"mode": "sync", "deadline": "+100"}) as ck:
+        left = ck.time_left()
+        assert left is not None and 90 < left <= 100
+
+
 def test_exceptions_carry_the_c_message(store_env):
     with cairn.Checkpointer(config={"mode": "sync"}) as ck:
         with pytest.raises(cairn.NotFoundError) as e:

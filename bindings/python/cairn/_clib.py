@@ -42,6 +42,8 @@ int cairn_restart_region_size(cairn_t *c, const char *region, uint64_t *bytes);
 int cairn_finalize(cairn_t **c, int wait_for_pending);
 const char *cairn_strerror(int code);
 const char *cairn_last_error(void);
+int cairn_should_checkpoint(cairn_t *c, int *yes);
+int cairn_time_left(cairn_t *c, double *seconds);
 int cairn_rank(const cairn_t *c);
 int cairn_size(const cairn_t *c);
 

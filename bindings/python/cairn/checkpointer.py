@@ -32,6 +32,7 @@ checkout's build/.
 """
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import warnings
@@ -253,6 +254,23 @@ class Checkpointer:
             return self.restart_test(name)
         except NotFoundError:
             return None
+
+    def should_checkpoint(self) -> bool:
+        """Collective. True when the batch system warned the job (a warning
+        signal such as Slurm's --signal=USR1@T, or SIGTERM, arrived since the
+        last checkpoint) or the time left is below what a checkpoint takes to
+        become persistent; the same answer on every rank (cairn_should_checkpoint)."""
+        yes = self._ffi.new("int *")
+        self._check(self._lib.cairn_should_checkpoint(self._handle(), yes), "cairn_should_checkpoint")
+        return bool(yes[0])
+
+    def time_left(self) -> Optional[float]:
+        """Local. Seconds until the job's end (the configured deadline, else
+        Slurm's SLURM_JOB_END_TIME), None when neither is known, negative once
+        the end has passed (cairn_time_left)."""
+        s = self._ffi.new("double *")
+        self._check(self._lib.cairn_time_left(self._handle(), s), "cairn_time_left")
+        return None if math.isinf(s[0]) else float(s[0])
 
     def restart(self, name: str, version: Optional[int] = None) -> int:
         """Collective. Restores `version` (default: restart_test's) of `name`

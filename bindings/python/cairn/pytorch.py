@@ -21,15 +21,19 @@ the training step may modify the parameters at once while cairn writes the
 copy in the background (wait() or Checkpointer.wait for durability).
 
 What a state may hold: dicts (str or int keys), lists, tuples, None, bool,
-int, float, str, and torch tensors on the CPU in strided layout (any dtype;
+int, float, str, torch tensors on the CPU in strided layout (any dtype;
 non-contiguous tensors are copied to a contiguous one first, which the
-capture then copies again). A tensor on another device, a sparse or
-quantized tensor, or a value of another type is refused with
-InvalidArgumentError naming it: move the state to the CPU first.
+capture then copies again), numpy arrays of numbers (captured like tensors)
+and numpy scalars (their type kept): so np.random.get_state(), a
+Generator's bit_generator.state and random.getstate() are saved as they are.
+A tensor on another device, a sparse or quantized tensor, or a value of
+another type is refused with InvalidArgumentError naming it: move the state to
+the CPU first.
 """
 from __future__ import annotations
 
 import json
+import warnings
 from collections import OrderedDict
 from typing import Any, Dict, List, Optional
 
@@ -51,8 +55,14 @@ def _torch():
 
 
 def _as_array(t) -> np.ndarray:
-    """A numpy view of the contiguous CPU tensor t, sharing its memory: its own
-    dtype and shape where numpy and cairn have that dtype, else its bytes."""
+    """A numpy view of the contiguous CPU tensor (or numpy array) t, sharing
+    its memory: its own dtype and shape where numpy and cairn have that dtype,
+    else its bytes."""
+    if isinstance(t, np.ndarray):
+        if t.dtype in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                       np.uint32, np.uint64) and t.dtype.isnative:
+            return t
+        return t.reshape(-1).view(np.uint8)
     torch = _torch()
     if t.dtype in (torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
         return t.detach().numpy()
@@ -73,6 +83,10 @@ class _Encoder:
         torch = _torch()
         if isinstance(v, torch.Tensor):
             return self._tensor(v, path)
+        if isinstance(v, np.ndarray):
+            return self._ndarray(v, path)
+        if isinstance(v, np.generic):
+            return self._np_scalar(v, path)
         if v is None or isinstance(v, (bool, str)):
             return v
         if isinstance(v, (int, float)):
@@ -119,12 +133,33 @@ class _Encoder:
         self.tensors.append(t)
         return ref
 
+    def _ndarray(self, a, path):
+        if a.dtype.kind not in "biufc" or a.dtype.itemsize == 0 or a.dtype == np.longdouble:
+            raise InvalidArgumentError(f"{_where(path)}: numpy array of dtype {a.dtype}: cairn.pytorch saves "
+                                       "arrays of booleans and numbers (not objects, strings or long double)")
+        a = np.ascontiguousarray(a)
+        ref = {"tensor": len(self.tensors), "ndarray": True, "dtype": a.dtype.str, "shape": list(a.shape)}
+        self.tensors.append(a)
+        return ref
+
+    def _np_scalar(self, x, path):
+        if x.dtype.kind not in "biufc" or x.dtype == np.longdouble or x.dtype == np.clongdouble:
+            raise InvalidArgumentError(f"{_where(path)}: numpy scalar of type {type(x).__name__}: cairn.pytorch "
+                                       "saves numpy booleans and numbers (not long double)")
+        value = x.item()
+        return {"np_scalar": x.dtype.str, "value": [value.real, value.imag] if isinstance(value, complex) else value}
+
 
 def _decode(v, tensors):
     if isinstance(v, dict):
         if "tensor" in v:
             t = tensors[v["tensor"]]
+            if "ndarray" in v:
+                return t
             return t.requires_grad_(True) if v.get("requires_grad") and t.is_floating_point() else t
+        if "np_scalar" in v:
+            value = v["value"]
+            return np.dtype(v["np_scalar"]).type(complex(*value) if isinstance(value, list) else value)
         if "dict" in v:
             if not v.get("ordered"):
                 return {k: _decode(x, tensors) for k, x in v["dict"]}
@@ -164,6 +199,7 @@ class StateSaver:
         self.name = name
         # Regions of the last save or load: name -> (address, dtype, shape).
         self._protected: Dict[str, Any] = {}
+        self._saved: Optional[int] = None  # the newest version saved in this execution
 
     def _set_regions(self, arrays: Dict[str, np.ndarray]) -> None:
         for r in self._protected:
@@ -181,21 +217,39 @@ class StateSaver:
             protected[r] = key
         self._protected = protected
 
-    def save(self, state, version: int) -> None:
+    def save(self, state, version: int, if_saved: str = "skip") -> bool:
         """Captures `state` as `version` and returns once it is copied (mode
-        thread) or written (mode sync). The tensors may change as soon as it
-        returns."""
+        thread) or written (mode sync); the tensors may change as soon as it
+        returns. True when saved.
+
+        Versions grow. A version at or below the newest this saver saved in
+        this execution (a step checkpoint and an end-of-epoch save of the
+        same step) is, with if_saved="skip" (the default), not saved again: a
+        warning says so and False is returned; with if_saved="error" it
+        raises InvalidArgumentError."""
+        version = int(version)
+        if if_saved not in ("skip", "error"):
+            raise InvalidArgumentError(f"save: if_saved={if_saved!r}: use 'skip' or 'error'")
+        if self._saved is not None and version <= self._saved:
+            what = (f"checkpoint '{self.name}' version {version}: version {self._saved} was saved already in "
+                    "this execution (versions grow)")
+            if if_saved == "error":
+                raise InvalidArgumentError(what)
+            warnings.warn(what + "; not saved again", RuntimeWarning, stacklevel=2)
+            return False
         enc = _Encoder()
         tree = enc.encode(state, [])
         arrays = {}
         for i, t in enumerate(enc.tensors):
-            if t.numel() > 0:
+            if t.size > 0 if isinstance(t, np.ndarray) else t.numel() > 0:
                 arrays[f"{_PREFIX}{i:06d}"] = _as_array(t)
         meta = json.dumps({"format": "cairn-torch-state", "format_version": STATE_FORMAT, "state": tree},
                           separators=(",", ":")).encode()
         arrays[STATE_REGION] = np.frombuffer(bytearray(meta), dtype=np.uint8)
         self._set_regions(arrays)
-        self.ck.checkpoint(self.name, int(version))
+        self.ck.checkpoint(self.name, version)
+        self._saved = version
+        return True
 
     def wait(self, version: int, level: Optional[int] = None) -> None:
         """Blocks until `version` reached `level` (default: persistent) on every rank."""
@@ -239,9 +293,12 @@ class StateSaver:
             refs = sorted(_tensor_refs(doc["state"], []), key=lambda r: r["tensor"])
             tensors, arrays = {}, {STATE_REGION: meta}
             for r in refs:
-                t = torch.empty(r["shape"], dtype=getattr(torch, r["dtype"]))
+                if r.get("ndarray"):
+                    t = np.empty(r["shape"], dtype=np.dtype(r["dtype"]))
+                else:
+                    t = torch.empty(r["shape"], dtype=getattr(torch, r["dtype"]))
                 tensors[r["tensor"]] = t
-                if t.numel() > 0:
+                if (t.size if isinstance(t, np.ndarray) else t.numel()) > 0:
                     arrays[f"{_PREFIX}{r['tensor']:06d}"] = _as_array(t)
             self._set_regions(arrays)
             ck._check(lib.cairn_restart(ck._handle(), self.name.encode(), version), "cairn_restart")
