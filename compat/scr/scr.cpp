@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -252,6 +253,37 @@ const char* SCR_Config(const char* config) {
   else
     set_params()[key] = value;
   return nullptr;
+}
+
+const char* SCR_Configf(const char* format, ...) {
+  if (format == nullptr) return nullptr;
+  va_list ap;
+  va_start(ap, format);
+  va_list again;
+  va_copy(again, ap);
+  const int n = std::vsnprintf(nullptr, 0, format, ap);
+  va_end(ap);
+  if (n < 0) {
+    va_end(again);
+    fail(__func__, "cannot format the configuration text");
+    return nullptr;
+  }
+  std::vector<char> text(static_cast<size_t>(n) + 1);
+  std::vsnprintf(text.data(), text.size(), format, again);
+  va_end(again);
+  return SCR_Config(text.data());
+}
+
+int SCR_Drop(const char* name) {
+  return fail(__func__, std::string("dataset '") + (name ? name : "") +
+                            "': removing datasets from the index is not provided by the cairn drop-in; they are "
+                            "kept until `cairn gc` removes them (docs/design/compat.md)");
+}
+
+int SCR_Delete(const char* name) {
+  return fail(__func__, std::string("dataset '") + (name ? name : "") +
+                            "': deleting datasets is not provided by the cairn drop-in; remove them with `cairn gc` "
+                            "(docs/design/compat.md)");
 }
 
 int SCR_Init(void) {

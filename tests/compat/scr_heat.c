@@ -8,7 +8,10 @@
  *
  *   scr_heat ITERATIONS COLS ROWS [SLEEP_US]
  *
- * SCR_HEAT_NO_RESTART=1 skips the restart, as SCR's test_ckpt does.
+ * SCR_HEAT_NO_RESTART=1 skips the restart, as SCR's test_ckpt does;
+ * SCR_HEAT_INTERVAL=n sets SCR_CHECKPOINT_INTERVAL through SCR_Configf, and
+ * SCR_HEAT_DELETE=name calls SCR_Delete and SCR_Drop on it at the end (as
+ * SCR 3's test_api can).
  * Prints "restart from NAME step N" (or "fresh start"), "checkpoint NAME" for
  * each checkpoint taken, and "result iterations N hash H" at the end. */
 #include <stdio.h>
@@ -44,6 +47,7 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   int iterations = atoi(argv[1]), cols = atoi(argv[2]), rows = atoi(argv[3]);
   int sleep_us = argc > 4 ? atoi(argv[4]) : 0;
+  if (getenv("SCR_HEAT_INTERVAL")) SCR_Configf("SCR_CHECKPOINT_INTERVAL=%d", atoi(getenv("SCR_HEAT_INTERVAL")));
   if (SCR_Init() != SCR_SUCCESS) {
     printf("rank %d: SCR_Init failed\n", rank);
     MPI_Finalize();
@@ -124,6 +128,11 @@ int main(int argc, char **argv) {
     printf("result iterations %d hash %016llx\n", step,
            (unsigned long long)fnv(all, sizeof(uint64_t) * nranks, 1469598103934665603ull));
     free(all);
+  }
+  if (getenv("SCR_HEAT_DELETE")) {
+    int deleted = SCR_Delete(getenv("SCR_HEAT_DELETE")), dropped = SCR_Drop(getenv("SCR_HEAT_DELETE"));
+    if (rank == 0) printf("delete %s drop %s\n", deleted == SCR_SUCCESS ? "ok" : "failed",
+                          dropped == SCR_SUCCESS ? "ok" : "failed");
   }
   fflush(stdout);
   int rc = SCR_Finalize();

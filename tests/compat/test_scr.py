@@ -73,6 +73,16 @@ def test_a_rerun_that_does_not_restart_numbers_its_datasets_above_the_committed_
     assert r.rc == 0 and "restart from ckpt.60 step 60" in r.stdout, r.describe()
 
 
+def test_scr3_configf_links_and_drop_delete_say_they_are_not_provided(heat, tmp_path):
+    """SCR 3's SCR_Configf sets a parameter; SCR_Drop and SCR_Delete link and
+    fail with a message that says what to do instead."""
+    r = harness.run_process(command(heat), env(tmp_path, SCR_HEAT_INTERVAL=30, SCR_HEAT_DELETE="ckpt.30"), tmp_path)
+    assert r.rc == 0, r.describe()
+    assert lines(r.stdout, "checkpoint ") == ["checkpoint ckpt.30", "checkpoint ckpt.60"], r.describe()
+    assert "delete failed drop failed" in r.stdout, r.describe()
+    assert "deleting datasets is not provided by the cairn drop-in" in r.stderr, r.describe()
+
+
 def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path):
     ref_root, job_root = tmp_path / "ref", tmp_path / "job"
     ref_root.mkdir()

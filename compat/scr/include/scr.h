@@ -48,6 +48,15 @@ int SCR_Finalize(void);
 /* Before SCR_Init: "KEY=VALUE" sets a parameter (returns NULL), "KEY="
  * unsets it (NULL), "KEY" returns a copy of its value (free() it) or NULL. */
 const char *SCR_Config(const char *config);
+/* SCR_Config of the printf-formatted text (SCR 3). */
+const char *SCR_Configf(const char *format, ...);
+
+/* SCR 3's removal of a dataset from the index (SCR_Drop) or from the index
+ * and the file system (SCR_Delete): not provided by the cairn drop-in, which
+ * keeps SCR_CACHE_SIZE datasets in cache and every committed one in the
+ * prefix (remove them with `cairn gc`). They return SCR_FAILURE saying so. */
+int SCR_Drop(const char *name);
+int SCR_Delete(const char *name);
 
 /* The path to write (inside an output phase) or read (inside a restart phase)
  * the file `name`; outside both, `name` itself. `file` holds at least
