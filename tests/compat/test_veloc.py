@@ -143,3 +143,44 @@ def test_api_edge_cases(tmp_path_factory, tmp_path, mode):
     # The refusals said why on stderr.
     assert "the application reported failure" in r.stderr or "another rank reported failure" in r.stderr
     assert "EEXIST" in r.stderr or "already committed" in r.stderr or "never replaced" in r.stderr, r.describe()
+
+
+@pytest.mark.parametrize("io", ["mem", "file"])
+def test_two_jobs_of_one_user_on_one_node_do_not_mix(heat, tmp_path, io):
+    """Two VELOC applications of one user run side by side on one node with
+    one configuration (the same scratch and persistent directories), from
+    two directories, on different problems; both are killed, and each rerun
+    restarts from its own checkpoints to its own uninterrupted result."""
+    sizes = {"a": "64", "b": "48"}  # columns: different states
+    cfg = write_config(tmp_path / "shared", "async")
+
+    def cmd(which, c, sleep_us="0"):
+        args = list(ARGS)
+        args[2] = sizes[which]
+        return ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(NRANKS), str(heat), io, str(c), *args,
+                sleep_us]
+
+    refs = {}
+    for which in sizes:
+        root = tmp_path / f"ref-{which}"
+        r = run(cmd(which, write_config(root, "async")), root)
+        assert r.rc == 0, r.describe()
+        refs[which] = lines(r.stdout, "result ")
+    assert refs["a"] != refs["b"]
+    dirs = {w: tmp_path / w for w in sizes}
+    for d in dirs.values():
+        d.mkdir()
+    procs = {w: harness.start_process(cmd(w, cfg, SLEEP_US), _env(), dirs[w]) for w in sizes}
+    deadline = time.monotonic() + harness.TIMEOUT_S
+    while len(committed(tmp_path / "shared" / "persistent")) < 2 * 2 and time.monotonic() < deadline and \
+            all(p.poll() is None for p in procs.values()):
+        time.sleep(0.02)
+    for p in procs.values():
+        harness.kill_job(p)
+    runs = {m.parts[-4] for m in committed(tmp_path / "shared" / "persistent")}
+    assert len(runs) == 2, f"the two applications share a run: {runs}"
+    for which in sizes:
+        again = run(cmd(which, cfg), dirs[which])
+        assert again.rc == 0, again.describe()
+        assert len(lines(again.stdout, "restart from ")) == 1, again.describe()
+        assert lines(again.stdout, "result ") == refs[which], f"{which}: {again.describe()}"

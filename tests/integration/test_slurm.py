@@ -10,6 +10,9 @@ state are bit-identical to an uninterrupted run's. Ranks see node identity
 n1/n2 and cairn records it (RUN: nodes, job). A rig that cannot start fails the
 tests with the reason; nothing is skipped.
 
+Also: two job steps of one allocation on one run (the second is refused),
+and the next job of a VELOC and of an SCR application restarting.
+
 Wall time: Slurm's limits are whole minutes, and slurmctld checks them from its
 periodic work: a job killed at its limit takes 60 to 70 s, so the two such jobs
 run side by side (nodes of 4 CPUs); the others take a few seconds.
@@ -18,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
@@ -336,3 +340,112 @@ def test_jobs_killed_at_their_time_limit_keep_their_last_checkpoint(rig, tmp_pat
     drained = submit_daemon_job(rig, tmp_path / "daemon", timed=True)
     check_warning_job(rig, tmp_path / "warning", warned)
     check_daemon_job(rig, tmp_path / "daemon", drained, timed=True)
+
+
+def test_two_steps_of_one_allocation_on_one_run_the_second_is_refused(rig, tmp_path):
+    """Two job steps of one allocation side by side on one run (CAIRN_RUN the
+    same): the second is refused at init, naming the first; the first goes on
+    and its versions are intact: the next job restores its newest bit for bit."""
+    flag = tmp_path / "go"
+    app = harness.bin_dir() / "ckpt_app"
+    args = f"--steps 6 --every 2 --bytes {NBYTES}"
+    # Each step is an srun (sharing the allocation's CPUs: --overlap) that
+    # runs mpirun, which starts the step's two ranks on its node itself (not
+    # through Slurm: the emulated node's name is not the host's).
+    mpirun = "srun --overlap -N1 -n1 mpirun --mca ras ^slurm --mca plm ^slurm --oversubscribe --bind-to none -n 2"
+    script = tmp_path / "steps.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"{mpirun} {app} {args} --pause-after 2 {flag} > {tmp_path}/first.txt 2>&1 &\n"
+        "first=$!\n"
+        f"while [ ! -e {flag}.ready.0 ] || [ ! -e {flag}.ready.1 ]; do sleep 0.1; done\n"
+        f"{mpirun} {app} {args} > {tmp_path}/second.txt 2>&1\n"
+        "echo \"second rc=$?\"\n"
+        f"touch {flag}\n"
+        "wait $first\n"
+        "echo \"first rc=$?\"\n")
+    script.chmod(0o755)
+    env = job_env(tmp_path, run="steps", lease_timeout=60)
+    job = rig.sbatch(script, "-N1", "--ntasks-per-node=2", "--time=1", f"--output={tmp_path}/out-%j.txt", env=env)
+    state = rig.wait(job, timeout=150)
+    out = output(tmp_path, job)
+    first, second = (tmp_path / "first.txt").read_text(), (tmp_path / "second.txt").read_text()
+    assert state == "COMPLETED", f"job {job} ended {state}\n{out}\n{first}\n{second}"
+    assert "second rc=0" not in out and "first rc=0" in out, f"{out}\n{first}\n{second}"
+    assert "is being written by another execution" in second and "ckpt_app" in second, second
+    ref = harness.Job(tmp_path / "ref", 2, run="reference")
+    res = ref.run("--steps", 6, "--every", 2, "--bytes", NBYTES, "--dump-at", 6, ref.dumps / "at").ok()
+    assert f"final hash {res.final_hash}" in first, first
+    manifests = sorted(p.parent.name for p in (tmp_path / "store" / "runs" / "steps" / "ckpt").glob("v*/MANIFEST"))
+    assert manifests == [f"v{v:012d}" for v in (2, 4, 6)], manifests
+    shutil.rmtree(tmp_path / "scratch", ignore_errors=True)
+    rerun = write_script(tmp_path / "rerun.sh", ["--steps", 6, "--every", 2, "--bytes", NBYTES, "--dump-restored",
+                                                 tmp_path / "restored"])
+    job2 = rig.sbatch(rerun, "-N1", "--ntasks-per-node=2", "--time=1", f"--output={tmp_path}/out-%j.txt", env=env)
+    assert rig.wait(job2, timeout=120) == "COMPLETED", output(tmp_path, job2)
+    assert re.search(r"^restarted from version 6$", output(tmp_path, job2), re.M), output(tmp_path, job2)
+    harness.assert_same_state(ref.read_dump(ref.dumps / "at"), ref.read_dump(tmp_path / "restored"),
+                              "version 6 of the step that held the run")
+
+
+def build_dropin_program(tmp_path: Path, name: str, lib: str) -> Path:
+    """tests/compat/<name>.c built as a VELOC or SCR application is: mpicc, -I, -L, -l."""
+    kind = "VELOC" if lib == "veloc-client" else "SCR"
+    inc, libdir = os.environ.get(f"CAIRN_TEST_{kind}_INCLUDE"), os.environ.get(f"CAIRN_TEST_{kind}_LIBDIR")
+    if not inc or not libdir:
+        pytest.fail(f"CAIRN_TEST_{kind}_INCLUDE / CAIRN_TEST_{kind}_LIBDIR not set (ctest sets them)")
+    src = Path(__file__).resolve().parents[1] / "compat" / f"{name}.c"
+    out = tmp_path / name
+    cmd = ["mpicc", "-O2", f"-I{inc}", str(src), "-o", str(out), f"-L{libdir}", f"-Wl,-rpath,{libdir}", f"-l{lib}",
+           "-lm"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    return out
+
+
+def dropin_setup(root: Path, dropin: str, program: Path):
+    """Arguments, environment and store of the drop-in's test program with its
+    files under root."""
+    root.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in slurm_base_env().items() if not k.startswith("CAIRN_")}
+    if dropin == "veloc":
+        cfg = root / "veloc.cfg"
+        cfg.write_text(f"scratch = {root / 'scratch'}\npersistent = {root / 'persistent'}\nmode = sync\n")
+        return ["file", str(cfg), "60", "5", "64", "16"], env, root / "persistent"
+    env.update(SCR_PREFIX=str(root / "prefix"), SCR_CACHE_BASE=str(root / "cache"), SCR_CHECKPOINT_INTERVAL="5")
+    return ["60", "64", "16"], env, root / "prefix" / ".scr" / "cairn"
+
+
+@pytest.mark.parametrize("dropin", ["veloc", "scr"])
+def test_the_next_job_of_a_veloc_or_scr_application_restarts(rig, tmp_path, dropin):
+    """A VELOC or SCR application's job is cancelled after it committed a
+    checkpoint; the same script submitted again (a new job id) restarts from
+    it, as VELOC and SCR users expect, and ends with an uninterrupted run's
+    result."""
+    program = (build_dropin_program(tmp_path, "veloc_heat", "veloc-client") if dropin == "veloc"
+               else build_dropin_program(tmp_path, "scr_heat", "scr"))
+    ref_args, ref_env, _ = dropin_setup(tmp_path / "ref", dropin, program)
+    ref = harness.run_process(["mpirun", "--oversubscribe", "--bind-to", "none", "-n", "2", str(program), *ref_args,
+                               "0"], ref_env, tmp_path / "ref")
+    assert ref.rc == 0, ref.describe()
+    args, env, store = dropin_setup(tmp_path / "job", dropin, program)
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n"
+                      f"cd {tmp_path / 'job'}\n"
+                      f"exec mpirun --bind-to none -n $SLURM_NTASKS {program} {' '.join(args)} $HEAT_SLEEP_US\n")
+    script.chmod(0o755)
+    sbatch = ("-N2", "--ntasks-per-node=1", "--time=1", f"--output={tmp_path}/out-%j.txt")
+    first = rig.sbatch(script, *sbatch, env=dict(env, HEAT_SLEEP_US="100000"))
+    deadline = time.monotonic() + 90
+    while not list(store.glob("runs/*/*/v*/MANIFEST")):
+        assert rig.job_state(first) in ("PENDING", "CONFIGURING", "RUNNING"), output(tmp_path, first)
+        assert time.monotonic() < deadline, f"no checkpoint committed\n{output(tmp_path, first)}"
+        time.sleep(0.1)
+    rig.scancel(first)
+    assert rig.wait(first, timeout=60) == "CANCELLED", output(tmp_path, first)
+    second = rig.sbatch(script, *sbatch, env=dict(env, HEAT_SLEEP_US="0"))
+    assert rig.wait(second, timeout=120) == "COMPLETED", output(tmp_path, second)
+    out = output(tmp_path, second)
+    assert re.search(r"^restart from \S+", out, re.M) and "fresh start" not in out, out
+    result = [l for l in ref.stdout.splitlines() if l.startswith("result")]
+    assert result and result == [l for l in out.splitlines() if l.startswith("result")], out
