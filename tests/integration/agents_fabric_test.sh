@@ -294,6 +294,30 @@ if wait_log e "pulling slow/state v2"; then
   python3 -c 'import sys; t0, t1 = map(float, sys.argv[1:]); print("  (other work served within %.1f s of the long pull start)" % (t1 - t0))' "$t0" "$t1"
 fi
 
+# ---- the memory budget counts a pull from its READY on ------------------------------
+# One worker, capped at 4 MB/s: four ranks' READYs of 2 MiB each arrive
+# together against a budget of 5 MiB. Two are held; the others are refused at
+# READY ("budget ... exhausted"), although the worker had not yet taken the
+# first pull when they arrived.
+start_agent m --threads 1 --workers 1 --max-bandwidth 4M --memory-budget 5M --timeout 20
+m_pids=()
+for r in 0 1 2 3; do
+  "$client" checkpoint --agent "$tmp/m.name" --provider "$provider" --run budget --version 1 --rank "$r" --nranks 4 \
+    --bytes 2097152 --timeout 30 >"$tmp/m$r.out" 2>"$tmp/m$r.err" &
+  m_pids+=($!)
+  pids+=($!)
+done
+held=0 refused=0
+for r in 0 1 2 3; do
+  got=0
+  wait "${m_pids[$r]}" || got=$?
+  if [[ $got -eq 0 ]]; then held=$((held + 1))
+  elif [[ $got -eq 3 ]] && grep -q "budget" "$tmp/m$r.err"; then refused=$((refused + 1))
+  else fail "budget: rank $r exited $got: $(cat "$tmp/m$r.out" "$tmp/m$r.err")"; fi
+done
+[[ $held -eq 2 && $refused -eq 2 ]] && pass "memory budget: 2 of 4 concurrent READYs held, 2 refused at READY" ||
+  fail "memory budget: $held held and $refused refused, expected 2 and 2: $(grep -h 'budget\|held' "$tmp/m.log" | head)"
+
 if [[ $failures -ne 0 ]]; then
   echo "$failures check(s) failed" >&2
   exit 1

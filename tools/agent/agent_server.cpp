@@ -106,6 +106,10 @@ struct agent_server::impl {
   static constexpr size_t kSpareBuffers = 4;
   std::vector<engine::aligned_buffer> spare;
   uint64_t in_flight_bytes = 0;  // buffers of pulls in progress
+  // Pulls accepted at READY and queued, not yet given their buffer: their
+  // memory is counted from READY on, so that READYs arriving together cannot
+  // all pass the budget.
+  uint64_t reserved_bytes = 0;
   // Counters.
   uint64_t bytes_in = 0;    // images pulled or pushed into the agent
   uint64_t bytes_out = 0;   // images written back or read for restarts
@@ -182,8 +186,10 @@ struct agent_server::impl {
       return r == run && (peers.empty() || peers.count(peer));
     };
     size_t dropped = 0, aborted = 0;
+    uint64_t unreserved = 0;
     for (auto it = jobs.begin(); it != jobs.end();) {
       if (of_it(it->m.run, it->m.reply_to)) {
+        if (it->m.type == data_msg::ready) unreserved += it->m.length;
         it = jobs.erase(it);
         ++dropped;
       } else {
@@ -195,6 +201,7 @@ struct agent_server::impl {
     if (dropped + aborted == 0) return;
     {
       std::lock_guard lk(state_mu);
+      reserved_bytes -= unreserved;
       cancelled += dropped + aborted;
     }
     agent_log("cancelled %zu queued and %zu running transfer(s) of run %s: %s", dropped, aborted, run.c_str(),
@@ -242,9 +249,9 @@ struct agent_server::impl {
   }
 
   // Bytes of memory the agent has: held images, pending pushes and lent
-  // restores, pulls in flight, spare buffers. REQUIRES(state_mu)
+  // restores, pulls in flight or queued, spare buffers. REQUIRES(state_mu)
   uint64_t memory_held() const {
-    uint64_t b = in_flight_bytes;
+    uint64_t b = in_flight_bytes + reserved_bytes;
     for (const auto& [key, list] : held)
       for (const auto& v : list) b += v->image.size();
     for (const auto& [key, p] : pendings) b += p.buffer.size();
@@ -301,14 +308,17 @@ struct agent_server::impl {
       (void)reply(peer, m, answer, status(errc::invalid_argument, "READY: bad length, rank or nranks"));
       return;
     }
+    status room;
     {
       std::lock_guard lk(state_mu);
-      if (status st = fits_budget(m.length); !st) {
-        agent_log("%s not held: %s", describe(m).c_str(), st.message().c_str());
-        ++counts_of(m.mode).failures;
-        (void)reply(peer, m, answer, st);
-        return;
-      }
+      room = fits_budget(m.length);
+      if (!room) ++counts_of(m.mode).failures;
+      else if (m.mode != transfer_mode::push) reserved_bytes += m.length;  // run_pull or cancel_incarnation gives it back
+    }
+    if (!room) {
+      agent_log("%s not held: %s", describe(m).c_str(), room.message().c_str());
+      (void)reply(peer, m, answer, room);  // not under state_mu: reply takes jobs_mu (the order is jobs_mu, state_mu)
+      return;
     }
     {
       std::lock_guard lk(jobs_mu);
@@ -361,6 +371,7 @@ struct agent_server::impl {
       if (!l) {
         {
           std::lock_guard lk(state_mu);
+          reserved_bytes -= m.length;
           ++pulls.failures;
         }
         (void)reply(j.peer, m, data_msg::held, l.error());
@@ -371,6 +382,7 @@ struct agent_server::impl {
     auto v = std::make_shared<held_version>();
     {
       std::unique_lock lk(state_mu);
+      reserved_bytes -= m.length;  // from here on the buffer is counted (in flight)
       auto buf = take_buffer(m.length);
       if (!buf) {
         ++pulls.failures;

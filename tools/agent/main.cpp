@@ -29,6 +29,7 @@
 #include "agents/net.hpp"
 #include "fabric/fabric.hpp"
 #include "storage/storage_env.hpp"
+#include "util/cpu.hpp"
 
 namespace {
 
@@ -72,8 +73,10 @@ int run_agent(int argc, char** argv) {
                  "Seconds a transfer may make no progress before its rank counts as gone (its application's "
                  "other transfers are then cancelled; held versions stay)")
       ->capture_default_str()->check(CLI::PositiveNumber);
-  std::string budget = "0";
-  app.add_option("--memory-budget", budget, "Bytes of checkpoint images the agent may hold (suffix K, M, G; 0: no limit)")
+  std::string budget = "auto";
+  app.add_option("--memory-budget", budget,
+                 "Bytes of checkpoint images the agent may hold (suffix K, M, G; auto: half the memory available "
+                 "at start; 0: no limit)")
       ->capture_default_str();
   app.add_option("--keep", cfg.keep, "Versions kept in memory per (run, checkpoint, rank)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
@@ -100,7 +103,7 @@ int run_agent(int argc, char** argv) {
     cfg.fabric.max_chunk = parse_bytes(chunk);
     cfg.piece_bytes = parse_bytes(piece);
     cfg.max_bytes_per_s = static_cast<double>(parse_bytes(bandwidth));
-    cfg.memory_budget = parse_bytes(budget);
+    cfg.memory_budget = budget == "auto" ? cairn::util::available_memory() / 2 : parse_bytes(budget);
     if (cfg.piece_bytes == 0) throw CLI::ValidationError("--piece", "must be positive");
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
