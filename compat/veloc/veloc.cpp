@@ -48,7 +48,7 @@ int fail_cairn(const char* fn, int code) {
 const std::set<std::string> kKnownKeys = {
     "scratch",         "persistent",  "mode",       "max_versions", "scratch_versions", "persistent_interval",
     "ec_interval",     "watchdog_interval", "failure_domain", "axl_type", "chksum", "meta", "aggregated",
-    "log_prefix",      "threaded",    "daos_pool",  "daos_cont"};
+    "log_prefix",      "threaded",    "daos_pool",  "daos_cont", "max_parallelism"};
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n");
@@ -115,6 +115,7 @@ bool translate_config(const char* path, const std::string& run, bool is_rank0, t
     return false;
   }
   std::map<std::string, std::string> kv;
+  std::vector<std::string> unknown;  // warned about below, as VELOC ignores them
   std::string line;
   int lineno = 0;
   while (std::getline(in, line)) {
@@ -139,11 +140,8 @@ bool translate_config(const char* path, const std::string& run, bool is_rank0, t
       if (c != std::string::npos) value = trim(value.substr(0, c));
     }
     if (!kKnownKeys.count(key)) {
-      *why = where + "unknown key '" + key +
-             "' (VELOC keys: scratch, persistent, mode, max_versions, scratch_versions, persistent_interval, "
-             "ec_interval, watchdog_interval, failure_domain, axl_type, chksum, meta, aggregated, log_prefix, "
-             "threaded); fix or remove it";
-      return false;
+      unknown.push_back(where + "unknown key '" + key + "' ignored");
+      continue;
     }
     if (kv.count(key)) {
       *why = where + "key '" + key + "' given twice";
@@ -159,6 +157,12 @@ bool translate_config(const char* path, const std::string& run, bool is_rank0, t
   auto warn = [&](const std::string& text) {
     if (is_rank0) std::fprintf(stderr, "VELOC (cairn): warning: %s\n", text.c_str());
   };
+  for (const auto& u : unknown)
+    warn(u + " (VELOC keys: scratch, persistent, mode, max_versions, scratch_versions, persistent_interval, "
+             "ec_interval, watchdog_interval, failure_domain, axl_type, chksum, meta, aggregated, log_prefix, "
+             "threaded, max_parallelism)");
+  if (kv.count("max_parallelism"))
+    warn("max_parallelism: cairn's engine chooses its own threads (engine_threads); the key is ignored");
   std::ostringstream out;
   for (const char* required : {"scratch", "persistent", "mode"}) {
     if (!kv.count(required) || kv[required].empty()) {

@@ -102,7 +102,6 @@ def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path, io, mod
 
 
 @pytest.mark.parametrize("content,what", [
-    ("scratch = {s}\npersistent = {p}\nmode = async\nflush_rate = 3\n", "unknown key 'flush_rate'"),
     ("scratch = {s}\npersistent = {p}\n", "required key 'mode'"),
     ("persistent = {p}\nmode = sync\n", "required key 'scratch'"),
     ("scratch = {s}\nmode = sync\n", "required key 'persistent'"),
@@ -120,6 +119,16 @@ def test_bad_config_is_an_error_return_with_a_message(heat, tmp_path, content, w
     assert lines(r.stdout, "rank ") == ["rank 0: VELOC_Init failed"], r.describe()
     assert f"VELOC_Init: {cfg}" in r.stderr and what in r.stderr, r.describe()
     assert not (tmp_path / "persistent").exists() and not (tmp_path / "scratch").exists()
+
+
+def test_unknown_keys_are_warned_about_not_fatal(heat, tmp_path):
+    """As VELOC does: a key it does not know (or one cairn ignores) is a
+    warning, and the application runs."""
+    cfg = write_config(tmp_path, "sync", flush_rate=3, max_parallelism=4)
+    r = run(command(heat, "mem", cfg), tmp_path)
+    assert r.rc == 0 and lines(r.stdout, "result "), r.describe()
+    assert "unknown key 'flush_rate' ignored" in r.stderr, r.describe()
+    assert "max_parallelism: cairn's engine chooses its own threads" in r.stderr, r.describe()
 
 
 def test_missing_config_file_is_an_error_return(heat, tmp_path):
