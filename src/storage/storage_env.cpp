@@ -71,9 +71,9 @@ status storage_env::remove_tree(const std::string& dir) {
 namespace {
 
 // Injects errors for tests: see make_fault_env.
-class fault_env final : public storage_env {
+class fault_env final : public forwarding_env {
  public:
-  fault_env(storage_env* base, fault_spec spec) : base_(base), spec_(std::move(spec)) {}
+  fault_env(storage_env* base, fault_spec spec) : forwarding_env(base), spec_(std::move(spec)) {}
 
   bool should_fail(const std::string& path, const char* kind) {
     if (path.rfind(spec_.prefix, 0) != 0) return false;
@@ -85,10 +85,10 @@ class fault_env final : public storage_env {
     return status::from_errno(spec_.err, std::string("(injected fault) ") + op + " " + path);
   }
 
-  class file final : public writable_file {
+  class file final : public forwarding_file {
    public:
     file(fault_env* env, std::string path, std::unique_ptr<writable_file> f)
-        : env_(env), path_(std::move(path)), f_(std::move(f)) {}
+        : forwarding_file(std::move(f)), env_(env), path_(std::move(path)) {}
     status write_at(uint64_t off, const void* d, size_t n) override {
       if (env_->should_fail(path_, "write")) {
         if (env_->spec_.action == "kill") {
@@ -104,13 +104,10 @@ class fault_env final : public storage_env {
       if (env_->should_fail(path_, "sync")) return env_->injected(path_, "sync");
       return f_->sync();
     }
-    status close() override { return f_->close(); }
-    bool direct() const override { return f_->direct(); }
 
    private:
     fault_env* env_;
     std::string path_;
-    std::unique_ptr<writable_file> f_;
   };
 
   result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
@@ -118,28 +115,21 @@ class fault_env final : public storage_env {
     CAIRN_ASSIGN_OR_RETURN(auto f, base_->create(path, want_direct, truncate));
     return std::unique_ptr<writable_file>(new file(this, path, std::move(f)));
   }
-  result<std::unique_ptr<readable_file>> open_read(const std::string& path) override { return base_->open_read(path); }
   status rename(const std::string& from, const std::string& to) override {
     if (should_fail(to, "rename")) return injected(to, "rename");
     return base_->rename(from, to);
   }
-  status sync_dir(const std::string& dir) override { return base_->sync_dir(dir); }
-  status make_dirs(const std::string& dir) override { return base_->make_dirs(dir); }
-  status remove_file(const std::string& path) override { return base_->remove_file(path); }
-  status remove_dir(const std::string& dir) override { return base_->remove_dir(dir); }
-  result<std::vector<std::string>> list(const std::string& dir) override { return base_->list(dir); }
-  bool exists(const std::string& path) override { return base_->exists(path); }
 
  private:
-  storage_env* base_;
   fault_spec spec_;
   std::atomic<int> seen_{0};
 };
 
 // See make_rate_limited_env.
-class rate_limited_env final : public storage_env {
+class rate_limited_env final : public forwarding_env {
  public:
-  rate_limited_env(storage_env* base, uint64_t bytes_per_s) : base_(base), rate_(static_cast<double>(bytes_per_s)) {}
+  rate_limited_env(storage_env* base, uint64_t bytes_per_s)
+      : forwarding_env(base), rate_(static_cast<double>(bytes_per_s)) {}
 
   // Blocks until `n` more bytes may be written: the bucket's clock advances
   // by n / rate per chunk; a writer idle for a while gets no burst beyond one
@@ -157,9 +147,9 @@ class rate_limited_env final : public storage_env {
     std::this_thread::sleep_until(start);
   }
 
-  class file final : public writable_file {
+  class file final : public forwarding_file {
    public:
-    file(rate_limited_env* env, std::unique_ptr<writable_file> f) : env_(env), f_(std::move(f)) {}
+    file(rate_limited_env* env, std::unique_ptr<writable_file> f) : forwarding_file(std::move(f)), env_(env) {}
     status write_at(uint64_t off, const void* d, size_t n) override {
       constexpr size_t kChunk = size_t{8} << 20;  // a multiple of kDirectAlign
       const auto* p = static_cast<const std::byte*>(d);
@@ -171,30 +161,17 @@ class rate_limited_env final : public storage_env {
       }
       return {};
     }
-    status sync() override { return f_->sync(); }
-    status close() override { return f_->close(); }
-    bool direct() const override { return f_->direct(); }
 
    private:
     rate_limited_env* env_;
-    std::unique_ptr<writable_file> f_;
   };
 
   result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
     CAIRN_ASSIGN_OR_RETURN(auto f, base_->create(path, want_direct, truncate));
     return std::unique_ptr<writable_file>(new file(this, std::move(f)));
   }
-  result<std::unique_ptr<readable_file>> open_read(const std::string& path) override { return base_->open_read(path); }
-  status rename(const std::string& from, const std::string& to) override { return base_->rename(from, to); }
-  status sync_dir(const std::string& dir) override { return base_->sync_dir(dir); }
-  status make_dirs(const std::string& dir) override { return base_->make_dirs(dir); }
-  status remove_file(const std::string& path) override { return base_->remove_file(path); }
-  status remove_dir(const std::string& dir) override { return base_->remove_dir(dir); }
-  result<std::vector<std::string>> list(const std::string& dir) override { return base_->list(dir); }
-  bool exists(const std::string& path) override { return base_->exists(path); }
 
  private:
-  storage_env* base_;
   const double rate_;
   std::mutex mu_;
   std::chrono::steady_clock::time_point next_{};  // GUARDED_BY(mu_): when the next chunk may start

@@ -80,6 +80,40 @@ class storage_env {
   static storage_env* posix();
 };
 
+// An env that passes every call to `base` (not owned), and a file that
+// passes every call to the file it wraps: the wrappers below (fault
+// injection, rate limit) and the power-loss env override what they change.
+class forwarding_env : public storage_env {
+ public:
+  explicit forwarding_env(storage_env* base) : base_(base) {}
+  result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
+    return base_->create(path, want_direct, truncate);
+  }
+  result<std::unique_ptr<readable_file>> open_read(const std::string& path) override { return base_->open_read(path); }
+  status rename(const std::string& from, const std::string& to) override { return base_->rename(from, to); }
+  status sync_dir(const std::string& dir) override { return base_->sync_dir(dir); }
+  status make_dirs(const std::string& dir) override { return base_->make_dirs(dir); }
+  status remove_file(const std::string& path) override { return base_->remove_file(path); }
+  status remove_dir(const std::string& dir) override { return base_->remove_dir(dir); }
+  result<std::vector<std::string>> list(const std::string& dir) override { return base_->list(dir); }
+  bool exists(const std::string& path) override { return base_->exists(path); }
+
+ protected:
+  storage_env* base_;
+};
+
+class forwarding_file : public writable_file {
+ public:
+  explicit forwarding_file(std::unique_ptr<writable_file> f) : f_(std::move(f)) {}
+  status write_at(uint64_t off, const void* d, size_t n) override { return f_->write_at(off, d, n); }
+  status sync() override { return f_->sync(); }
+  status close() override { return f_->close(); }
+  bool direct() const override { return f_->direct(); }
+
+ protected:
+  std::unique_ptr<writable_file> f_;
+};
+
 // What this process asked of the file system through the POSIX env since it
 // started (cairn_io_counters, benchmarks): metadata operations and bytes.
 struct io_counters {
