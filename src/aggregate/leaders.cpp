@@ -8,7 +8,6 @@
 #include <set>
 #include <tuple>
 
-#include "cairn.h"
 #include "fabric/fabric.hpp"
 #include "fabric/mailbox.hpp"
 #include "format/container.hpp"

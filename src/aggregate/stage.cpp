@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <map>
 
-#include "cairn.h"
 #include "format/container.hpp"
 #include "format/layout.hpp"
 #include "util/clock.hpp"

@@ -1,6 +1,6 @@
 // The persistent level's aggregated implementation (persistent_layout =
 // aggregated; docs/design/aggregation.md, docs/format/container.md): one more
-// engine stage completing CAIRN_LEVEL_PERSISTENT, chosen by configuration in
+// engine stage completing engine::kLevelPersistent, chosen by configuration in
 // place of the file-per-process stage. Every rank runs it for every version
 // that goes to the persistent level; job.plan (computed by every rank from the
 // record the checkpoint's collective carried) says who writes what where.
@@ -12,7 +12,6 @@
 #include <memory>
 #include <string>
 
-#include "cairn.h"
 #include "engine/engine.hpp"
 #include "engine/stages.hpp"
 #include "storage/storage_env.hpp"
@@ -37,12 +36,12 @@ struct stage_options {
   bool local_level = false;
 };
 
-// What every aggregated stage shares: it completes CAIRN_LEVEL_PERSISTENT,
+// What every aggregated stage shares: it completes engine::kLevelPersistent,
 // needs the version's plan, and records when the rank's part was durable;
 // flush() does the strategy's work.
 class aggregated_stage : public engine::stage {
  public:
-  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+  unsigned level() const override { return engine::kLevelPersistent; }
   status run(engine::version_job& job) final;
 
  protected:

@@ -3,7 +3,13 @@
 
 #include "capi/handle.hpp"
 #include "client/client.hpp"
+#include "engine/engine.hpp"
 #include "storage/storage_env.hpp"
+
+// The engine's level bits are the public ones.
+static_assert(cairn::engine::kLevelCaptured == CAIRN_LEVEL_CAPTURED && cairn::engine::kLevelLocal == CAIRN_LEVEL_LOCAL &&
+              cairn::engine::kLevelProtected == CAIRN_LEVEL_PROTECTED &&
+              cairn::engine::kLevelPersistent == CAIRN_LEVEL_PERSISTENT);
 
 namespace cairn {
 

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "cairn.h"
 #include "format/shard.hpp"
 #include "util/hex.hpp"
 
@@ -213,9 +212,9 @@ class level_proxy final : public engine::stage {
     stage_report r = link_->wait(job, inner_->name());
     if (r.gone) return inner_->run(job);
     CAIRN_RETURN_IF_ERROR(r.st);
-    if (level() == CAIRN_LEVEL_LOCAL) {
+    if (level() == engine::kLevelLocal) {
       job.local_s = r.seconds;
-    } else if (level() == CAIRN_LEVEL_PERSISTENT) {
+    } else if (level() == engine::kLevelPersistent) {
       job.persistent_s = r.seconds;
       job.persistent_at = r.at;
     }

@@ -20,7 +20,6 @@
 #include <thread>
 #include <vector>
 
-#include "cairn.h"
 #include "daemon/protocol.hpp"
 #include "engine/engine.hpp"
 #include "engine/stages.hpp"
@@ -88,7 +87,7 @@ class session {
     status run(engine::version_job& j) override {
       status st = inner_->run(j);
       s_->report(static_cast<job&>(j), report_, st);
-      if (st && level() == CAIRN_LEVEL_PERSISTENT) s_->wrote_persistent(j.header);
+      if (st && level() == engine::kLevelPersistent) s_->wrote_persistent(j.header);
       return st;
     }
 
@@ -305,7 +304,7 @@ status session::start(const frame& f) {
                 t.nranks = j.header.nranks;
                 t.executable = executable_;
                 t.mode = mode_;
-                if (redundancy_record_ && (j.wanted & CAIRN_LEVEL_PROTECTED)) t.redundancy = redundancy_record_;
+                if (redundancy_record_ && (j.wanted & engine::kLevelProtected)) t.redundancy = redundancy_record_;
                 return t;
               },
               host),
@@ -366,7 +365,7 @@ status session::take_job(const frame& f) {
   j->wanted = m.wanted;
   j->captured_at = m.captured_at;
   j->capture_s = m.capture_s;
-  j->done = CAIRN_LEVEL_CAPTURED;
+  j->done = engine::kLevelCaptured;
   engine_->submit(j);
   return {};
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "cairn.h"
 #include "util/contain.hpp"
 #include "util/cpu.hpp"
 

@@ -43,6 +43,13 @@
 
 namespace cairn::engine {
 
+// The levels a version reaches, as bits (the values of cairn.h's
+// CAIRN_LEVEL_*, which the C API checks they are).
+inline constexpr unsigned kLevelCaptured = 0x1;    // in staging memory
+inline constexpr unsigned kLevelLocal = 0x2;       // node-local directory
+inline constexpr unsigned kLevelProtected = 0x4;   // survives the loss of nodes
+inline constexpr unsigned kLevelPersistent = 0x8;  // shared directory, committed
+
 // State a stage leaves for a later stage of the same version (the
 // persistent write begun during the capture, finished after the checksum).
 // Dropped when the job finishes, and with it what it still holds (an
@@ -56,7 +63,7 @@ struct version_job {
   format::shard_header header;     // layout; checksums filled by the checksum stage
   aligned_buffer* image = nullptr; // staging slot holding the shard image
   staging_pool* pool = nullptr;    // where the slot goes back when the job ends
-  unsigned wanted = 0;             // CAIRN_LEVEL_* bits scheduled for this version
+  unsigned wanted = 0;             // kLevel* bits scheduled for this version
   uint64_t seq = 0;                // submission order (set by the engine)
   uint64_t daemon_id = 0;          // engine_host = daemon: its id on the rank's connection (0: not handed over)
 
@@ -67,7 +74,7 @@ struct version_job {
   util::byte_progress capture;
   std::unique_ptr<stage_carry> carry;  // see stage_carry
   // agents_lend: per region (header.regions order), the application memory
-  // that holds its bytes, lent until the version reaches CAIRN_LEVEL_CAPTURED
+  // that holds its bytes, lent until the version reaches kLevelCaptured
   // (the agents hold it, or lend_stage copied it into the image); null: the
   // region is in the image. Empty: every region is.
   std::vector<const std::byte*> lent;
@@ -116,10 +123,10 @@ class stage {
  public:
   virtual ~stage() = default;
   virtual const char* name() const = 0;
-  // The CAIRN_LEVEL_* bit this stage completes, or 0.
+  // The kLevel* bit this stage completes, or 0.
   virtual unsigned level() const { return 0; }
   // The bits a successful run sets for `job`: level(), and for a stage that
-  // ends a loan (agents_lend) also CAIRN_LEVEL_CAPTURED. A failure marks
+  // ends a loan (agents_lend) also kLevelCaptured. A failure marks
   // only level() failed.
   virtual unsigned completes(const version_job& job) const {
     (void)job;

@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "cairn.h"
 #include "format/commit.hpp"
 #include "format/layout.hpp"
 #include "format/tree.hpp"
@@ -118,7 +117,7 @@ class local_stage final : public stage {
   local_stage(storage::storage_env* env, level_paths paths, std::shared_ptr<local_recycler> recycler)
       : env_(env), paths_(std::move(paths)), recycler_(std::move(recycler)) {}
   const char* name() const override { return "local"; }
-  unsigned level() const override { return CAIRN_LEVEL_LOCAL; }
+  unsigned level() const override { return kLevelLocal; }
   status run(version_job& job) override {
     double t0 = util::now_s();
     auto& h = job.header;
@@ -156,7 +155,7 @@ class persistent_data_stage final : public stage {
   persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct)
       : env_(env), paths_(std::move(paths)), direct_(direct) {}
   const char* name() const override { return "persistent (data)"; }
-  bool applies(const version_job& job) const override { return job.wanted & CAIRN_LEVEL_PERSISTENT; }
+  bool applies(const version_job& job) const override { return job.wanted & kLevelPersistent; }
   bool follows_capture() const override { return true; }
   status run(version_job& job) override {
     auto c = std::make_unique<persistent_carry>();
@@ -195,7 +194,7 @@ class persistent_stage final : public stage {
   persistent_stage(storage::storage_env* env, level_paths paths, bool direct)
       : env_(env), paths_(std::move(paths)), direct_(direct) {}
   const char* name() const override { return "persistent"; }
-  unsigned level() const override { return CAIRN_LEVEL_PERSISTENT; }
+  unsigned level() const override { return kLevelPersistent; }
   status run(version_job& job) override {
     double t0 = util::now_s();
     auto& h = job.header;
@@ -229,7 +228,7 @@ class commit_stage final : public stage {
   const char* name() const override { return "commit"; }
   bool latches() const override { return false; }
   // Called under the engine's lock, which guards job.done.
-  bool applies(const version_job& job) const override { return (job.done & CAIRN_LEVEL_PERSISTENT) != 0; }
+  bool applies(const version_job& job) const override { return (job.done & kLevelPersistent) != 0; }
   status run(version_job& job) override {
     format::part_record p;
     p.entry = shard_entry_of(job, host_);
@@ -253,9 +252,9 @@ class unlend_stage final : public stage {
   const char* name() const override { return "copy lent regions"; }
   bool essential() const override { return true; }
   bool applies(const version_job& job) const override {
-    return !job.lent.empty() && (job.failed & CAIRN_LEVEL_PROTECTED) != 0;
+    return !job.lent.empty() && (job.failed & kLevelProtected) != 0;
   }
-  unsigned completes(const version_job&) const override { return CAIRN_LEVEL_CAPTURED; }
+  unsigned completes(const version_job&) const override { return kLevelCaptured; }
   status run(version_job& job) override {
     double t0 = util::now_s();
     std::byte* img = job.image->data();

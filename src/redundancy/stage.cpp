@@ -4,7 +4,6 @@
 #include <csignal>
 #include <cstring>
 
-#include "cairn.h"
 #include "format/layout.hpp"
 #include "redundancy/codec.hpp"
 #include "redundancy/parity_file.hpp"
@@ -26,7 +25,7 @@ class redundancy_stage final : public engine::stage {
       : env_(env), paths_(std::move(paths)), set_(std::move(set)), plane_(std::move(p)), kill_(kill),
         codec_(set_.geo) {}
   const char* name() const override { return "redundancy"; }
-  unsigned level() const override { return CAIRN_LEVEL_PROTECTED; }
+  unsigned level() const override { return engine::kLevelProtected; }
 
   status run(engine::version_job& job) override {
     const auto& h = job.header;

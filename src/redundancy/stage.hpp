@@ -3,7 +3,7 @@
 // engine thread: it exposes the staging image to the other members of the
 // rank's set, pulls the data blocks of the stripes it holds parity for,
 // encodes them (codec.hpp) and writes its parity file beside its node-local
-// shard; CAIRN_LEVEL_PROTECTED once every member reported its parity written.
+// shard; engine::kLevelProtected once every member reported its parity written.
 // No MPI: sealed READY/HELD messages over this plane's own mailbox.
 #ifndef CAIRN_REDUNDANCY_STAGE_HPP
 #define CAIRN_REDUNDANCY_STAGE_HPP
