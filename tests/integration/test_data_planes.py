@@ -55,28 +55,26 @@ def endpoints(pids) -> list:
 def test_a_stranger_without_the_key_is_refused_and_the_checkpoints_are_intact(reference, tmp_path):
     job = harness.NodeJob(tmp_path / "job", 2, 2, run="planes")
     ref = reference(job.nranks, STEPS, EVERY, NBYTES)
-    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--sleep-ms", 400, "--wait-protected",
-                  **CFG)
+    flag = tmp_path / "go"
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--sleep-ms", 200, "--wait-protected",
+                  "--pause-after", EVERY, flag, **CFG)
     pids = list(harness.wait_rank_pids(p.pid, job.nranks).values())
-    # Each rank listens on its two mailboxes and their lanes once cairn_init
-    # returned: wait until no more appear.
-    deadline = time.monotonic() + 60
-    found, stable_since = [], time.monotonic()
-    while time.monotonic() < deadline and p.poll() is None:
-        now = endpoints(pids)
-        if now != found:
-            found, stable_since = now, time.monotonic()
-        elif len(found) >= 2 * job.nranks and time.monotonic() - stable_since > 0.5:
-            break
-        time.sleep(0.1)
+    # Paused after the first version, every rank listens on its two
+    # mailboxes and their lanes. The stranger's first round reaches them all
+    # before the job goes on; the flood lasts until the job ends.
+    job.wait_paused(p, flag)
+    found = endpoints(pids)
     assert len(found) >= 2 * job.nranks, f"found the ranks' endpoints {found}\n{harness.finish_process(p).describe()}"
-    # The flood lasts until the job ends.
     stranger = subprocess.Popen([harness.bin_dir() / "cairn_plane_stranger", "120", "ckpt", str(STEPS),
                                  str(job.nranks), *found], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = stranger.stdout.readline()
+    assert first.startswith("stranger: round 1 sent"), first + stranger.stderr.read()
+    flag.touch()
     res = harness.finish_process(p)
     stranger.terminate()
     out, err = stranger.communicate(timeout=60)
-    assert stranger.returncode == 0 and int(out.split()[2]) > 0, out + err
+    out = first + out
+    assert stranger.returncode == 0 and int(out.splitlines()[-1].split()[2]) > 0, out + err
     res.ok()
     assert "dropped a message without this job's key" in res.stderr, out + res.describe()
     versions = list(range(EVERY, STEPS + 1, EVERY))
