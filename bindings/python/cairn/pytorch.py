@@ -39,6 +39,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from .checkpointer import _TYPES
 from .errors import InvalidArgumentError, NotFoundError, NotSupportedError
 
 STATE_REGION = "__cairn_state__"
@@ -59,8 +60,7 @@ def _as_array(t) -> np.ndarray:
     its memory: its own dtype and shape where numpy and cairn have that dtype,
     else its bytes."""
     if isinstance(t, np.ndarray):
-        if t.dtype in (np.float32, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-                       np.uint32, np.uint64) and t.dtype.isnative:
+        if t.dtype in _TYPES and t.dtype.isnative:  # the dtypes Checkpointer.protect takes
             return t
         return t.reshape(-1).view(np.uint8)
     torch = _torch()
