@@ -1,11 +1,17 @@
 #include "agents/auth.hpp"
 
+#include <fcntl.h>
 #include <sodium.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "storage/storage_env.hpp"
+#include "util/hex.hpp"
 
 namespace cairn::agents {
 
@@ -81,6 +87,92 @@ session_keys derive_session_keys(std::string_view secret, std::string_view clien
                                  std::string_view server_nonce) {
   std::string nonces = std::string(client_nonce) + std::string(server_nonce);
   return {hmac(secret, "cairn-agents c2s v1" + nonces), hmac(secret, "cairn-agents s2c v1" + nonces)};
+}
+
+std::string new_app_key() {
+  (void)crypto_init();
+  std::string k(kAppKeySize, '\0');
+  randombytes_buf(k.data(), k.size());
+  return k;
+}
+
+box_keypair new_box_keypair() {
+  (void)crypto_init();
+  box_keypair kp{std::string(crypto_box_PUBLICKEYBYTES, '\0'), std::string(crypto_box_SECRETKEYBYTES, '\0')};
+  crypto_box_keypair(reinterpret_cast<unsigned char*>(kp.public_key.data()),
+                     reinterpret_cast<unsigned char*>(kp.secret_key.data()));
+  return kp;
+}
+
+result<std::string> seal_to(std::string_view public_key, std::string_view message) {
+  if (public_key.size() != crypto_box_PUBLICKEYBYTES)
+    return status(errc::invalid_argument, "a public key of " + std::to_string(public_key.size()) + " bytes (expected " +
+                                              std::to_string(crypto_box_PUBLICKEYBYTES) + ")");
+  std::string box(message.size() + crypto_box_SEALBYTES, '\0');
+  crypto_box_seal(reinterpret_cast<unsigned char*>(box.data()), reinterpret_cast<const unsigned char*>(message.data()),
+                  message.size(), reinterpret_cast<const unsigned char*>(public_key.data()));
+  return box;
+}
+
+result<std::string> open_sealed(const box_keypair& kp, std::string_view box) {
+  if (box.size() < crypto_box_SEALBYTES || kp.public_key.size() != crypto_box_PUBLICKEYBYTES ||
+      kp.secret_key.size() != crypto_box_SECRETKEYBYTES)
+    return status(errc::invalid_argument, "not a sealed box of this key pair");
+  std::string out(box.size() - crypto_box_SEALBYTES, '\0');
+  if (crypto_box_seal_open(reinterpret_cast<unsigned char*>(out.data()),
+                           reinterpret_cast<const unsigned char*>(box.data()), box.size(),
+                           reinterpret_cast<const unsigned char*>(kp.public_key.data()),
+                           reinterpret_cast<const unsigned char*>(kp.secret_key.data())) != 0)
+    return status(errc::invalid_argument, "a sealed box that does not open with this key pair");
+  return out;
+}
+
+std::string app_key_proof(std::string_view app_key, std::string_view name, std::string_view public_key) {
+  crypto_generichash_state st;
+  crypto_generichash_init(&st, reinterpret_cast<const unsigned char*>(app_key.data()), app_key.size(), 32);
+  static constexpr char kLabel[] = "cairn-agents app key proof v1";
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel);
+  const uint32_t n = static_cast<uint32_t>(name.size());
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&n), sizeof n);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(name.data()), name.size());
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(public_key.data()), public_key.size());
+  std::string out(32, '\0');
+  crypto_generichash_final(&st, reinterpret_cast<unsigned char*>(out.data()), out.size());
+  return out;
+}
+
+std::string app_key_file(const std::string& store, const std::string& run) {
+  return store + "/runs/" + run + "/agents.key";
+}
+
+std::string load_app_key(const std::string& path) {
+  auto text = storage::storage_env::posix()->read_all(path);
+  std::string key;
+  if (!text) return key;
+  std::string_view hex = *text;
+  while (!hex.empty() && std::isspace(static_cast<unsigned char>(hex.back()))) hex.remove_suffix(1);
+  if (!util::hex_decode(hex, kAppKeySize, &key)) key.clear();
+  return key;
+}
+
+status save_app_key(const std::string& path, std::string_view key) {
+  storage::storage_env* env = storage::storage_env::posix();
+  const std::string dir = storage::dirname_of(path), tmp = path + ".tmp";
+  CAIRN_RETURN_IF_ERROR(env->make_dirs(dir));
+  const std::string text = util::hex_encode(key) + "\n";
+  auto fail = [&](const char* what) {
+    status st(errc::io_error, std::string(what) + " " + tmp + ": " + std::strerror(errno));
+    (void)::unlink(tmp.c_str());
+    return st;
+  };
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return fail("cannot create");
+  const bool ok = ::fchmod(fd, 0600) == 0 &&
+                  ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok) return fail("cannot write");
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return fail("cannot rename");
+  return env->sync_dir(dir);
 }
 
 }  // namespace cairn::agents

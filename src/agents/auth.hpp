@@ -57,6 +57,46 @@ struct session_keys {
 session_keys derive_session_keys(std::string_view secret, std::string_view client_nonce,
                                  std::string_view server_nonce);
 
+// ---- application keys (docs/design/security.md, "Agents") ----------------------
+// Every application has its own key for its data plane with its agents
+// (agents/data_protocol.hpp "the seal"), drawn by the controller. Every party
+// of the control plane holds the deployment secret and could derive another
+// connection's session keys from the nonces it saw, so the key never travels
+// under them: it goes to the application and to its agents' managers in a
+// sealed box (libsodium crypto_box_seal) to a key pair they drew for it.
+inline constexpr size_t kAppKeySize = 32;
+inline constexpr size_t kBoxPublicKeySize = 32;  // crypto_box_PUBLICKEYBYTES
+
+// kAppKeySize random bytes.
+std::string new_app_key();
+
+// An X25519 key pair (crypto_box_keypair), raw bytes.
+struct box_keypair {
+  std::string public_key;
+  std::string secret_key;
+};
+box_keypair new_box_keypair();
+// crypto_box_seal of `message` to `public_key` (crypto_box_PUBLICKEYBYTES);
+// invalid_argument for a key of another size.
+result<std::string> seal_to(std::string_view public_key, std::string_view message);
+// Opens a sealed box with the key pair; invalid_argument when it is not one
+// sealed to that public key.
+result<std::string> open_sealed(const box_keypair& kp, std::string_view box);
+
+// What proves, at a re-registration, that the client holds the application's
+// key: a keyed BLAKE2b (32 bytes) over the name and the public key the reply
+// is sealed to (so a proof seen on the wire is of no use with any other key).
+std::string app_key_proof(std::string_view app_key, std::string_view name, std::string_view public_key);
+
+// Where a run keeps its application key for its next jobs:
+// <store>/runs/<run>/agents.key (hex, mode 600).
+std::string app_key_file(const std::string& store, const std::string& run);
+// The key in `path`; empty when there is none (or it is not 32 bytes of hex).
+std::string load_app_key(const std::string& path);
+// Writes `key` to `path` as hex, mode 600 from its creation, durably
+// (fsync, rename, directory sync); creates the directory.
+status save_app_key(const std::string& path, std::string_view key);
+
 }  // namespace cairn::agents
 
 #endif

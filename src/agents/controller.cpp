@@ -5,6 +5,7 @@
 
 #include "agents/log.hpp"
 #include "util/clock.hpp"
+#include "util/hex.hpp"
 
 namespace cairn::agents {
 namespace {
@@ -184,6 +185,17 @@ void controller_service::on_message(uint64_t conn, ctl_message& m) {
   push_updates();
 }
 
+json controller_service::update_for(const std::string& node) const {
+  node_update u = state_.desired_for(node);
+  const auto pk = node_box_key_.find(node);
+  for (desired_agent& d : u.agents) {
+    const std::string& key = state_.apps().at(d.app).key;
+    if (key.empty() || pk == node_box_key_.end()) continue;
+    if (auto box = seal_to(pk->second, key)) d.key_box = util::hex_encode(*box);
+  }
+  return to_json(u);
+}
+
 result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
   connection* c = loop_.find(conn);
   const std::string role = c != nullptr ? c->role() : "";
@@ -197,7 +209,11 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       f.str("node", &id, true, kMaxNameLength);
       f.str("address", &address, true, 256);
       f.u32("capacity", &capacity, false, 1u << 16);
+      std::string box_hex, box_public;
+      f.str("box_public", &box_hex, true, 128);
       CAIRN_ASSIGN_OR_RETURN(node_report report, parse_node_report(f));
+      if (!util::hex_decode(box_hex, kBoxPublicKeySize, &box_public))
+        return status(errc::invalid_argument, "node_register: box_public is not the hex of a 32-byte public key");
       auto held = conn_of_node_.find(id);
       if (held != conn_of_node_.end() && held->second != conn) {
         return status(errc::again, "node id " + id + " is in use by another connected manager");
@@ -206,17 +222,18 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       CAIRN_RETURN_IF_ERROR(state_.node_register(id, address, capacity, report.metrics, report.agents, now));
       conn_of_node_[id] = conn;
       node_of_conn_[conn] = id;
+      node_box_key_[id] = box_public;
       log_info(std::string(known ? "node came back: " : "node joined: ") + id + " at " + address + ", capacity " +
                std::to_string(state_.nodes().at(id).capacity));
       (void)state_.take_dirty_nodes();  // every node gets its update below or on its heartbeat
-      return to_json(state_.desired_for(id));
+      return update_for(id);
     }
     case ctl_type::heartbeat: {
       auto bound = node_of_conn_.find(conn);
       if (bound == node_of_conn_.end()) return status(errc::not_found, "heartbeat before node_register");
       CAIRN_ASSIGN_OR_RETURN(node_report report, parse_node_report(f));
       CAIRN_RETURN_IF_ERROR(state_.node_heartbeat(bound->second, report.metrics, report.agents, now));
-      return to_json(state_.desired_for(bound->second));
+      return update_for(bound->second);
     }
     case ctl_type::node_leave: {
       auto bound = node_of_conn_.find(conn);
@@ -237,7 +254,14 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       f.str("strategy", &s, false, 32);
       f.str("distribution", &d, false, 32);
       f.u32("block_size", &block, false, 1u << 16);
+      std::string box_hex, proof_hex, box_public, proof;
+      f.str("box_public", &box_hex, true, 128);
+      f.str("proof", &proof_hex, false, 128);
       if (!f.ok()) return f.error();
+      if (!util::hex_decode(box_hex, kBoxPublicKeySize, &box_public))
+        return status(errc::invalid_argument, "app_register: box_public is not the hex of a 32-byte public key");
+      if (!proof_hex.empty() && !util::hex_decode(proof_hex, 32, &proof))
+        return status(errc::invalid_argument, "app_register: proof is not the hex of 32 bytes");
       app_hints hints;
       if (hj != nullptr) {
         auto h = parse_hints(*hj);
@@ -255,13 +279,31 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       // A name registered before is a returning application (a restarted
       // job): its agents may hold its checkpoints, so its restart must not
       // take an agent's silence for "holds nothing".
-      const bool returning = std::any_of(state_.apps().begin(), state_.apps().end(),
-                                         [&](const auto& kv) { return kv.second.name == name; });
+      const auto known = std::find_if(state_.apps().begin(), state_.apps().end(),
+                                      [&](const auto& kv) { return kv.second.name == name; });
+      const bool returning = known != state_.apps().end();
+      // Only who holds its key may come back as it: its agents hold its
+      // checkpoints and would serve them to whoever holds the key.
+      if (returning && !known->second.key.empty() &&
+          !tag_equal(proof, app_key_proof(known->second.key, name, box_public))) {
+        log_rejection(c != nullptr ? c->peer() : "?", "app_register",
+                      "application " + name + (proof.empty() ? ": no proof of its key" : ": a wrong proof of its key"));
+        return status(errc::busy,
+                      "application '" + name + "' is registered already, and this client " +
+                          (proof.empty() ? "does not hold its key" : "holds another key") +
+                          " (the key its first job kept in the run directory, agents.key): "
+                          "another job runs under this name, or the key file was lost; give the job another run "
+                          "name, or unregister the old one with `cairn agents unregister`");
+      }
       auto id = state_.app_register(name, hints, ps, pd, block > 0 ? std::optional<uint32_t>(block) : std::nullopt);
       if (!id) return id.take_status();
       const auto& a = state_.apps().at(*id);
       log_info("application registered: " + name + " as " + std::to_string(*id) + ": " + a.last_decision);
       json reply = state_.app_agents_json(*id);
+      if (!a.key.empty()) {
+        CAIRN_ASSIGN_OR_RETURN(std::string box, seal_to(box_public, a.key));
+        reply["key_box"] = util::hex_encode(box);
+      }
       reply["returning"] = returning;
       reply["checkpoints_done"] = a.checkpoints_done;
       return reply;
@@ -341,7 +383,7 @@ void controller_service::push_updates() {
       loop_.send(it->second, ctl_type::node_update, to_json(node_update{state_.generation(), 1000, {}}));
       continue;
     }
-    loop_.send(it->second, ctl_type::node_update, to_json(state_.desired_for(node)));
+    loop_.send(it->second, ctl_type::node_update, update_for(node));
   }
 }
 

@@ -69,6 +69,10 @@ class controller_service : private service_loop::handler {
   controller_state state_;
   std::map<uint64_t, std::string> node_of_conn_;
   std::map<std::string, uint64_t> conn_of_node_;
+  // Each registered node's manager's public key (the applications' keys are
+  // sealed to it in its node_update).
+  std::map<std::string, std::string> node_box_key_;
+  nlohmann::json update_for(const std::string& node) const;
   double next_fill_ = 0;
 };
 

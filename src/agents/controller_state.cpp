@@ -6,6 +6,7 @@
 
 #include "agents/wire.hpp"
 #include "util/clock.hpp"
+#include "util/hex.hpp"
 
 namespace cairn::agents {
 namespace {
@@ -93,10 +94,13 @@ status controller_state::apply(const json& rec) {
     f.str("distribution", &d, true, 32);
     f.u32("block_size", &a.block_size, true, 1u << 16);
     const json* h = f.object("hints");
+    std::string key;
+    f.str("key", &key, false, 2 * kAppKeySize);
     if (!f.ok()) return f.error();
     auto hints = parse_hints(*h);
     if (!hints) return hints.error();
     a.hints = *hints;
+    if (!key.empty() && !util::hex_decode(key, kAppKeySize, &a.key)) return bad("the key is not hex of 32 bytes");
     auto ps = parse_strategy(s);
     auto pd = parse_distribution(d);
     if (!ps || !pd) return bad("unknown strategy or distribution");
@@ -219,6 +223,7 @@ std::vector<json> controller_state::snapshot() const {
                    {"strategy", strategy_name(a.strat)},
                    {"distribution", distribution_name(a.dist)},
                    {"block_size", a.block_size}});
+    if (!a.key.empty()) out.back()["key"] = util::hex_encode(a.key);
   }
   for (const auto& [id, g] : agents_) {
     out.push_back({{"op", "agent_add"}, {"agent", id}, {"app", g.app}, {"node", g.node}, {"reserve", g.reserve}});
@@ -499,7 +504,8 @@ result<uint64_t> controller_state::app_register(const std::string& name, const a
                                 {"target", target},
                                 {"strategy", strategy_name(s.value_or(policy_.strat))},
                                 {"distribution", distribution_name(d.value_or(policy_.dist))},
-                                {"block_size", std::max<uint32_t>(1, block_size.value_or(policy_.block_size))}}));
+                                {"block_size", std::max<uint32_t>(1, block_size.value_or(policy_.block_size))},
+                                {"key", util::hex_encode(new_app_key())}}));
   auto placed = add_agents(apps_.at(id), target);
   if (!placed) return placed.take_status();
   apps_.at(id).last_decision = "registered: target " + std::to_string(target) + ", placed " +

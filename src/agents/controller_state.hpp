@@ -61,6 +61,10 @@ class controller_state {
     strategy strat = strategy::bandwidth;
     distribution dist = distribution::round_robin;
     uint32_t block_size = 2;
+    // Its data-plane key (auth.hpp "application keys"), drawn at its first
+    // registration and journaled; empty for an application a journal of an
+    // older controller registered (its data plane is then unsealed).
+    std::string key;
     // volatile
     uint64_t checkpoints_done = 0;
     double transfer_s = 0;       // measured transfer time with transfer_agents agents (0 = none yet)

@@ -31,7 +31,10 @@ struct agent_client::impl {
     return {};
   }
 
-  status send(const data_message& m) { return ctx->send(agent, encode_data_message(m)); }
+  status send(const data_message& m) {
+    std::string bytes = encode_data_message(m);
+    return ctx->send(agent, opts.key.empty() ? bytes : fabric::seal(opts.key, kToAgent, std::move(bytes)));
+  }
 
   // A READY for h's image of `length` bytes.
   data_message ready(const format::shard_header& h, transfer_mode mode, uint64_t length) {
@@ -79,7 +82,10 @@ struct agent_client::impl {
         if (bytes.error().code() == errc::again) continue;
         return bytes.take_status().with_context(what);
       }
-      auto m = decode_data_message(*bytes);
+      std::optional<std::string_view> in = *bytes;
+      if (!opts.key.empty()) in = fabric::unseal(opts.key, kFromAgent, *bytes);
+      if (!in) continue;  // not from our agent (a stranger's, or another application's)
+      auto m = decode_data_message(*in);
       if (!m) continue;  // not ours to answer; the agent logs its own errors
       if (m->request != request || m->type != want) continue;
       return m;
@@ -93,6 +99,8 @@ fabric::fabric_context& agent_client::context() { return *impl_->ctx; }
 
 result<std::unique_ptr<agent_client>> agent_client::create(const client_options& options,
                                                            const std::string& agent_name) {
+  if (!options.key.empty() && options.key.size() != fabric::kPlaneKeyBytes)
+    return status(errc::internal, "agents: an application key of " + std::to_string(options.key.size()) + " bytes");
   auto p = std::make_unique<impl>();
   p->opts = options;
   p->agent_name = agent_name;

@@ -17,6 +17,7 @@
 #include "cairn/status.hpp"
 #include "fabric/fabric.hpp"
 #include "fabric/message.hpp"
+#include "fabric/seal.hpp"
 #include "fabric/transfer.hpp"
 #include "format/shard.hpp"
 
@@ -36,6 +37,17 @@ using fabric::transfer_mode;
 std::string encode_lent(const std::vector<fabric::lent_region>& v);
 result<std::vector<fabric::lent_region>> decode_lent(const std::string& text);
 
+// ---- the seal ---------------------------------------------------------------------
+// Every message between an application and its agents is sealed
+// (fabric/seal.hpp) under the application's key, which the controller draws
+// at its registration and hands to its ranks and, through their managers, to
+// its agents (docs/design/security.md, "Agents"). The context is the
+// direction, so that a request cannot be reflected as a reply. An agent
+// started without a key (by hand, for a benchmark) takes unsealed messages
+// only, and says so when it starts.
+inline constexpr uint32_t kToAgent = 0x41474e54;    // "TNGA"
+inline constexpr uint32_t kFromAgent = 0x41505050;  // "PPPA"
+
 // ---- the application's side ----------------------------------------------------
 
 struct client_options {
@@ -43,6 +55,7 @@ struct client_options {
   int threads = 1;        // lanes for push and restore by read
   uint64_t piece_bytes = 4ull << 20;
   double reply_timeout_s = 60;  // waiting for HELD / RESTORED
+  std::string key;              // the application's key (fabric::kPlaneKeyBytes); empty: unsealed
 };
 
 // A version an agent holds in memory (QUERY).

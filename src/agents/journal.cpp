@@ -1,5 +1,7 @@
 #include "agents/journal.hpp"
 
+#include <sys/stat.h>
+
 #include <cstring>
 
 #include "agents/wire.hpp"
@@ -108,6 +110,8 @@ status journal::rewrite(const std::vector<nlohmann::json>& records) {
   const std::string tmp = path_ + ".tmp";
   auto f = env_->create(tmp, false);
   if (!f) return f.error().with_context("rewriting the journal");
+  // It holds the applications' keys: the controller's user alone reads it.
+  (void)::chmod(tmp.c_str(), 0600);
   status st = (*f)->write_at(0, image.data(), image.size());
   if (st) st = (*f)->sync();
   if (st) st = env_->rename(tmp, path_);

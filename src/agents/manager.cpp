@@ -14,6 +14,7 @@
 #include "agents/log.hpp"
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
+#include "util/hex.hpp"
 
 extern char** environ;
 
@@ -112,6 +113,7 @@ std::vector<std::string> manager_service::agent_argv(const agent_proc& a) const 
   }
   std::vector<std::string> argv = {opt_.agent_program};
   for (const auto& t : templ) argv.push_back(substitute(t, vars));
+  if (!a.key.empty()) argv.insert(argv.end(), {"--key-fd", "3"});
   return argv;
 }
 
@@ -132,6 +134,33 @@ void manager_service::start_agent(agent_proc& a, double now) {
   a.memory_held = a.bytes = a.checkpoints = a.prev_bytes = a.prev_checkpoints = 0;
   a.bw = a.rate = 0;
 
+  // The key goes on a pipe the agent inherits as descriptor 3, written and
+  // closed here before it starts (64 hex digits fit any pipe's buffer).
+  int key_fd = -1;
+  if (!a.key.empty()) {
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      a.state = "failed";
+      a.last_exit = std::string("no pipe for its key: ") + std::strerror(errno);
+      a.next_start = now + 1;
+      log_error("agent " + std::to_string(a.want.agent) + ": " + a.last_exit);
+      return;
+    }
+    const std::string hex = util::hex_encode(a.key) + "\n";
+    const bool written = ::write(p[1], hex.data(), hex.size()) == static_cast<ssize_t>(hex.size());
+    ::close(p[1]);
+    // Above 3, so that dup2 onto 3 clears close-on-exec whatever pipe2 returned.
+    key_fd = ::fcntl(p[0], F_DUPFD_CLOEXEC, 10);
+    ::close(p[0]);
+    if (!written || key_fd < 0) {
+      if (key_fd >= 0) ::close(key_fd);
+      a.state = "failed";
+      a.last_exit = "cannot hand it its key";
+      a.next_start = now + 1;
+      log_error("agent " + std::to_string(a.want.agent) + ": " + a.last_exit);
+      return;
+    }
+  }
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t attr;
   posix_spawn_file_actions_init(&fa);
@@ -139,6 +168,7 @@ void manager_service::start_agent(agent_proc& a, double now) {
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  if (key_fd >= 0) posix_spawn_file_actions_adddup2(&fa, key_fd, 3);
   sigset_t none, defaults;
   sigemptyset(&none);
   sigemptyset(&defaults);
@@ -150,6 +180,7 @@ void manager_service::start_agent(agent_proc& a, double now) {
   int rc = ::posix_spawn(&pid, opt_.agent_program.c_str(), &fa, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
+  if (key_fd >= 0) ::close(key_fd);
   if (rc != 0) {
     a.pid = 0;
     a.state = "failed";
@@ -235,6 +266,22 @@ void manager_service::apply_update(const node_update& u) {
     }
     agent_proc& a = agents_[d.agent];
     a.want = d;
+    if (!d.key_box.empty()) {
+      std::string box;
+      auto key = util::hex_decode(d.key_box, d.key_box.size() / 2, &box)
+                     ? open_sealed(box_, box)
+                     : result<std::string>(status(errc::invalid_argument, "its key box is not hex"));
+      if (!key || key->size() != kAppKeySize) {
+        // Never an agent without its key: it would serve anyone.
+        a.state = "failed";
+        a.last_exit = "no usable key for application " + d.app_name + ": " +
+                      (key ? std::string("a key of the wrong size") : key.error().message());
+        a.next_start = now + 1e9;
+        log_error("agent " + std::to_string(d.agent) + ": " + a.last_exit);
+        continue;
+      }
+      a.key = std::move(key).value();
+    }
     start_agent(a, now);
   }
   heartbeat_s_ = std::max(0.01, u.heartbeat_ms / 1000.0);
@@ -316,6 +363,7 @@ json manager_service::node_body(double now, bool registering) {
   if (registering) {
     body["address"] = address();
     body["capacity"] = opt_.capacity;
+    body["box_public"] = util::hex_encode(box_.public_key);
   }
   return body;
 }

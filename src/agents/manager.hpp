@@ -14,7 +14,10 @@
 //   --agent-id {agent} --app-id {app} --app {app_name} --node {node}
 //   --controller {controller} --stats-file {stats_file} [--persistent {store}]
 // ({store}: the application's persistent level, from its registration; the
-// pair is left out when the application gave none).
+// pair is left out when the application gave none). When the controller sent
+// the application's key, `--key-fd 3` follows, and descriptor 3 is a pipe
+// holding the key in hex (never argv or the environment, which other users
+// of the node can read).
 // stdout and stderr go to {run_dir}/agent-{agent}.log. An agent may write
 // {stats_file} (JSON: bytes_in, bytes_out, checkpoints, memory_held,
 // endpoint; replaced atomically) and the manager reports it.
@@ -35,6 +38,7 @@
 #include "agents/metrics.hpp"
 #include "agents/metrics_http.hpp"
 #include "agents/net.hpp"
+#include "agents/auth.hpp"
 #include "agents/protocol.hpp"
 
 namespace cairn::agents {
@@ -104,6 +108,10 @@ class manager_service : private service_loop::handler {
     std::string endpoint;
     bool has_stats = false;
     agent_stats last;  // the stats file as last read
+    // The application's data-plane key, opened from want.key_box (empty:
+    // none was sent; the agent then runs unsealed). The agent reads it from
+    // an inherited pipe (--key-fd 3), never from argv or the environment.
+    std::string key;
   };
 
   explicit manager_service(manager_options o);
@@ -133,6 +141,9 @@ class manager_service : private service_loop::handler {
   node_metrics last_metrics_;
   std::map<uint64_t, agent_proc> agents_;
   std::vector<agent_proc> stopping_;  // no longer wanted, being stopped
+  // Drawn at start; its public half goes with node_register, and the
+  // controller seals the applications' keys to it.
+  box_keypair box_ = new_box_keypair();
 };
 
 }  // namespace cairn::agents

@@ -98,6 +98,7 @@ nlohmann::json to_json(const node_update& u) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& d : u.agents) {
     a.push_back({{"agent", d.agent}, {"app", d.app}, {"app_name", d.app_name}, {"reserve", d.reserve}, {"store", d.store}});
+    if (!d.key_box.empty()) a.back()["key_box"] = d.key_box;
   }
   return {{"generation", u.generation}, {"heartbeat_ms", u.heartbeat_ms}, {"agents", a}};
 }
@@ -118,6 +119,7 @@ result<node_update> parse_node_update(const nlohmann::json& j) {
     g.str("app_name", &d.app_name, true, kMaxNameLength);
     g.u64("reserve", &d.reserve, false);
     g.str("store", &d.store, false, kMaxPathLength);
+    g.str("key_box", &d.key_box, false, 512);
     if (!g.ok()) return g.error();
     u.agents.push_back(std::move(d));
   }

@@ -61,6 +61,9 @@ struct desired_agent {
   std::string app_name;
   uint64_t reserve = 0;  // bytes the controller reserved for it
   std::string store;     // where it writes the application's versions (empty: memory only)
+  // The application's data-plane key sealed to the manager's public key
+  // (auth.hpp "application keys"), hex; empty: the application has none.
+  std::string key_box;
 };
 struct node_update {
   uint64_t generation = 0;

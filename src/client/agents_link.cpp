@@ -18,6 +18,7 @@
 #include "agents/wire.hpp"
 #include "cairn.h"
 #include "util/clock.hpp"
+#include "util/hex.hpp"
 #include "util/json.hpp"
 
 #ifdef CAIRN_HAVE_FABRIC
@@ -38,9 +39,10 @@ bool agents_view::ready() const {
 std::string agents_view::encode() const {
   json list = json::array();
   for (const auto& a : agents) list.push_back({{"agent", a.id}, {"node", a.node}, {"endpoint", a.endpoint}});
-  return json{{"app", app},           {"generation", generation}, {"target", target},
-              {"agents", list},     {"returning", returning},   {"checkpoints_done", checkpoints_done}}
-      .dump();
+  json j = {{"app", app},       {"generation", generation}, {"target", target},
+            {"agents", list}, {"returning", returning},   {"checkpoints_done", checkpoints_done}};
+  if (!key.empty()) j["key"] = util::hex_encode(key);
+  return j.dump();
 }
 
 result<agents_view> agents_view::from_reply(const json& body) {
@@ -58,6 +60,8 @@ result<agents_view> agents_view::from_reply(const json& body) {
       r.endpoint = a.value("endpoint", "");
       v.agents.push_back(std::move(r));
     }
+    if (const std::string k = body.value("key", ""); !k.empty() && !util::hex_decode(k, agents::kAppKeySize, &v.key))
+      return status(errc::corruption, "agent list: a key that is not 32 bytes of hex");
     return v;
   } catch (const std::exception& e) {
     return status(errc::corruption, std::string("controller reply: malformed agent list: ") + e.what());
@@ -112,9 +116,27 @@ result<json> agents_control::call(agents::ctl_type t, const json& body) {
   return r;
 }
 
-result<agents_view> agents_control::register_app(const std::string& name, const agents::app_hints& hints) {
-  CAIRN_ASSIGN_OR_RETURN(json body, call(agents::ctl_type::app_register, {{"name", name}, {"hints", agents::to_json(hints)}}));
-  return agents_view::from_reply(body);
+result<agents_view> agents_control::register_app(const std::string& name, const agents::app_hints& hints,
+                                                 const std::string& held_key) {
+  // The key comes back sealed to a key pair drawn for this registration.
+  const agents::box_keypair kp = agents::new_box_keypair();
+  json req = {{"name", name}, {"hints", agents::to_json(hints)}, {"box_public", util::hex_encode(kp.public_key)}};
+  if (!held_key.empty()) req["proof"] = util::hex_encode(agents::app_key_proof(held_key, name, kp.public_key));
+  CAIRN_ASSIGN_OR_RETURN(json body, call(agents::ctl_type::app_register, req));
+  std::string box_hex = body.value("key_box", ""), box;
+  body.erase("key_box");
+  CAIRN_ASSIGN_OR_RETURN(agents_view v, agents_view::from_reply(body));
+  if (!box_hex.empty()) {
+    if (!util::hex_decode(box_hex, box_hex.size() / 2, &box))
+      return status(errc::corruption, "controller reply: a key box that is not hex");
+    auto key = agents::open_sealed(kp, box);
+    if (!key) return key.take_status().with_context("controller reply: the application key");
+    v.key = std::move(key).value();
+    if (v.key.size() != agents::kAppKeySize)
+      return status(errc::corruption, "controller reply: an application key of " + std::to_string(v.key.size()) +
+                                          " bytes");
+  }
+  return v;
 }
 
 result<agents_view> agents_control::fetch(uint64_t app) {
@@ -319,7 +341,9 @@ class fabric_agents_data final : public agents_data {
       return status(errc::again, "agent " + std::to_string(a.id) + " on " + a.node + " is not running yet");
     auto name = fabric::from_hex(a.endpoint);
     if (!name) return name.error().with_context("address of agent " + std::to_string(a.id));
-    auto c = agents::agent_client::create(opts_, *name);
+    agents::client_options o = opts_;
+    o.key = view_.key;
+    auto c = agents::agent_client::create(o, *name);
     if (!c) return c.error().with_context("connecting to agent " + std::to_string(a.id) + " on " + a.node);
     clients_[i] = std::move(c).value();
     return clients_[i].get();

@@ -39,6 +39,10 @@ struct agents_view {
   // restarted job), and how many checkpoints it reported to have taken.
   bool returning = false;
   uint64_t checkpoints_done = 0;
+  // The application's data-plane key (auth.hpp "application keys"): from
+  // the registration's sealed box, broadcast to the ranks with the view
+  // (never in a controller's reply in the clear). Empty: none (unsealed).
+  std::string key;
 
   // Every agent has a data-plane address.
   bool ready() const;
@@ -65,7 +69,11 @@ class agents_control {
  public:
   static result<agents_control> open(const config& cfg);
 
-  result<agents_view> register_app(const std::string& name, const agents::app_hints& hints);
+  // held_key: the application's key from an earlier registration (its run
+  // directory's agents.key), which a returning application must prove it
+  // holds; empty for a new one. The view's key is the one the controller sent.
+  result<agents_view> register_app(const std::string& name, const agents::app_hints& hints,
+                                   const std::string& held_key);
   result<agents_view> fetch(uint64_t app);
   // fetch() until every agent has an endpoint or `timeout_s` passed; returns
   // the last view either way.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "agents/auth.hpp"
 #include "client/client.hpp"
 #include "format/layout.hpp"
 #include "util/clock.hpp"
@@ -32,8 +33,21 @@ status client_impl::start_agents() {
       std::error_code ec;
       auto store = std::filesystem::absolute(cfg_.persistent, ec);
       h.store = ec ? cfg_.persistent : store.lexically_normal().string();
-      auto v = control_->register_app(cfg_.run, h);
-      if (v && !v->ready()) v = control_->wait_ready(v->app, cfg_.agents_wait);
+      // The key the run's earlier jobs kept: the proof that this job may
+      // have their agents (and what they hold) back.
+      const std::string key_file = agents::app_key_file(cfg_.persistent, cfg_.run);
+      const std::string held = agents::load_app_key(key_file);
+      auto v = control_->register_app(cfg_.run, h, held);
+      if (v && !v->key.empty() && v->key != held) {
+        if (status w = agents::save_app_key(key_file, v->key); !w)
+          std::fprintf(stderr, "cairn: warning: %s: the next job of run '%s' cannot get its agents back\n",
+                       w.message().c_str(), cfg_.run.c_str());
+      }
+      if (v && !v->ready()) {
+        std::string key = v->key;
+        v = control_->wait_ready(v->app, cfg_.agents_wait);
+        if (v) v->key = std::move(key);
+      }
       if (!v) st = v.take_status();
       else text = v->encode();
     }
@@ -102,6 +116,7 @@ result<int> client_impl::probe() {
   int change = CAIRN_AGENTS_UNCHANGED;
   if (!text.empty()) {
     CAIRN_ASSIGN_OR_RETURN(agents_view nv, agents_view::decode(text));
+    nv.key = agents_view_.key;  // given at registration only
     change = classify_change(agents_view_, nv);
     agents_view_ = std::move(nv);
   }

@@ -10,13 +10,6 @@
 
 namespace cairn::fabric {
 
-result<std::string> new_plane_key() {
-  if (sodium_init() < 0) return status(errc::internal, "libsodium could not be initialised (no entropy source?)");
-  std::string k(kPlaneKeyBytes, '\0');
-  randombytes_buf(k.data(), k.size());
-  return k;
-}
-
 result<std::shared_ptr<mailbox>> mailbox::create(const mailbox_options& o) {
   if (sodium_init() < 0) return status(errc::internal, "libsodium could not be initialised (no entropy source?)");
   auto p = std::make_shared<mailbox>();
@@ -60,25 +53,11 @@ result<fabric_addr> mailbox::peer(uint32_t rank) {
   return addrs_[rank];
 }
 
-std::string mailbox::tag(uint32_t receiver, std::string_view message) const {
-  crypto_generichash_state st;
-  crypto_generichash_init(&st, reinterpret_cast<const unsigned char*>(key_.data()), key_.size(), kPlaneTagBytes);
-  unsigned char to[4];
-  std::memcpy(to, &receiver, 4);  // little-endian hosts only, as the message
-  crypto_generichash_update(&st, to, sizeof to);
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(message.data()), message.size());
-  std::string out(kPlaneTagBytes, '\0');
-  crypto_generichash_final(&st, reinterpret_cast<unsigned char*>(out.data()), out.size());
-  return out;
-}
-
 status mailbox::send(uint32_t rank, data_message m) {
   if (key_.empty()) return {errc::internal, opts_.what + ": send before join"};
   CAIRN_ASSIGN_OR_RETURN(auto a, peer(rank));
   m.request = next_request_++;
-  std::string bytes = encode_data_message(m);
-  bytes += tag(rank, bytes);
-  return ctx_->send(a, bytes);
+  return ctx_->send(a, seal(key_, rank, encode_data_message(m)));
 }
 
 result<data_message> mailbox::await(data_msg want, const std::string& name, int64_t version, uint32_t from,
@@ -104,17 +83,15 @@ result<data_message> mailbox::await(data_msg want, const std::string& name, int6
       if (bytes.error().code() == errc::again) continue;
       return bytes.take_status().with_context(opts_.what);
     }
-    std::string_view in(*bytes);
-    if (key_.empty() || in.size() < kPlaneTagBytes ||
-        sodium_memcmp(tag(self_, in.substr(0, in.size() - kPlaneTagBytes)).data(),
-                      in.data() + in.size() - kPlaneTagBytes, kPlaneTagBytes) != 0) {
+    const auto in = unseal(key_, self_, *bytes);
+    if (!in) {
       if (refused_++ == 0)
         std::fprintf(stderr, "cairn: rank %u: %s: dropped a message without this job's key (another job's, or a "
                              "stranger's); further ones are counted only\n",
                      self_, opts_.what.c_str());
       continue;
     }
-    auto m = decode_data_message(in.substr(0, in.size() - kPlaneTagBytes));
+    auto m = decode_data_message(*in);
     if (!m || (m->type != data_msg::ready && m->type != data_msg::held) || m->rank >= peers_.size()) continue;
     quiet_since = util::now_s();
     if (m->name == name && m->version < version) continue;  // stale: that version is over here

@@ -3,9 +3,8 @@
 // the job's peers in rank order, READY/HELD messages (fabric/message.hpp)
 // sealed with the job's key, and lanes that pull what a READY exposes.
 //
-// Authentication (docs/design/security.md, "Data planes"): every message
-// carries a keyed BLAKE2b tag (libsodium crypto_generichash, 16 bytes) over
-// the receiver's rank and the message, under a 32-byte key one rank of the
+// Authentication (docs/design/security.md, "Data planes"): every message is
+// sealed (fabric/seal.hpp) with the receiver's rank as context, under a key one rank of the
 // job draws at init and the job shares over its communicator (MPI) or, in
 // daemon mode, hands its daemons in their admitted session. A message
 // without a valid tag (another job's endpoint, a stranger on the network, a
@@ -30,15 +29,10 @@
 #include "cairn/status.hpp"
 #include "fabric/fabric.hpp"
 #include "fabric/message.hpp"
+#include "fabric/seal.hpp"
 #include "fabric/transfer.hpp"
 
 namespace cairn::fabric {
-
-inline constexpr size_t kPlaneKeyBytes = 32;
-inline constexpr size_t kPlaneTagBytes = 16;
-
-// kPlaneKeyBytes random bytes (libsodium randombytes): a job's key.
-result<std::string> new_plane_key();
 
 struct mailbox_options {
   std::string provider = "tcp;ofi_rxm";
@@ -76,7 +70,6 @@ class mailbox {
 
  private:
   result<fabric_addr> peer(uint32_t rank);
-  std::string tag(uint32_t receiver, std::string_view message) const;
   mailbox_options opts_;
   std::unique_ptr<fabric_context> ctx_;
   std::unique_ptr<transfer_engine> lanes_;

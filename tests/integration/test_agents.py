@@ -14,6 +14,7 @@ import re
 import secrets
 import signal
 import sqlite3
+import subprocess
 import time
 
 import pytest
@@ -434,3 +435,47 @@ def test_keep_persistent_applies_to_what_the_agents_committed(deployment, refere
     vdir = job.store / "runs" / job.run_id / "ckpt"
     assert sorted(p.name for p in vdir.iterdir()) == [f"v{v:012d}" for v in (8, 10, 12)], sorted(vdir.iterdir())
     assert all(committed(job, v) for v in (8, 10, 12))
+
+
+def test_an_agent_serves_only_its_application(deployment, reference, make_job, tmp_path):
+    """The application's key (docs/design/security.md, "Agents"): memory-only
+    agents hold the only copy of a killed job's versions. A stranger on the
+    fabric (tests/integration/plane_stranger.cpp) sends the agent RELEASE,
+    QUERY and RESTORE for the run, unsealed or under a wrong key: the agent
+    drops and counts them, answers none, and still holds every version. A job
+    of the same run without the key (another store, so no agents.key) is
+    refused at init with a message that says why, and the run's own next job,
+    which holds the key, restores from the agents' memory bit for bit."""
+    d = deployment
+    d.add_manager("node-a", memory_only=True)
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="sealed")
+    flag = job.root / "pause8"
+    cfg = agents_cfg(d, agents_persist="false")
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
+                  "--pause-after", 8, flag, **cfg)
+    job.wait_paused(p, flag)
+    os.killpg(p.pid, signal.SIGKILL)
+    first = harness.finish_process(p)
+    assert all(protected(first).get((r, 8)) == 0 for r in range(2)), first.describe()
+    key = job.store / "runs" / "sealed" / "agents.key"
+    assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_text().strip()) == 64
+
+    agents = [g["endpoint"] for g in d.app("sealed")["agents"]]
+    out = subprocess.run([harness.bin_dir() / "cairn_plane_stranger", "--agent", "sealed", "1", *agents],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "answered" not in out.stdout, out.stdout + out.stderr
+    stats = [json.loads(f.read_text()) for f in (d.root / "run-node-a").glob("agent-*.stats")]
+    assert sum(s.get("refused", 0) for s in stats) > 0, stats
+    assert "dropped a message without the application's seal" in agent_logs(d)
+
+    # The same run from another store: no key to prove.
+    thief = make_job(2, run="sealed")
+    r = thief.run("--steps", 2, "--every", 2, "--bytes", NBYTES, **cfg)
+    assert r.rc != 0 and "does not hold its key" in r.stderr, r.describe()
+
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--dump-restored", job.dumps / "restored",
+                **cfg).ok()
+    assert r.restarted_from == 8, r.describe()
+    harness.assert_same_state(ref.dump(8), job.read_dump(job.dumps / "restored"), "restored from agent memory")
+    assert r.final_hash == ref.final_hash

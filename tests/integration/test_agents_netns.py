@@ -187,8 +187,10 @@ def test_agents_in_other_namespaces_hold_and_restore_a_run(netns, deployment, re
         nodes[node] = addr
     # One agent per node from the start: registered ahead with 2 nodes as hint
     # (an application on one host would get 1); the run registers under the
-    # same name and keeps them.
-    d.admin("register", "--name", APP, "--ranks", 2, "--nodes", 2, "--distribution", "round_robin")
+    # same name and keeps them, proving it with the key kept in its run directory.
+    job = make_job(2, run=APP)
+    d.admin("register", "--name", APP, "--ranks", 2, "--nodes", 2, "--distribution", "round_robin",
+            "--key-file", job.store / "runs" / APP / "agents.key")
     wait_until("an agent with an endpoint on each node", lambda: sorted(
         g["node"] for g in d.app(APP)["agents"] if g.get("endpoint")) == sorted(nodes))
 
@@ -202,7 +204,6 @@ def test_agents_in_other_namespaces_hold_and_restore_a_run(netns, deployment, re
         assert socket.inet_aton(nodes[g["node"]]).hex() in g["endpoint"], g
 
     ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
-    job = make_job(2, run=APP)
     flag = job.root / "pause8"
     # Memory-only agents never commit: finalize must not wait for that. The
     # ranks' endpoints bind to the bridge address, which the agents reach:

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -1035,11 +1036,35 @@ TEST_F(agents_env, controller_serves_and_survives_bad_input) {
   auto reg = control_call(*addr, kSecret, "client", ctl_type::app_register, json{{"name", 5}}, 5000);
   ASSERT_FALSE(reg);
   EXPECT_EQ(reg.error().code(), errc::invalid_argument);
-  reg = control_call(*addr, kSecret, "client", ctl_type::app_register,
-                     json{{"name", "heat"}, {"hints", {{"nodes", 2}}}}, 5000);
+  // The application's key comes sealed to the key pair the client drew.
+  const box_keypair kp = new_box_keypair();
+  const json heat = {{"name", "heat"}, {"hints", {{"nodes", 2}}}, {"box_public", util::hex_encode(kp.public_key)}};
+  reg = control_call(*addr, kSecret, "client", ctl_type::app_register, heat, 5000);
   ASSERT_TRUE(reg) << reg.error().to_string();
   EXPECT_EQ((*reg)["target"], 2);
   EXPECT_TRUE((*reg)["agents"].empty());  // no node yet
+  std::string box, key;
+  ASSERT_TRUE(util::hex_decode((*reg)["key_box"].get<std::string>(), kAppKeySize + 48, &box));
+  auto opened = open_sealed(kp, box);
+  ASSERT_TRUE(opened) << opened.error().to_string();
+  key = *opened;
+  EXPECT_FALSE(open_sealed(new_box_keypair(), box));  // nobody else opens it
+  // Coming back under that name needs the proof of the key.
+  auto again = control_call(*addr, kSecret, "client", ctl_type::app_register, heat, 5000);
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code(), errc::busy);
+  json wrong = heat;
+  wrong["proof"] = util::hex_encode(app_key_proof(new_app_key(), "heat", kp.public_key));
+  EXPECT_EQ(control_call(*addr, kSecret, "client", ctl_type::app_register, wrong, 5000).error().code(), errc::busy);
+  const box_keypair kp2 = new_box_keypair();
+  json proven = heat;
+  proven["box_public"] = util::hex_encode(kp2.public_key);
+  proven["proof"] = util::hex_encode(app_key_proof(key, "heat", kp2.public_key));
+  again = control_call(*addr, kSecret, "client", ctl_type::app_register, proven, 5000);
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_TRUE((*again)["returning"].get<bool>());
+  ASSERT_TRUE(util::hex_decode((*again)["key_box"].get<std::string>(), kAppKeySize + 48, &box));
+  EXPECT_EQ(open_sealed(kp2, box).value(), key);
   auto nodereg = control_call(*addr, kSecret, "client", ctl_type::node_register, json::object(), 5000);
   EXPECT_EQ(nodereg.error().code(), errc::invalid_argument);  // only managers register nodes
   stop = true;
@@ -1052,6 +1077,10 @@ TEST_F(agents_env, controller_serves_and_survives_bad_input) {
   ASSERT_EQ((*c2)->state().apps().size(), 1u);
   EXPECT_EQ((*c2)->state().apps().begin()->second.name, "heat");
   EXPECT_EQ((*c2)->state().apps().begin()->second.target, 2u);
+  EXPECT_EQ((*c2)->state().apps().begin()->second.key, key);  // journaled
+  struct stat js {};
+  ASSERT_EQ(::stat(o.journal_path.c_str(), &js), 0);
+  EXPECT_EQ(js.st_mode & 0777, 0600u) << "the journal holds the applications' keys";
 }
 
 // ---- the /metrics endpoints (metrics_http.hpp, docs/design/metrics.md "Agents")

@@ -18,6 +18,7 @@
 #include "cairn.h"
 #include "engine/staging.hpp"
 #include "fabric/fabric.hpp"
+#include "fabric/seal.hpp"
 #include "fabric/transfer.hpp"
 #include "test_store.hpp"
 
@@ -229,6 +230,22 @@ TEST_F(FabricTest, Messages) {
   auto none = initiator_->recv(0.2);
   ASSERT_FALSE(none.is_ok());
   EXPECT_EQ(none.error().code(), errc::again);
+}
+
+TEST(FabricSeal, OnlyTheKeyAndContextItWasSealedForOpenIt) {
+  auto key = fabric::new_plane_key(), other = fabric::new_plane_key();
+  ASSERT_TRUE(key && other);
+  const std::string sealed = fabric::seal(*key, 7, "READY v2");
+  ASSERT_EQ(sealed.size(), 8 + fabric::kPlaneTagBytes);
+  EXPECT_EQ(fabric::unseal(*key, 7, sealed).value_or("?"), "READY v2");
+  EXPECT_FALSE(fabric::unseal(*other, 7, sealed));  // another job's or application's key
+  EXPECT_FALSE(fabric::unseal(*key, 8, sealed));    // meant for another receiver
+  EXPECT_FALSE(fabric::unseal(*key, 7, "READY v2"));  // unsealed
+  EXPECT_FALSE(fabric::unseal(*key, 7, ""));
+  std::string flipped = sealed;
+  flipped[0] ^= 1;
+  EXPECT_FALSE(fabric::unseal(*key, 7, flipped));
+  EXPECT_FALSE(fabric::unseal("", 7, sealed));  // no key opens nothing
 }
 
 TEST(FabricPeerGone, ReadFromAClosedPeerFailsWithinTheTimeout) {

@@ -115,6 +115,7 @@ struct agent_server::impl {
   uint64_t bytes_out = 0;   // images written back or read for restarts
   uint64_t checkpoints = 0;  // versions held
   uint64_t cancelled = 0;   // transfers cancelled because their application was gone
+  uint64_t refused = 0;     // messages without the application's seal (dispatch thread only)
   // Transfers into the agent by mode (pull: modes pull and lend; push):
   // held, their bytes and seconds (READY to held), and those not held
   // (refused, failed, cancelled).
@@ -231,7 +232,8 @@ struct agent_server::impl {
     r.code = static_cast<int32_t>(st.code());
     r.text = st.is_ok() ? text : st.message();
     r.reply_to = ctx->name();
-    status s = ctx->send(peer, encode_data_message(r));
+    std::string bytes = encode_data_message(r);
+    status s = ctx->send(peer, cfg.key.empty() ? bytes : fabric::seal(cfg.key, kFromAgent, std::move(bytes)));
     if (!s) agent_log("cannot reply %s to %s: %s", data_msg_name(type), describe(req).c_str(), s.to_string().c_str());
     return s;
   }
@@ -708,6 +710,7 @@ struct agent_server::impl {
       std::lock_guard lk(state_mu);
       j = {{"bytes_in", bytes_in},         {"bytes_out", bytes_out},        {"checkpoints", checkpoints},
            {"memory_held", memory_held()}, {"memory_budget", cfg.memory_budget}, {"cancelled", cancelled},
+           {"refused", refused},
            {"endpoint", fabric::to_hex(ctx->name())}, {"provider", ctx->properties().provider}};
       for (const auto& [mode, c] : {std::pair<const char*, const transfer_counts*>{"pull", &pulls}, {"push", &pushes}}) {
         const std::string k(mode);
@@ -731,7 +734,16 @@ struct agent_server::impl {
   }
 
   void dispatch(const std::string& bytes) {
-    auto m = decode_data_message(bytes);
+    std::optional<std::string_view> in = bytes;
+    if (!cfg.key.empty() && !(in = fabric::unseal(cfg.key, kToAgent, bytes))) {
+      // Another application's rank, or a stranger on the network: nothing
+      // of it reaches the application's versions (not even a RELEASE).
+      if (refused++ == 0)
+        agent_log("dropped a message without the application's seal (another application's, or a stranger's); "
+                  "further ones are counted only (refused in the stats file)");
+      return;
+    }
+    auto m = decode_data_message(*in);
     if (!m) {
       agent_log("ignoring a message: %s", m.error().to_string().c_str());
       return;
@@ -830,6 +842,9 @@ result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& c
   if (config.keep < 1) return status(errc::invalid_argument, "keep must be at least 1");
   if (config.compress_level != 0)
     CAIRN_RETURN_IF_ERROR(format::check_compress_options({config.compress_level, config.compress_threads}));
+  if (!config.key.empty() && config.key.size() != fabric::kPlaneKeyBytes)
+    return status(errc::invalid_argument, "the application key must be " + std::to_string(fabric::kPlaneKeyBytes) +
+                                              " bytes, not " + std::to_string(config.key.size()));
   auto p = std::make_unique<impl>();
   p->cfg = config;
   char host[256] = {0};

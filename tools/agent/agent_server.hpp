@@ -49,6 +49,10 @@ struct agent_config {
   // push_seconds, push_failures, ...}, replaced
   // atomically after every request and once a second. Empty: none.
   std::string stats_file;
+  // The application's key (fabric::kPlaneKeyBytes, agents/data_protocol.hpp
+  // "the seal"): every message must be sealed with it, and every reply is.
+  // Empty: unsealed messages only (an agent started by hand).
+  std::string key;
 };
 
 // Thread-safety: run() on one thread; request_stop() from any thread or a

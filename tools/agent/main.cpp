@@ -7,12 +7,15 @@
 //               [--chunk BYTES] [--piece BYTES] [--max-bandwidth B/S]
 //               [--timeout S] [--push-timeout S]
 //               [--agent-id ID --app-id ID --app NAME --node NODE --controller ADDR]
+//               [--key-fd FD]
 //
 // Opens a libfabric endpoint, writes its name (hex) to the name file and the
 // stats file (the manager's launch contract, src/agents/manager.hpp: the
 // --agent-id ... --controller arguments are accepted and logged), and serves
 // application ranks until SIGTERM or SIGINT: pulls (or accepts pushes of)
-// checkpoint images when told a version is ready, verifies them, keeps the
+// checkpoint images when told a version is ready (every message sealed with
+// the application's key, read as hex from descriptor FD, which its manager
+// passes on an inherited pipe: never argv or the environment), verifies them, keeps the
 // last K versions per rank in memory, writes them in the background into
 // STORE in cairn's shard format (zstd-compressed, format 3, unless
 // --compress 0), and serves restarts. On SIGTERM it finishes
@@ -20,16 +23,23 @@
 // Exit status 2: bad arguments or the endpoint cannot be opened.
 #include <CLI/CLI.hpp>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
 #include "agent_server.hpp"
 #include "agents/net.hpp"
 #include "fabric/fabric.hpp"
+#include "fabric/seal.hpp"
 #include "storage/storage_env.hpp"
 #include "util/cpu.hpp"
+#include "util/hex.hpp"
 
 namespace {
 
@@ -44,6 +54,27 @@ uint64_t parse_bytes(const std::string& s) {
   return v;
 }
 
+// The application's key: hex on `fd` (a pipe its manager wrote and closed).
+cairn::result<std::string> read_key(int fd) {
+  std::string text;
+  char buf[256];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return cairn::status(cairn::errc::io_error, std::string("cannot read it: ") + std::strerror(errno));
+    if (n == 0 || text.size() > 1024) break;
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  std::string key;
+  if (!cairn::util::hex_decode(text, cairn::fabric::kPlaneKeyBytes, &key))
+    return cairn::status(cairn::errc::invalid_argument,
+                         "expected " + std::to_string(2 * cairn::fabric::kPlaneKeyBytes) + " hex digits, got " +
+                             std::to_string(text.size()) + " bytes");
+  return key;
+}
+
 int run_agent(int argc, char** argv) {
   using namespace cairn::agents;
   CLI::App app{"cairn-agent: holds checkpoints of application ranks in memory, pulled or pushed over libfabric",
@@ -52,6 +83,7 @@ int run_agent(int argc, char** argv) {
   std::string name_file, chunk = "0", piece = "4M", bandwidth = "0";
   std::string agent_id, app_id, app_name, node_id, controller;
   bool no_direct = false;
+  int key_fd = -1;
   app.add_option("--name-file", name_file, "Write the endpoint name (hex) to this file, atomically");
   app.add_option("--stats-file", cfg.stats_file,
                  "Write counters and the endpoint name (JSON) to this file, atomically, every second");
@@ -60,6 +92,10 @@ int run_agent(int argc, char** argv) {
   app.add_option("--app", app_name, "Application name given by the manager (logged)");
   app.add_option("--node", node_id, "Agent node id given by the manager (logged)");
   app.add_option("--controller", controller, "Controller address given by the manager (not used yet)");
+  app.add_option("--key-fd", key_fd,
+                 "Read the application's key (hex) from this inherited descriptor; every message must then be "
+                 "sealed with it (default: none, unsealed messages from anyone)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--provider", cfg.fabric.provider, "libfabric provider, e.g. 'tcp;ofi_rxm', 'verbs;ofi_rxm', 'cxi'")
       ->capture_default_str();
   app.add_option("--bind", cfg.fabric.node, "Local address of the endpoint")->capture_default_str();
@@ -117,6 +153,15 @@ int run_agent(int argc, char** argv) {
     return 2;
   }
 
+  if (key_fd >= 0) {
+    auto key = read_key(key_fd);
+    if (!key) {
+      std::fprintf(stderr, "cairn-agent: --key-fd %d: %s\n", key_fd, key.error().message().c_str());
+      return 2;
+    }
+    cfg.key = std::move(key).value();
+  }
+
   const std::atomic<bool>* stop = install_stop_signals();
 
   auto server = agent_server::create(cfg);
@@ -130,14 +175,16 @@ int run_agent(int argc, char** argv) {
                  agent_id.c_str(), app_id.c_str(), app_name.c_str(), node_id.c_str(), controller.c_str());
   std::fprintf(stderr,
                "cairn-agent: provider %s, domain %s, mr_mode %s, %s progress, %d worker(s) x %d lane(s), liveness "
-               "%g s, memory budget %s, keep %d, store %s%s\n",
+               "%g s, memory budget %s, keep %d, store %s%s, %s\n",
                pr.provider.c_str(), pr.domain.c_str(), pr.mr_mode_text.c_str(),
                pr.manual_progress ? "manual" : "auto", cfg.workers, cfg.threads, cfg.liveness_timeout_s,
                cfg.memory_budget ? (std::to_string(cfg.memory_budget) + " bytes").c_str() : "none", cfg.keep,
                cfg.persistent.empty() ? "(none)" : cfg.persistent.c_str(),
                cfg.persistent.empty()       ? ""
                : cfg.compress_level == 0    ? " (uncompressed)"
-                                            : (" (zstd level " + std::to_string(cfg.compress_level) + ")").c_str());
+                                            : (" (zstd level " + std::to_string(cfg.compress_level) + ")").c_str(),
+               cfg.key.empty() ? "no application key (unsealed messages from any fabric peer are served)"
+                               : "messages sealed with the application's key");
   cairn::status st;
   if (!name_file.empty()) {
     st = cairn::storage::storage_env::posix()->write_atomic(name_file, cairn::fabric::to_hex((*server)->name()) + "\n",

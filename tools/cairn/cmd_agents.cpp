@@ -8,6 +8,7 @@
 #include "output.hpp"
 #include "store_scan.hpp"
 #include "util/config.hpp"
+#include "util/hex.hpp"
 
 namespace cairn::cli {
 namespace {
@@ -111,6 +112,7 @@ int cmd_agents(const agents_cli_options& o) {
     return kExitFailure;
   }
   agents::ctl_type type = agents::ctl_type::status;
+  const agents::box_keypair box = agents::new_box_keypair();
   json body = json::object();
   if (o.action == "register") {
     auto bytes = parse_size(o.checkpoint_bytes);
@@ -125,6 +127,10 @@ int cmd_agents(const agents_cli_options& o) {
     if (!o.strategy.empty()) body["strategy"] = o.strategy;
     if (!o.distribution.empty()) body["distribution"] = o.distribution;
     if (o.block_size > 0) body["block_size"] = o.block_size;
+    // The application's key is kept where its job finds it (the run
+    // directory of --store, or --key-file): the job must prove it holds it
+    // to take this registration over. Without either it is thrown away.
+    body["box_public"] = util::hex_encode(box.public_key);
   } else if (o.action == "unregister") {
     type = agents::ctl_type::app_unregister;
     body = {{"app", o.app}};
@@ -140,6 +146,28 @@ int cmd_agents(const agents_cli_options& o) {
   if (!r) {
     print_error(r.error());
     return exit_code_for(r.error());
+  }
+  if (o.action == "register") {
+    const std::string key_file =
+        !o.key_file.empty() ? o.key_file : o.store.empty() ? "" : agents::app_key_file(o.store, o.name);
+    std::string sealed;
+    const std::string hex = r->value("key_box", "");
+    auto key = util::hex_decode(hex, hex.size() / 2, &sealed)
+                   ? agents::open_sealed(box, sealed)
+                   : result<std::string>(status(errc::corruption, "the controller's reply has no key box"));
+    status st = key ? (key_file.empty() ? status{} : agents::save_app_key(key_file, *key)) : key.take_status();
+    if (!st) {
+      print_error(st.with_context("the application's key"));
+      return kExitFailure;
+    }
+    if (!o.json)
+      std::printf("%s\n", key_file.empty()
+                              ? "its key was not kept (no --store or --key-file): no job can take this "
+                                "registration over"
+                              : ("its key is in " + key_file + ": a job of run " + o.name +
+                                 " that keeps its run there takes this registration over")
+                                    .c_str());
+    r->erase("key_box");
   }
   // A resize the break-even rule refused is a failure for scripts (exit 1).
   const bool refused = o.action == "resize" && r->contains("decision") && !(*r)["decision"].value("applied", false);

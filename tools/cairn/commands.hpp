@@ -177,6 +177,7 @@ struct agents_cli_options {
   double interval = 0;
   uint64_t checkpoints = 0;
   std::string store;  // the application's persistent level (its agents write there)
+  std::string key_file;  // where register keeps the application's key
   std::string strategy, distribution;
   uint32_t block_size = 0;
   // unregister, resize, migrate

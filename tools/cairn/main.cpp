@@ -309,6 +309,9 @@ int run_cli(int argc, char** argv) {
   ag_reg->add_option("--checkpoints", ag.checkpoints, "Hint: checkpoints the whole run takes");
   ag_reg->add_option("--store", ag.store,
                      "The application's persistent level: its agents write there (default: none, memory only)");
+  ag_reg->add_option("--key-file", ag.key_file,
+                     "Where to keep the application's key (hex, mode 600), which its job needs to take this "
+                     "registration over (default: <store>/runs/<name>/agents.key with --store, else not kept)");
   ag_reg->add_option("--strategy", ag.strategy, "Override: bandwidth, memory, activity, power");
   ag_reg->add_option("--distribution", ag.distribution, "Override: block, round_robin, fill");
   ag_reg->add_option("--block-size", ag.block_size, "Override: block size");
