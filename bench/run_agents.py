@@ -198,10 +198,15 @@ class Deployment:
         with open(self.secret, "w") as f:
             f.write(secrets.token_hex(32) + "\n")
         os.chmod(self.secret, 0o600)
+        self.service_secret = os.path.join(root, "service-secret")
+        with open(self.service_secret, "w") as f:
+            f.write(secrets.token_hex(32) + "\n")
+        os.chmod(self.service_secret, 0o600)
         self.address = "%s:%d" % (host, free_port(host))
         self.procs = {}
         self.nodes = {}
-        cmd = ["controller", "--listen", self.address, "--secret-file", self.secret, "--journal",
+        cmd = ["controller", "--listen", self.address, "--secret-file", self.secret,
+               "--service-secret-file", self.service_secret, "--journal",
                os.path.join(root, "journal"), "--heartbeat-interval", str(HEARTBEAT_S), "--heartbeat-timeout",
                str(HEARTBEAT_TIMEOUT_S), "--capacity", str(capacity)]
         if strategy:
@@ -235,7 +240,8 @@ class Deployment:
             agent_args += ["--threads", str(threads)]
         if addr:
             agent_args += ["--bind", addr]
-        cmd = [self.args.cli, "manager", "--controller", self.address, "--secret-file", self.secret, "--node-id",
+        cmd = [self.args.cli, "manager", "--controller", self.address, "--secret-file", self.secret,
+               "--service-secret-file", self.service_secret, "--node-id",
                node, "--capacity", str(capacity), "--agent-program", self.args.agent, "--run-dir", run_dir,
                "--stop-grace", "10"] + ["--agent-arg=" + a for a in agent_args]
         if addr:

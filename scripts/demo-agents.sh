@@ -34,6 +34,11 @@ controller=127.0.0.1:$port
 secret=$work/secret
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret"
 chmod 600 "$secret"
+# Controller and managers alone hold the service secret (an application,
+# which holds the deployment secret, cannot pose as a manager).
+service_secret=$work/service-secret
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$service_secret"
+chmod 600 "$service_secret"
 status() { "$cli" agents status --controller "$controller" --secret-file "$secret" "$@"; }
 
 say "A1. uninterrupted run without agents (reference checksum)"
@@ -43,11 +48,13 @@ ref=$(checksum "$work/ref.log")
 echo "reference checksum: $ref"
 
 say "A2. controller on $controller and two agent nodes (node-a, node-b), agents in memory only"
-setsid "$cli" controller --listen "$controller" --secret-file "$secret" --journal "$work/journal" \
+setsid "$cli" controller --listen "$controller" --secret-file "$secret" --service-secret-file "$service_secret" \
+  --journal "$work/journal" \
   --heartbeat-interval 0.5 --capacity 2 > "$work/controller.log" 2>&1 &
 pids+=($!)
 for node in node-a node-b; do
-  setsid "$cli" manager --controller "$controller" --secret-file "$secret" --node-id "$node" --capacity 2 \
+  setsid "$cli" manager --controller "$controller" --secret-file "$secret" --service-secret-file "$service_secret" \
+    --node-id "$node" --capacity 2 \
     --agent-program "$agent" --run-dir "$work/run-$node" --stop-grace 5 \
     --agent-arg=--agent-id --agent-arg={agent} --agent-arg=--app --agent-arg={app_name} \
     --agent-arg=--stats-file --agent-arg={stats_file} > "$work/manager-$node.log" 2>&1 &

@@ -62,6 +62,16 @@ result<std::string> load_deployment_secret(const std::string& option, std::strin
   return load_secret(file, warning);
 }
 
+result<std::string> load_service_secret(const std::string& option, std::string* warning) {
+  std::string file = option;
+  if (file.empty()) {
+    const char* env = std::getenv("CAIRN_AGENTS_SERVICE_SECRET_FILE");
+    if (env != nullptr) file = env;
+  }
+  if (file.empty()) return std::string();
+  return load_secret(file, warning);
+}
+
 std::string hmac(std::string_view key, std::string_view data) {
   crypto_auth_hmacsha512256_state st;
   crypto_auth_hmacsha512256_init(&st, reinterpret_cast<const unsigned char*>(key.data()), key.size());

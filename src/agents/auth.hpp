@@ -39,6 +39,11 @@ result<std::string> secret_file_from(const std::string& option);
 result<std::string> load_deployment_secret(const std::string& option, std::string* warning,
                                            std::string* path = nullptr);
 
+// The service secret (controller and managers; docs/design/security.md,
+// "Agents"): the file `option` names, else $CAIRN_AGENTS_SERVICE_SECRET_FILE;
+// empty when neither is set (the deployment secret then serves for both).
+result<std::string> load_service_secret(const std::string& option, std::string* warning);
+
 // HMAC-SHA-512-256 of data under key (any key length): 32 bytes.
 std::string hmac(std::string_view key, std::string_view data);
 // Constant-time comparison of two tags (false when the sizes differ).

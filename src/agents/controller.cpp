@@ -146,6 +146,11 @@ result<std::unique_ptr<controller_service>> controller_service::open(controller_
                " bytes, a crash during an append): dropped");
     }
   }
+  if (c->opt_.service_secret.empty() || c->opt_.service_secret == c->opt_.secret)
+    log_warn("no service secret apart from the deployment secret: any application could register as a manager "
+             "(give --service-secret-file to the controller and the managers)");
+  else
+    c->loop_.set_service_secret(c->opt_.service_secret);
   CAIRN_RETURN_IF_ERROR(c->loop_.listen(c->opt_.listen));
   if (c->opt_.metrics_listen) {
     controller_service* self = c.get();

@@ -26,6 +26,10 @@ namespace cairn::agents {
 struct controller_options {
   net_address listen{"127.0.0.1", 7420};
   std::string secret;        // the deployment secret (bytes, not the path)
+  // The service secret (bytes) that managers seal their hello with: only
+  // they may then register nodes (and be sent applications' keys). Empty:
+  // the deployment secret does (any application could pose as a manager).
+  std::string service_secret;
   std::string journal_path;  // its directory is created if missing
   controller_policy policy;
   net_limits limits;

@@ -370,7 +370,7 @@ json manager_service::node_body(double now, bool registering) {
 
 void manager_service::connect_controller(double now) {
   if (ctl_conn_ != 0 || now < next_connect_) return;
-  auto c = loop_.connect(opt_.controller, "manager", opt_.node_id, 2000);
+  auto c = loop_.connect(opt_.controller, "manager", opt_.node_id, 2000, opt_.service_secret);
   if (!c) {
     if (c.error().message() != last_connect_error_) {
       log_warn("cannot reach the controller: " + c.error().message() + " (agents keep running; retrying)");

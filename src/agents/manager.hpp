@@ -48,6 +48,7 @@ struct manager_options {
   net_address listen{"127.0.0.1", 0};
   std::string secret;           // the deployment secret (bytes)
   std::string secret_file;      // its path, for {secret_file}
+  std::string service_secret;   // what it seals its hello to the controller with (empty: the deployment secret)
   std::string node_id;
   uint32_t capacity = 0;        // agents this node takes; 0 = the controller's default
   std::string agent_program;    // empty: agents are recorded but not launched ("unlaunched")

@@ -256,6 +256,8 @@ bool connection::handle_handshake(const decoded_frame& d) {
     f.str("nonce", &nonce_hex, true, 64);
     if (!f.ok()) return reject(frame_error::bad_payload, f.error().message());
     if (!allowed_role(role)) return reject(frame_error::bad_payload, "hello: unknown role '" + role + "'");
+    if (role == "manager" && !service_secret_.empty() && !service_)
+      return reject(frame_error::bad_tag, "hello: the role manager needs the service secret, not the deployment secret");
     if (!util::hex_decode(nonce_hex, kNonceSize, &nonce)) return reject(frame_error::bad_payload, "hello: bad nonce");
     if (nonces_ != nullptr && !nonces_->insert(nonce)) {
       return reject(frame_error::replayed, "hello with a client nonce seen before");
@@ -321,6 +323,16 @@ bool connection::on_readable(double now, std::vector<ctl_message>* out) {
     std::string_view rest(in_.data() + off, in_.size() - off);
     decoded_frame d = state_ == state::established ? sess_.open(rest, lim_.max_payload)
                                                    : decode_frame(rest, secret_, lim_.max_payload);
+    if (state_ == state::awaiting_hello && d.what == decoded_frame::kind::error && d.error == frame_error::bad_tag &&
+        !service_secret_.empty()) {
+      // A service's hello: the session runs under the service secret.
+      decoded_frame s = decode_frame(rest, service_secret_, lim_.max_payload);
+      if (s.what == decoded_frame::kind::frame) {
+        d = s;
+        service_ = true;
+        secret_ = service_secret_;
+      }
+    }
     if (d.what == decoded_frame::kind::need_more) break;
     if (d.what == decoded_frame::kind::error) return reject(d.error, d.detail);
     last_frame_ = now;
@@ -410,11 +422,12 @@ status service_loop::listen(const net_address& a) {
 std::string service_loop::listen_address() const { return listen_fd_ ? socket_name(listen_fd_.get(), false) : ""; }
 
 result<uint64_t> service_loop::connect(const net_address& a, const std::string& role, const std::string& id,
-                                       int timeout_ms) {
+                                       int timeout_ms, const std::string& secret) {
   auto fd = connect_tcp(a, timeout_ms);
   if (!fd) return fd.take_status();
   std::string peer = a.to_string();
-  auto c = std::make_unique<connection>(std::move(*fd), connection::side::client, secret_, lim_, peer, util::now_s());
+  auto c = std::make_unique<connection>(std::move(*fd), connection::side::client, secret.empty() ? secret_ : secret,
+                                        lim_, peer, util::now_s());
   c->start_client(role, id);
   uint64_t cid = next_id_++;
   conns_[cid] = std::move(c);
@@ -489,6 +502,7 @@ void service_loop::run_once(int timeout_ms, handler& h) {
         uint64_t cid = next_id_++;
         conns_[cid] = std::make_unique<connection>(std::move(cfd), connection::side::server, secret_, lim_, peer, now,
                                                    &nonces_);
+        if (!service_secret_.empty()) conns_[cid]->accept_service_secret(service_secret_);
       }
       continue;
     }

@@ -107,6 +107,13 @@ class connection {
              nonce_cache* nonces = nullptr);
   // Client side: queues the hello frame announcing `role` and `id`.
   void start_client(const std::string& role, const std::string& id);
+  // Server side, before the hello: a hello sealed with `secret` instead of
+  // the deployment secret comes from a service (controller, manager), and the
+  // session then runs under it (service()). The role "manager" is then
+  // refused from anyone who sealed the hello with the deployment secret.
+  void accept_service_secret(std::string secret) { service_secret_ = std::move(secret); }
+  // The peer proved the service secret (always false without one).
+  bool service() const { return service_; }
   // Reads what the socket holds and appends each complete message. False when
   // the connection must be closed (close_reason(); rejected() if the peer
   // sent something invalid rather than simply closing).
@@ -134,6 +141,8 @@ class connection {
   unique_fd fd_;
   side side_;
   std::string secret_;
+  std::string service_secret_;
+  bool service_ = false;
   net_limits lim_;
   std::string peer_;
   nonce_cache* nonces_;
@@ -165,8 +174,12 @@ class service_loop {
   service_loop(std::string secret, net_limits lim) : secret_(std::move(secret)), lim_(lim) {}
   status listen(const net_address& a);
   std::string listen_address() const;  // actual "host:port" (port 0 resolved)
-  // Connects (blocking up to timeout_ms) and starts the handshake as a client.
-  result<uint64_t> connect(const net_address& a, const std::string& role, const std::string& id, int timeout_ms);
+  // Connects (blocking up to timeout_ms) and starts the handshake as a client,
+  // under `secret` (empty: the loop's).
+  result<uint64_t> connect(const net_address& a, const std::string& role, const std::string& id, int timeout_ms,
+                           const std::string& secret = "");
+  // The service secret its accepted connections take (connection::accept_service_secret).
+  void set_service_secret(std::string secret) { service_secret_ = std::move(secret); }
   void send(uint64_t conn, ctl_type t, const nlohmann::json& body);
   void close(uint64_t conn, const std::string& why);
   connection* find(uint64_t conn);
@@ -182,6 +195,7 @@ class service_loop {
   void drop(uint64_t id, handler& h);
   poll_source* extra_ = nullptr;
   std::string secret_;
+  std::string service_secret_;
   net_limits lim_;
   unique_fd listen_fd_;
   std::map<uint64_t, std::unique_ptr<connection>> conns_;

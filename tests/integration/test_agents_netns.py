@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -137,9 +136,7 @@ class NetnsDeployment(Deployment):
     def __init__(self, root: Path, host: str):  # not super().__init__: that one binds 127.0.0.1
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self.secret = root / "secret"
-        self.secret.write_text(secrets.token_hex(32) + "\n")
-        self.secret.chmod(0o600)
+        self.write_secrets()
         with socket.socket() as s:
             s.bind((host, 0))
             self.address = f"{host}:{s.getsockname()[1]}"
@@ -158,6 +155,7 @@ class NetnsDeployment(Deployment):
         """A manager in namespace ns serving on addr, its agents memory-only
         (no --persistent) with their data-plane endpoint bound to addr."""
         args = ["manager", "--controller", self.address, "--listen", f"{addr}:0", "--secret-file", self.secret,
+                "--service-secret-file", self.service_secret,
                 "--node-id", node, "--capacity", 1, "--agent-program", AGENT, "--run-dir", self.root / f"run-{node}",
                 "--stop-grace", 10]
         for a in ["--agent-id", "{agent}", "--app-id", "{app}", "--app", "{app_name}", "--node", "{node}",

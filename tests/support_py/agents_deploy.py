@@ -53,17 +53,26 @@ class Deployment:
         self.root = root
         self.metrics = metrics
         root.mkdir(parents=True, exist_ok=True)
-        self.secret = root / "secret"
-        self.secret.write_text(secrets.token_hex(32) + "\n")
-        self.secret.chmod(0o600)
+        self.write_secrets()
         self.address = f"127.0.0.1:{free_port()}"
         self.procs = {}
         self.start_controller()
         wait_until("the controller", lambda: self.status())
 
+    def write_secrets(self):
+        """The deployment secret (applications and tools) and the service
+        secret, which controller and managers alone hold: an application
+        cannot pose as a manager."""
+        self.secret = self.root / "secret"
+        self.service_secret = self.root / "service-secret"
+        for f in (self.secret, self.service_secret):
+            f.write_text(secrets.token_hex(32) + "\n")
+            f.chmod(0o600)
+
     def start_controller(self):
         """(Re)starts the controller on its journal."""
         self.start("controller", ["controller", "--listen", self.address, "--secret-file", self.secret,
+                                  "--service-secret-file", self.service_secret,
                                   "--journal", self.root / "journal", "--heartbeat-interval", HEARTBEAT,
                                   "--heartbeat-timeout", TIMEOUT, "--capacity", 2] + self.metrics_args())
 
@@ -85,7 +94,8 @@ class Deployment:
     def add_manager(self, node: str, memory_only: bool = False, agent_args=()):
         """A manager of node `node`; its agents write the application's store
         unless memory_only; agent_args are added to every agent's command."""
-        args = ["manager", "--controller", self.address, "--secret-file", self.secret, "--node-id", node,
+        args = ["manager", "--controller", self.address, "--secret-file", self.secret,
+                "--service-secret-file", self.service_secret, "--node-id", node,
                 "--capacity", 2, "--agent-program", AGENT, "--run-dir", self.root / f"run-{node}",
                 "--stop-grace", 10] + self.metrics_args()
         template = ["--agent-id", "{agent}", "--app", "{app_name}", "--stats-file", "{stats_file}"]

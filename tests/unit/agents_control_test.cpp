@@ -37,6 +37,7 @@ namespace {
 using nlohmann::json;
 
 const std::string kSecret = "0123456789abcdef0123456789abcdef";
+const std::string kServiceSecret = "fedcba9876543210fedcba9876543210";
 
 class agents_env : public ::testing::Test {
  protected:
@@ -1004,6 +1005,7 @@ TEST_F(agents_env, controller_serves_and_survives_bad_input) {
   controller_options o;
   o.listen = {"127.0.0.1", 0};
   o.secret = kSecret;
+  o.service_secret = kServiceSecret;
   o.journal_path = dir_ + "/journal";
   auto c = controller_service::open(o);
   ASSERT_TRUE(c) << c.error().to_string();
@@ -1067,6 +1069,12 @@ TEST_F(agents_env, controller_serves_and_survives_bad_input) {
   EXPECT_EQ(open_sealed(kp2, box).value(), key);
   auto nodereg = control_call(*addr, kSecret, "client", ctl_type::node_register, json::object(), 5000);
   EXPECT_EQ(nodereg.error().code(), errc::invalid_argument);  // only managers register nodes
+  // ... and a manager is who holds the service secret: an application (which
+  // holds the deployment secret) cannot pose as one.
+  EXPECT_FALSE(control_call(*addr, kSecret, "manager", ctl_type::status, json::object(), 5000));
+  auto service = control_call(*addr, kServiceSecret, "manager", ctl_type::status, json::object(), 5000);
+  EXPECT_TRUE(service) << service.error().to_string();
+  EXPECT_FALSE(control_call(*addr, "not the secret of anyone here", "admin", ctl_type::status, json::object(), 5000));
   stop = true;
   t.join();
 

@@ -21,6 +21,13 @@ int cmd_controller(const controller_cli_options& o) {
     return kExitUsage;
   }
   if (!warning.empty()) agents::log_warn(warning);
+  warning.clear();
+  auto service = agents::load_service_secret(o.service_secret_file, &warning);
+  if (!service) {
+    print_error(service.error());
+    return kExitUsage;
+  }
+  if (!warning.empty()) agents::log_warn(warning);
   auto listen = agents::parse_address(o.listen);
   if (!listen) {
     print_error(listen.error());
@@ -54,6 +61,7 @@ int cmd_controller(const controller_cli_options& o) {
   }
   co.listen = *listen;
   co.secret = std::move(*secret);
+  co.service_secret = std::move(*service);
   co.journal_path = o.journal;
   co.policy.strat = *strat;
   co.policy.dist = *dist;

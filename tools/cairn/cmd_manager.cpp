@@ -18,6 +18,13 @@ int cmd_manager(const manager_cli_options& o) {
     return kExitUsage;
   }
   if (!warning.empty()) agents::log_warn(warning);
+  warning.clear();
+  auto service = agents::load_service_secret(o.service_secret_file, &warning);
+  if (!service) {
+    print_error(service.error());
+    return kExitUsage;
+  }
+  if (!warning.empty()) agents::log_warn(warning);
   auto ctl = agents::parse_address(o.controller);
   auto listen = agents::parse_address(o.listen);
   if (!ctl || !listen) {
@@ -37,6 +44,7 @@ int cmd_manager(const manager_cli_options& o) {
   mo.listen = *listen;
   mo.secret = std::move(*secret);
   mo.secret_file = secret_path;
+  mo.service_secret = std::move(*service);
   mo.node_id = o.node_id;
   mo.capacity = o.capacity;
   mo.agent_program = o.agent_program;

@@ -229,6 +229,9 @@ int run_cli(int argc, char** argv) {
   ctl_cmd->add_option("--listen", ctl.listen, "Address to serve on, HOST:PORT")->capture_default_str();
   ctl_cmd->add_option("--secret-file", ctl.secret_file,
                       "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE); refused without one");
+  ctl_cmd->add_option("--service-secret-file", ctl.service_secret_file,
+                      "Service secret that managers prove (default: $CAIRN_AGENTS_SERVICE_SECRET_FILE; without "
+                      "one, any holder of the deployment secret may register as a manager)");
   ctl_cmd->add_option("--journal", ctl.journal, "Journal file of the controller's state (replayed at restart)")
       ->required();
   ctl_cmd->add_option("--strategy", ctl.strategy, "Agent node choice: bandwidth, memory, activity, power")
@@ -266,6 +269,9 @@ int run_cli(int argc, char** argv) {
   mgr_cmd->add_option("--controller", mgr.controller, "The controller, HOST:PORT")->capture_default_str();
   mgr_cmd->add_option("--listen", mgr.listen, "Address to serve on, HOST:PORT (port 0: any)")->capture_default_str();
   mgr_cmd->add_option("--secret-file", mgr.secret_file, "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE)");
+  mgr_cmd->add_option("--service-secret-file", mgr.service_secret_file,
+                      "Service secret it proves to the controller (default: $CAIRN_AGENTS_SERVICE_SECRET_FILE; "
+                      "else the deployment secret)");
   mgr_cmd->add_option("--node-id", mgr.node_id, "Name of this agent node")->required();
   mgr_cmd->add_option("--capacity", mgr.capacity, "Agents this node takes (default: the controller's)")
       ->check(CLI::Range(1, 65536));
