@@ -263,7 +263,8 @@ class Deployment:
         return r
 
     def admin(self, *args, check=True):
-        return self.cli("agents", *args, "--controller", self.address, "--secret-file", self.secret, check=check)
+        return self.cli("agents", *args, "--controller", self.address, "--service-secret-file", self.service_secret,
+                        check=check)
 
     def status(self, check=True):
         r = self.admin("status", "--json", "--timeout", "5", check=check)

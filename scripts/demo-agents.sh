@@ -82,7 +82,8 @@ wait_versions() {
 }
 wait_versions 3
 app=$(status --json | python3 -c 'import json,sys; print([a["app"] for a in json.load(sys.stdin)["applications"] if a["name"]=="heat2d-agents"][0])')
-"$cli" agents resize --controller "$controller" --secret-file "$secret" --app "$app" --agents 2 --force
+"$cli" agents resize --controller "$controller" --service-secret-file "$service_secret" --app "$app" --agents 2 \
+  --force
 wait_versions 10
 victim=""
 for pid in $(pgrep -f "$(basename "$heat2d") ${args[0]}" || true); do

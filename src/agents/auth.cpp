@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 #include "storage/storage_env.hpp"
 #include "util/hex.hpp"
@@ -137,18 +138,34 @@ result<std::string> open_sealed(const box_keypair& kp, std::string_view box) {
   return out;
 }
 
-std::string app_key_proof(std::string_view app_key, std::string_view name, std::string_view public_key) {
+namespace {
+
+// Keyed BLAKE2b-256 under `key` over a label and parts, each part preceded
+// by its length (u32), so that no two lists of parts hash alike.
+std::string keyed_proof(std::string_view key, std::string_view label, std::initializer_list<std::string_view> parts) {
   crypto_generichash_state st;
-  crypto_generichash_init(&st, reinterpret_cast<const unsigned char*>(app_key.data()), app_key.size(), 32);
-  static constexpr char kLabel[] = "cairn-agents app key proof v1";
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(kLabel), sizeof kLabel);
-  const uint32_t n = static_cast<uint32_t>(name.size());
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&n), sizeof n);
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(name.data()), name.size());
-  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(public_key.data()), public_key.size());
+  crypto_generichash_init(&st, reinterpret_cast<const unsigned char*>(key.data()), key.size(), 32);
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(label.data()), label.size());
+  crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>("\0"), 1);
+  for (std::string_view p : parts) {
+    const uint32_t n = static_cast<uint32_t>(p.size());
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(&n), sizeof n);
+    crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(p.data()), p.size());
+  }
   std::string out(32, '\0');
   crypto_generichash_final(&st, reinterpret_cast<unsigned char*>(out.data()), out.size());
   return out;
+}
+
+}  // namespace
+
+std::string app_key_proof(std::string_view app_key, std::string_view name, std::string_view public_key) {
+  return keyed_proof(app_key, "cairn-agents app key proof v1", {name, public_key});
+}
+
+std::string app_request_proof(std::string_view app_key, uint64_t app) {
+  const std::string id = std::to_string(app);
+  return keyed_proof(app_key, "cairn-agents app request v1", {id});
 }
 
 std::string app_key_file(const std::string& store, const std::string& run) {

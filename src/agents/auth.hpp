@@ -93,6 +93,12 @@ result<std::string> open_sealed(const box_keypair& kp, std::string_view box);
 // is sealed to (so a proof seen on the wire is of no use with any other key).
 std::string app_key_proof(std::string_view app_key, std::string_view name, std::string_view public_key);
 
+// What an application's later requests (progress, resize, unregister)
+// carry to show they come from it: a keyed BLAKE2b (32 bytes) over the
+// controller's id for it. The control plane does not encrypt: it is as good
+// as the management network is private (docs/design/agents.md "Security").
+std::string app_request_proof(std::string_view app_key, uint64_t app);
+
 // Where a run keeps its application key for its next jobs:
 // <store>/runs/<run>/agents.key (hex, mode 600).
 std::string app_key_file(const std::string& store, const std::string& run);

@@ -201,6 +201,27 @@ json controller_service::update_for(const std::string& node) const {
   return to_json(u);
 }
 
+bool controller_service::separate_service_secret() const {
+  return !opt_.service_secret.empty() && opt_.service_secret != opt_.secret;
+}
+
+status controller_service::check_app_caller(const connection* c, uint64_t app, const json& body,
+                                            const char* what) const {
+  if (!separate_service_secret() || (c != nullptr && c->service())) return {};
+  auto it = state_.apps().find(app);
+  if (it == state_.apps().end() || it->second.key.empty()) return {};  // not_found comes from the request itself
+  std::string proof;
+  const auto p = body.find("proof");
+  if (p != body.end() && p->is_string() && util::hex_decode(p->get<std::string>(), 32, &proof) &&
+      tag_equal(proof, app_request_proof(it->second.key, app)))
+    return {};
+  log_rejection(c != nullptr ? c->peer() : "?", what, "application " + std::to_string(app) + ": no proof of its key");
+  return status(errc::invalid_argument, std::string(what) + ": application " + std::to_string(app) + " (" +
+                                            it->second.name +
+                                            ") is changed only by its own job (which holds its key) or by the "
+                                            "service (its secret)");
+}
+
 result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
   connection* c = loop_.find(conn);
   const std::string role = c != nullptr ? c->role() : "";
@@ -317,6 +338,7 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       uint64_t id = 0;
       f.u64("app", &id);
       if (!f.ok()) return f.error();
+      CAIRN_RETURN_IF_ERROR(check_app_caller(c, id, m.body, "app_unregister"));
       CAIRN_RETURN_IF_ERROR(state_.app_unregister(id));
       log_info("application " + std::to_string(id) + " unregistered");
       return json{{"app", id}};
@@ -330,6 +352,7 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       f.num("probe_s", &probe, false, 0, 1e7);
       f.u64("checkpoint_bytes", &bytes, false, uint64_t{1} << 56);
       if (!f.ok()) return f.error();
+      CAIRN_RETURN_IF_ERROR(check_app_caller(c, id, m.body, "app_progress"));
       CAIRN_RETURN_IF_ERROR(state_.app_progress(id, done, transfer, probe, bytes));
       return state_.app_agents_json(id);
     }
@@ -341,6 +364,7 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       f.u32("agents", &count);
       f.boolean("force", &force, false);
       if (!f.ok()) return f.error();
+      CAIRN_RETURN_IF_ERROR(check_app_caller(c, id, m.body, "app_resize"));
       auto d = state_.app_resize(id, count, force);
       if (!d) return d.take_status();
       log_info("application " + std::to_string(id) + " resize to " + std::to_string(count) + ": " +
@@ -355,6 +379,8 @@ result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
       f.u64("agent", &agent);
       f.str("node", &node, false, kMaxNameLength);
       if (!f.ok()) return f.error();
+      if (separate_service_secret() && (c == nullptr || !c->service()))
+        return status(errc::invalid_argument, "agent_migrate is for the service (its secret), not applications");
       std::string from = state_.agents().count(agent) ? state_.agents().at(agent).node : "";
       auto to = state_.agent_migrate(agent, node);
       if (!to) return to.take_status();

@@ -77,6 +77,11 @@ class controller_service : private service_loop::handler {
   // sealed to it in its node_update).
   std::map<std::string, std::string> node_box_key_;
   nlohmann::json update_for(const std::string& node) const;
+  // Whether managers and tools must prove a service secret of their own.
+  bool separate_service_secret() const;
+  // A request about application `app` from c: from the service, or with the
+  // application's request proof in body["proof"] (auth.hpp).
+  status check_app_caller(const connection* c, uint64_t app, const nlohmann::json& body, const char* what) const;
   double next_fill_ = 0;
 };
 

@@ -136,7 +136,13 @@ result<agents_view> agents_control::register_app(const std::string& name, const 
       return status(errc::corruption, "controller reply: an application key of " + std::to_string(v.key.size()) +
                                           " bytes");
   }
+  key_ = v.key;
   return v;
+}
+
+json agents_control::with_proof(json body, uint64_t app) const {
+  if (!key_.empty()) body["proof"] = util::hex_encode(agents::app_request_proof(key_, app));
+  return body;
 }
 
 result<agents_view> agents_control::fetch(uint64_t app) {
@@ -160,12 +166,12 @@ result<agents_view> agents_control::progress(uint64_t app, uint64_t checkpoints_
   if (checkpoint_bytes > 0) body["checkpoint_bytes"] = checkpoint_bytes;
   if (transfer_s > 0) body["transfer_s"] = transfer_s;
   if (probe_s > 0) body["probe_s"] = probe_s;
-  CAIRN_ASSIGN_OR_RETURN(json reply, call(agents::ctl_type::app_progress, body));
+  CAIRN_ASSIGN_OR_RETURN(json reply, call(agents::ctl_type::app_progress, with_proof(std::move(body), app)));
   return agents_view::from_reply(reply);
 }
 
 status agents_control::unregister(uint64_t app) {
-  return call(agents::ctl_type::app_unregister, {{"app", app}}).take_status();
+  return call(agents::ctl_type::app_unregister, with_proof({{"app", app}}, app)).take_status();
 }
 
 // ---- data plane -------------------------------------------------------------------

@@ -86,9 +86,12 @@ class agents_control {
 
  private:
   result<nlohmann::json> call(agents::ctl_type t, const nlohmann::json& body);
+  // body + the application's request proof (once registered with a key).
+  nlohmann::json with_proof(nlohmann::json body, uint64_t app) const;
   agents::net_address address_;
   std::string address_text_;
   std::string secret_;
+  std::string key_;  // the application's, from register_app
   int timeout_ms_ = 10000;
 };
 

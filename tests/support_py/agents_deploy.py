@@ -138,7 +138,7 @@ class Deployment:
         return None
 
     def admin(self, *args):
-        return self.cli("agents", *args, "--controller", self.address, "--secret-file", self.secret)
+        return self.cli("agents", *args, "--controller", self.address, "--service-secret-file", self.service_secret)
 
     def log(self, name):
         return (self.root / f"{name}.log").read_text(errors="replace")

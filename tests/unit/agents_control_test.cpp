@@ -1067,6 +1067,20 @@ TEST_F(agents_env, controller_serves_and_survives_bad_input) {
   EXPECT_TRUE((*again)["returning"].get<bool>());
   ASSERT_TRUE(util::hex_decode((*again)["key_box"].get<std::string>(), kAppKeySize + 48, &box));
   EXPECT_EQ(open_sealed(kp2, box).value(), key);
+  // Its later requests: only with its proof (or from the service).
+  const uint64_t heat_id = (*again)["app"].get<uint64_t>();
+  json progress = {{"app", heat_id}, {"checkpoints_done", 1}};
+  auto forged = control_call(*addr, kSecret, "client", ctl_type::app_progress, progress, 5000);
+  ASSERT_FALSE(forged);
+  EXPECT_EQ(forged.error().code(), errc::invalid_argument);
+  EXPECT_FALSE(control_call(*addr, kSecret, "client", ctl_type::app_unregister, json{{"app", heat_id}}, 5000));
+  EXPECT_FALSE(control_call(*addr, kSecret, "admin", ctl_type::agent_migrate, json{{"agent", 1}}, 5000));
+  json own = progress;
+  own["proof"] = util::hex_encode(app_request_proof(key, heat_id));
+  auto mine = control_call(*addr, kSecret, "client", ctl_type::app_progress, own, 5000);
+  EXPECT_TRUE(mine) << mine.error().to_string();
+  auto by_service = control_call(*addr, kServiceSecret, "admin", ctl_type::app_progress, progress, 5000);
+  EXPECT_TRUE(by_service) << by_service.error().to_string();
   auto nodereg = control_call(*addr, kSecret, "client", ctl_type::node_register, json::object(), 5000);
   EXPECT_EQ(nodereg.error().code(), errc::invalid_argument);  // only managers register nodes
   // ... and a manager is who holds the service secret: an application (which

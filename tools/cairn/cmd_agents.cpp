@@ -97,7 +97,14 @@ void print_agents(const json& j) {
 }  // namespace
 
 int cmd_agents(const agents_cli_options& o) {
-  auto secret = agents::load_deployment_secret(o.secret_file, nullptr);
+  // An administrator's changes to applications are the service's: with its
+  // secret the handshake is the service's (docs/design/security.md "Agents").
+  auto service = agents::load_service_secret(o.service_secret_file, nullptr);
+  if (!service) {
+    print_error(service.error());
+    return kExitUsage;
+  }
+  auto secret = !service->empty() ? std::move(service) : agents::load_deployment_secret(o.secret_file, nullptr);
   if (!secret) {
     print_error(secret.error());
     return kExitUsage;

@@ -170,6 +170,7 @@ struct agents_cli_options {
   std::string action;  // status, register, unregister, resize, migrate
   std::string controller = "127.0.0.1:7420";
   std::string secret_file;
+  std::string service_secret_file;  // else $CAIRN_AGENTS_SERVICE_SECRET_FILE; used instead when set
   double timeout = 5;
   bool json = false;
   // register

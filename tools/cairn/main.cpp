@@ -298,6 +298,9 @@ int run_cli(int argc, char** argv) {
   auto common = [&ag](CLI::App* c) {
     c->add_option("--controller", ag.controller, "The controller, HOST:PORT")->capture_default_str();
     c->add_option("--secret-file", ag.secret_file, "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE)");
+    c->add_option("--service-secret-file", ag.service_secret_file,
+                  "Service secret, used instead when given (default: $CAIRN_AGENTS_SERVICE_SECRET_FILE): what "
+                  "unregister, resize and migrate need in a deployment that has one");
     c->add_option("--timeout", ag.timeout, "Seconds to wait for the answer")->capture_default_str()
         ->check(CLI::Range(0.1, 3600.0));
     c->add_flag("--json", ag.json, "Machine-readable JSON on stdout");
