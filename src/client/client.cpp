@@ -431,12 +431,31 @@ status client_impl::start() {
     online_->my_run = cfg_.run;
     stages.add(std::make_unique<compare_stage>(online_), {image_done});
   }
-  CAIRN_RETURN_IF_ERROR(agree(start_run_identity()));  // rank 0 writes: every rank learns how it went
-  // The attempt tag of this execution's shards: rank 0 draws it.
+  // The attempt tag of this execution's shards: rank 0 draws it, and the
+  // run's identity records it.
   std::string tag;
   if (rank() == 0) tag = std::to_string(std::random_device{}() | 1u);
   comm_->broadcast(&tag, 0);
   attempt_ = static_cast<uint32_t>(std::stoul(tag));
+  CAIRN_RETURN_IF_ERROR(agree(start_run_identity()));  // rank 0 writes: every rank learns how it went
+  // The attempts of every execution of the run in this store: a node-local
+  // shard of another (a run of the same name in another store, sharing the
+  // node-local directory) is never restored. Empty: some execution predates
+  // the record, so no shard can be told apart.
+  std::string known;
+  if (rank() == 0) {
+    for (const auto& e : run_info_.executions) {
+      if (e.attempt == 0) {
+        known.clear();
+        break;
+      }
+      known += std::to_string(e.attempt) + ",";
+    }
+  }
+  comm_->broadcast(&known, 0);
+  store_attempts_.clear();
+  for (size_t at = 0, comma; (comma = known.find(',', at)) != std::string::npos; at = comma + 1)
+    store_attempts_.insert(static_cast<uint32_t>(std::stoul(known.substr(at, comma - at))));
   if (agents_) CAIRN_RETURN_IF_ERROR(start_agents());
   if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
   if (in_daemon) CAIRN_RETURN_IF_ERROR(start_daemon(paths, flush_env, &stages));
@@ -596,6 +615,7 @@ status client_impl::start_run_identity() {
   e.executable = program_invocation_short_name ? program_invocation_short_name : "";
   e.code_version = cfg_.code_version;
   e.config = cfg_.values();
+  e.attempt = attempt_;
   run_info_.executions.push_back(std::move(e));
   return write_run_identity(true);
 }

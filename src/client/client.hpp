@@ -486,6 +486,9 @@ class client_impl {
   // This execution's shard attempt tag (format::shard_header::attempt), the
   // same on every rank.
   uint32_t attempt_ = 0;
+  // The attempts of the run's executions in this store (RUN), on every rank;
+  // empty when an execution predates the record (no check then).
+  std::set<uint32_t> store_attempts_;
   // Restart: versions the agents hold for this rank, per checkpoint name.
   std::map<std::string, agents_holdings> agent_holdings_;
   format::run_info run_info_;  // rank 0 only

@@ -103,6 +103,14 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
     if (env_->exists(path)) {
       const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
       status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, &restart_);
+      if (st && !committed && !store_attempts_.empty() && !store_attempts_.count(restart_.header.attempt)) {
+        // Not committed, and no execution of this run in this store wrote it:
+        // another store's run of the same name shares the directory.
+        st = status(errc::unusable, path + ": written by an execution of run '" + cfg_.run +
+                                        "' that this store's RUN does not list (another store's run of the same "
+                                        "name shares the node-local directory); not restored");
+        restart_ = format::shard_image();
+      }
       if (st) {
         restart_name_ = name;
         restart_version_ = version;

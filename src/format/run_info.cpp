@@ -47,6 +47,7 @@ std::string encode_run_info(const run_info& r) {
                   {"executable", e.executable},
                   {"code_version", e.code_version},
                   {"config", e.config}});
+    if (e.attempt != 0) ex.back()["attempt"] = e.attempt;
   }
   j["executions"] = ex;
   return seal_json(j.dump(1) + "\n");
@@ -76,6 +77,7 @@ result<run_info> decode_run_info(const std::string& text, const std::string& whe
       x.executable = e.value("executable", "");
       x.code_version = e.value("code_version", "");
       x.config = e.value("config", std::map<std::string, std::string>{});
+      x.attempt = util::int_or<uint32_t>(e, "attempt", 0);
       r.executions.push_back(std::move(x));
     }
   } catch (const json::exception& e) {

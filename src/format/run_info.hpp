@@ -27,6 +27,11 @@ struct execution {
   std::string executable;
   std::string code_version;
   std::map<std::string, std::string> config;  // key -> value as configured
+  // The attempt tag of its shards (format::shard_header::attempt; 0 in RUN
+  // files of earlier cairn versions): which node-local shards this store's
+  // run wrote, as opposed to another store's run of the same name that shares
+  // the node-local directory.
+  uint32_t attempt = 0;
 };
 
 struct run_info {

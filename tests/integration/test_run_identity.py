@@ -10,6 +10,9 @@
 - A killed execution's lease is taken over at once by the next one on the
   same host (its pid is gone), without waiting for lease_timeout.
 - File-mode routed files live in a directory per execution.
+- A node-local shard that no execution of the run in this store wrote (a
+  run of the same name in another store, sharing the node-local directory)
+  is never restored: the store's RUN lists its executions' attempt tags.
 """
 import re
 import shutil
@@ -71,6 +74,25 @@ def test_the_default_run_is_per_program_and_directory(tmp_path, reference):
     assert sorted(p.name for p in (shared_store / "runs").iterdir()) == sorted([run_a, run_b])
     # The same directory again: its own run, restarted bit for bit.
     restored_as_reference(a, ref, 6)
+
+
+def test_another_stores_node_local_shards_are_never_restored(make_job, reference):
+    """Two stores, one run name, one node-local directory. persistent_interval
+    = 2 and a death right after version 6 leave 6 at the node-local level
+    only (uncommitted) in store A. A job of store B finds those shards under
+    its run's name, every rank's, of one attempt: it must not restore them
+    (it starts from scratch, and says why). Store A's relaunch restores its
+    own 6 bit for bit."""
+    ref = reference(2)
+    a = make_job(2, run="shared")
+    cfg = {"persistent_interval": 2}
+    res = a.run(*ref.app_args(), "--steps", STEPS, "--die-after", 6, "--silence-ms", 1000, **cfg)
+    assert res.rc != 0 and a.committed() == [4], res.describe()
+    b = make_job(2, run="shared", scratch=a.scratch)
+    rb = b.run(*ref.app_args(), "--steps", 1, **cfg).ok()
+    assert rb.restarted_from is None, "restored another store's node-local shards\n" + rb.describe()
+    assert "does not list (another store's run of the same name" in rb.stderr, rb.describe()
+    restored_as_reference(a, ref, 6, **cfg)
 
 
 def test_a_second_execution_of_a_run_is_refused_and_changes_nothing(make_job, reference):
