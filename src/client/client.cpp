@@ -1707,6 +1707,7 @@ status client_impl::finalize(bool wait_for_pending) {
     status st = finish_agents();
     if (!st && first.is_ok()) first = st;
   }
+  if (wait_for_pending && first.is_ok()) drop_local_versions();
   if (rank() == 0 && !run_info_.executions.empty()) {
     run_info_.executions.back().ended_at = util::wall_s();
     status st = write_run_identity();
@@ -1721,6 +1722,49 @@ status client_impl::finalize(bool wait_for_pending) {
     warning_handler_ = false;
   }
   return first;
+}
+
+void client_impl::drop_local_versions() {
+  if (!cfg_.local_enabled || cfg_.keep_local_after_finalize) return;
+  const uint32_t me = static_cast<uint32_t>(rank());
+  const std::string run_dir = storage::join(format::runs_dir(cfg_.scratch), cfg_.run);
+  const std::vector<std::string> names = format::list_subdirs(env_, run_dir);
+  // Only when the node-local level holds no version the persistent level
+  // lacks: every checkpoint's newest node-local version of every rank is
+  // committed (older ones are older than a committed one).
+  int ok = 1;
+  for (const auto& name : names) {
+    auto versions = format::list_versions(env_, cfg_.scratch, cfg_.run, name);
+    for (auto v = versions.rbegin(); v != versions.rend(); ++v) {
+      if (!env_->exists(format::shard_path(cfg_.scratch, cfg_.run, name, *v, me))) continue;
+      if (!env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, *v))) ok = 0;
+      break;
+    }
+  }
+  if (comm_->min(ok) == 0) return;
+  // This rank's files of every version (shard, hash tree, parity: each
+  // named <kind>.<rank:06>), and its recycled files.
+  const std::string mine = format::shard_file_name(me).substr(format::shard_file_name(me).find('.'));
+  for (const auto& name : names)
+    for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name)) {
+      const std::string dir = format::version_dir(cfg_.scratch, cfg_.run, name, v);
+      auto files = env_->list(dir);
+      if (!files) continue;
+      for (const auto& f : *files)
+        if (f.size() > mine.size() && f.compare(f.size() - mine.size(), mine.size(), mine) == 0)
+          (void)env_->remove_file(storage::join(dir, f));
+    }
+  if (recycler_) (void)recycler_->clear();
+  (void)comm_->min(0);  // every rank removed its files: the directories can go
+  for (const auto& name : names) {
+    for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name))
+      (void)env_->remove_dir(format::version_dir(cfg_.scratch, cfg_.run, name, v));
+    (void)env_->remove_dir(format::checkpoint_dir(cfg_.scratch, cfg_.run, name));
+  }
+  (void)env_->remove_dir(run_dir);
+  const std::string bin = storage::join(cfg_.scratch, "recycle");
+  (void)env_->remove_dir(storage::join(bin, cfg_.run));
+  (void)env_->remove_dir(bin);
 }
 
 void client_impl::count_level(version_record& rec, unsigned level, bool failed) {

@@ -378,6 +378,11 @@ class client_impl {
   status start_daemon(const engine::level_paths& paths, storage::storage_env* flush_env, engine::stage_graph* stages);
   // Says goodbye; the node's first rank reaps the daemon it started.
   void finish_daemon();
+  // finalize after every version was waited for: removes this rank's
+  // node-local versions of the run when every checkpoint's newest one is
+  // committed at the persistent level (keep_local_after_finalize = false).
+  // Collective.
+  void drop_local_versions();
   std::shared_ptr<daemon::link> daemon_;
   pid_t daemon_pid_ = 0;  // the node's first rank: the daemon it started
   // Collective: every version some rank holds at the node-local level (a

@@ -217,6 +217,16 @@ const std::vector<key_def>& keys() {
       {"local_enabled", "write the local level", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("local_enabled", v); if (!r) return r.take_status(); c.local_enabled = *r; return {}; },
        [](const config& c) { return std::string(c.local_enabled ? "true" : "false"); }},
+      {"keep_local_after_finalize",
+       "keep the node-local versions of a run that finished normally (default false: finalize removes them once "
+       "every checkpoint's newest version is committed at the persistent level)",
+       [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("keep_local_after_finalize", v);
+         if (!r) return r.take_status();
+         c.keep_local_after_finalize = *r;
+         return {};
+       },
+       [](const config& c) { return std::string(c.keep_local_after_finalize ? "true" : "false"); }},
       {"hash_trees", "hash trees of every version", [](config& c, const std::string& v) -> status {
          auto r = parse_bool("hash_trees", v); if (!r) return r.take_status(); c.hash_trees = *r; return {}; },
        [](const config& c) { return std::string(c.hash_trees ? "true" : "false"); }},

@@ -85,6 +85,10 @@ struct config {
   std::string node_id;
   int ranks_per_node = 0;
   bool local_enabled = true;
+  // A run that finished normally (cairn_finalize, everything committed at
+  // the persistent level) leaves its node-local versions (false, the
+  // default: they are removed, giving back e.g. /dev/shm) or keeps them.
+  bool keep_local_after_finalize = false;
   // Node-loss redundancy (docs/design/redundancy.md): none, partner, xor or
   // rs over sets of ranks on distinct nodes, every redundancy_interval-th version.
   std::string redundancy = "none";

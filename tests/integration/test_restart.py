@@ -46,6 +46,27 @@ def test_restart_of_a_finished_run_restores_its_last_version(mode, reference, ma
     assert again.final_hash == ref.final_hash
 
 
+def test_a_finished_run_gives_its_node_local_level_back(reference, make_job):
+    """keep_local_after_finalize = false (the default; the tests' harness
+    sets true): a run that finished normally leaves nothing in its node-local
+    directory (e.g. /dev/shm), and its relaunch restores the last version
+    from the persistent level bit for bit. A run whose newest version the
+    persistent level lacks (persistent_interval = 2, a version that went
+    node-local only) keeps its node-local versions: they hold the only copy."""
+    ref = reference(2)
+    job = make_job(2)
+    job.run("--steps", 10, keep_local_after_finalize="false").ok()
+    assert job.committed() == [2, 4, 6, 8, 10]
+    assert not (job.scratch / "runs" / job.run_id).exists(), sorted(job.scratch.rglob("*"))
+    again = job.run("--steps", 10, "--dump-restored", job.dumps / "restored", keep_local_after_finalize="false").ok()
+    assert again.restarted_from == 10
+    assert_same_state(ref.dump(10), job.read_dump(job.dumps / "restored"), "restored from the persistent level")
+    other = make_job(2, run="every-2nd")
+    other.run("--steps", 6, persistent_interval=2, keep_local_after_finalize="false").ok()
+    assert other.committed() == [4], other.committed()
+    assert other.local_complete() == [4, 6]
+
+
 @pytest.mark.parametrize("config", [
     pytest.param({"mode": "sync"}, id="sync"),
     pytest.param({"io_threads": 2, "direct_io": "false"}, id="2-io-threads-buffered"),

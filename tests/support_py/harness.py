@@ -179,6 +179,10 @@ class Job:
         # Every version is kept (the default keeps the newest 3): the tests
         # look at whole histories. A test of retention passes keep_persistent.
         env["CAIRN_KEEP_PERSISTENT"] = "0"
+        # The node-local versions stay after a normal end (the default removes
+        # them): the tests restart from them after complete runs. A test of
+        # the removal passes keep_local_after_finalize.
+        env["CAIRN_KEEP_LOCAL_AFTER_FINALIZE"] = "true"
         for k, v in cfg.items():
             env["CAIRN_" + k.upper()] = str(v)
         return env
