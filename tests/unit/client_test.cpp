@@ -36,11 +36,15 @@ class client_test : public ::testing::Test {
     setenv("CAIRN_RUN", "unit", 1);
     // Whole histories (the default keeps the newest 3); the retention tests set their own.
     setenv("CAIRN_KEEP_PERSISTENT", "0", 1);
+    // The node-local level stays after finalize: the tests look at it (the
+    // default removes it; tests/integration/test_restart.py checks that).
+    setenv("CAIRN_KEEP_LOCAL_AFTER_FINALIZE", "true", 1);
   }
   void TearDown() override {
     for (const char* k : {"CAIRN_PERSISTENT", "CAIRN_SCRATCH", "CAIRN_RUN", "CAIRN_MODE", "CAIRN_KEEP_LOCAL",
                           "CAIRN_KEEP_PERSISTENT", "CAIRN_PERSISTENT_INTERVAL", "CAIRN_FAULT_INJECT",
-                          "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_IO_RATE_LIMIT", "CAIRN_BOGUS", "CAIRN_TAGS", "CAIRN_CODE_VERSION"})
+                          "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_IO_RATE_LIMIT", "CAIRN_BOGUS", "CAIRN_TAGS", "CAIRN_CODE_VERSION",
+                          "CAIRN_KEEP_LOCAL_AFTER_FINALIZE"})
       unsetenv(k);
     ASSERT_TRUE(storage::storage_env::posix()->remove_tree(dir_));
   }
