@@ -307,6 +307,9 @@ int SCR_Init(void) {
   std::string cache = param("SCR_CACHE_BASE");
   if (!cache.empty()) toml << "scratch = " << toml_string(absolute(cache) + "/scr-cairn") << "\n";
   toml << "keep_local = " << cache_size << "\npersistent_interval = " << flush << "\n";
+  // SCR keeps its cache (SCR_CACHE_SIZE datasets) after the run: the next run
+  // in the allocation restarts from it.
+  toml << "keep_local_after_finalize = true\n";
   // SCR users expect the next job to restart: the default run names the
   // program and its directory, not the job (docs/design/compat.md).
   toml << "run_scope = \"program\"\n";

@@ -202,6 +202,9 @@ bool translate_config(const char* path, const std::string& run, bool is_rank0, t
     return true;
   };
   if (!versions("max_versions", "keep_persistent") || !versions("scratch_versions", "keep_local")) return false;
+  // VELOC keeps scratch_versions in scratch after the application ends (its
+  // tests restart from scratch when the persistent copy is damaged).
+  out << "keep_local_after_finalize = true\n";
   if (kv.count("persistent_interval")) {
     long n = 0;
     if (!parse_int(kv["persistent_interval"], &n)) {
