@@ -14,20 +14,8 @@ namespace cairn::cli {
 int cmd_controller(const controller_cli_options& o) {
   agents::set_log_name("controller");
   if (o.verbose) agents::set_log_level(agents::log_level::debug);
-  std::string warning;
-  auto secret = agents::load_deployment_secret(o.secret_file, &warning);
-  if (!secret) {
-    print_error(secret.error());
-    return kExitUsage;
-  }
-  if (!warning.empty()) agents::log_warn(warning);
-  warning.clear();
-  auto service = agents::load_service_secret(o.service_secret_file, &warning);
-  if (!service) {
-    print_error(service.error());
-    return kExitUsage;
-  }
-  if (!warning.empty()) agents::log_warn(warning);
+  service_secrets secrets;
+  if (!load_service_secrets(o.secret_file, o.service_secret_file, &secrets)) return kExitUsage;
   auto listen = agents::parse_address(o.listen);
   if (!listen) {
     print_error(listen.error());
@@ -60,8 +48,8 @@ int cmd_controller(const controller_cli_options& o) {
     co.metrics_listen = *ml;
   }
   co.listen = *listen;
-  co.secret = std::move(*secret);
-  co.service_secret = std::move(*service);
+  co.secret = std::move(secrets.secret);
+  co.service_secret = std::move(secrets.service);
   co.journal_path = o.journal;
   co.policy.strat = *strat;
   co.policy.dist = *dist;

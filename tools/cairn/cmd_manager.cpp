@@ -11,20 +11,8 @@ namespace cairn::cli {
 int cmd_manager(const manager_cli_options& o) {
   agents::set_log_name("manager " + o.node_id);
   if (o.verbose) agents::set_log_level(agents::log_level::debug);
-  std::string warning, secret_path;
-  auto secret = agents::load_deployment_secret(o.secret_file, &warning, &secret_path);
-  if (!secret) {
-    print_error(secret.error());
-    return kExitUsage;
-  }
-  if (!warning.empty()) agents::log_warn(warning);
-  warning.clear();
-  auto service = agents::load_service_secret(o.service_secret_file, &warning);
-  if (!service) {
-    print_error(service.error());
-    return kExitUsage;
-  }
-  if (!warning.empty()) agents::log_warn(warning);
+  service_secrets secrets;
+  if (!load_service_secrets(o.secret_file, o.service_secret_file, &secrets)) return kExitUsage;
   auto ctl = agents::parse_address(o.controller);
   auto listen = agents::parse_address(o.listen);
   if (!ctl || !listen) {
@@ -42,9 +30,9 @@ int cmd_manager(const manager_cli_options& o) {
   }
   mo.controller = *ctl;
   mo.listen = *listen;
-  mo.secret = std::move(*secret);
-  mo.secret_file = secret_path;
-  mo.service_secret = std::move(*service);
+  mo.secret = std::move(secrets.secret);
+  mo.secret_file = std::move(secrets.secret_path);
+  mo.service_secret = std::move(secrets.service);
   mo.node_id = o.node_id;
   mo.capacity = o.capacity;
   mo.agent_program = o.agent_program;

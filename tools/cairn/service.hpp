@@ -4,13 +4,40 @@
 #define CAIRN_TOOLS_CAIRN_SERVICE_HPP
 
 #include <atomic>
+#include <string>
 
+#include "agents/auth.hpp"
+#include "agents/log.hpp"
 #include "agents/net.hpp"
 #include "commands.hpp"
 #include "output.hpp"
 #include "store_scan.hpp"  // the exit statuses
 
 namespace cairn::cli {
+
+// A service's two secrets (agents/auth.hpp): the deployment secret of
+// `secret_file` (its path in *secret_path when given) and the service secret
+// of `service_file` (empty when none is configured). Warnings are logged; on
+// an error it is printed and false returned (exit kExitUsage).
+struct service_secrets {
+  std::string secret, secret_path, service;
+};
+inline bool load_service_secrets(const std::string& secret_file, const std::string& service_file,
+                                 service_secrets* out) {
+  std::string warning;
+  auto secret = agents::load_deployment_secret(secret_file, &warning, &out->secret_path);
+  if (secret && !warning.empty()) agents::log_warn(warning);
+  warning.clear();
+  auto service = secret ? agents::load_service_secret(service_file, &warning) : secret;
+  if (!service) {
+    print_error(service.error());
+    return false;
+  }
+  if (!warning.empty()) agents::log_warn(warning);
+  out->secret = std::move(*secret);
+  out->service = std::move(*service);
+  return true;
+}
 
 // `service` is the result of a service's open(): runs it until a stop signal
 // and returns the command's exit status.
