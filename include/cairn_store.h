@@ -67,6 +67,15 @@ int cairn_store_shard_header(cairn_store_t *s, const char *run, const char *name
 int cairn_store_read_region(cairn_store_t *s, const char *run, const char *name, int64_t version, uint32_t rank,
                             const char *region, void *buf, uint64_t bytes);
 
+/* The keys of the tensors of a state saved by cairn.pytorch
+ * (docs/format/torch_state.md) in rank `rank`'s shard, read from its
+ * `__cairn_state__` region (checksum verified): {"t000004":
+ * "model.fc1.weight", ...}, one entry per tensor region; {} when the shard
+ * holds no such state. ENOTSUP: a state of a newer format; ECORRUPT: a state
+ * that does not decode. */
+int cairn_store_region_keys(cairn_store_t *s, const char *run, const char *name, int64_t version, uint32_t rank,
+                            char **json);
+
 /* The header of one shard file at `path`, any format (1 to 3), validated as
  * above but checked against no MANIFEST. */
 int cairn_shard_file_header(const char *path, char **json);

@@ -19,6 +19,7 @@
 #include "format/run_info.hpp"
 #include "format/shard.hpp"
 #include "format/shard_io.hpp"
+#include "format/torch_state.hpp"
 #include "storage/storage_env.hpp"
 
 struct cairn_store {
@@ -272,6 +273,19 @@ int cairn_store_read_region(cairn_store_t* s, const char* run, const char* name,
     std::string names;
     for (const auto& r : regions) names += (names.empty() ? "" : ", ") + r.name;
     return {errc::not_found, rd->path() + ": no region '" + region + "' (regions: " + (names.empty() ? "none" : names) + ")"};
+  });
+}
+
+int cairn_store_region_keys(cairn_store_t* s, const char* run, const char* name, int64_t version, uint32_t rank,
+                            char** json) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_RETURN_IF_ERROR(need(s, "cairn_store_region_keys", "store"));
+    CAIRN_RETURN_IF_ERROR(need(run, "cairn_store_region_keys", "run"));
+    CAIRN_RETURN_IF_ERROR(need(name, "cairn_store_region_keys", "name"));
+    CAIRN_RETURN_IF_ERROR(need(json, "cairn_store_region_keys", "json"));
+    CAIRN_ASSIGN_OR_RETURN(auto rd, cairn::capi::open_shard(*s, run, name, version, rank));
+    CAIRN_ASSIGN_OR_RETURN(auto keys, cairn::format::torch_state_keys(*rd));
+    return cairn::capi::give(nlohmann::json(keys).dump(), json);
   });
 }
 

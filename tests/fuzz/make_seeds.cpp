@@ -91,6 +91,13 @@ int main(int argc, char** argv) {
   e.executable = "/bin/app";
   r.executions.push_back(e);
   put("sealed_json", 2, std::string(1, '\2') + body(format::encode_run_info(r)));
+  // A cairn.pytorch state region (docs/format/torch_state.md).
+  put("sealed_json", 3,
+      std::string(1, '\3') +
+          R"({"format":"cairn-torch-state","format_version":1,"state":{"dict":[["model",{"dict":[["w",)"
+          R"({"tensor":0,"dtype":"float32","shape":[2,3],"requires_grad":false}]],"ordered":true}],)"
+          R"(["rng",{"tuple":["MT19937",{"tensor":1,"ndarray":true,"dtype":"<u4","shape":[4]},NaN]}],)"
+          R"(["x",{"np_scalar":"<f8","value":-Infinity}],["l",{"list":[null,true,"s"]}]]}})");
   // A parity header of a set of three.
   redundancy::parity_header ph;
   ph.run = "run-a";

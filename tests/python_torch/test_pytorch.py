@@ -197,6 +197,41 @@ def test_load_of_a_version_not_saved_by_the_helper_says_so(store_env):
             cairn.pytorch.StateSaver(ck, "plain").load(1)
 
 
+def test_read_only_load_from_the_store_names_tensors_by_their_keys(store_env):
+    """cairn.pytorch.load reads a saved state from the store alone (no
+    Checkpointer, no execution recorded in the run), bit for bit; the store
+    reader and `cairn show` name each tensor region by its key."""
+    model = _model(3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    _train(model, opt, 2)
+    state = cairn.pytorch.training_state(model, opt, step=2, rng=np.random.get_state())
+    want = _clone(state)
+    with cairn.Checkpointer(config={"mode": "sync"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "train")
+        saver.save(state, 2)
+        saver.save({"w": torch.zeros(2)}, 3)
+    store = cairn.open(store_env / "store")
+    executions = len(store.run_info("py")["executions"])
+    _same(want, cairn.pytorch.load(store, "py", "train", 2))
+    _same({"w": torch.zeros(2)}, cairn.pytorch.load(str(store_env / "store"), "py", "train"))  # the newest
+    assert len(store.run_info("py")["executions"]) == executions  # nothing recorded
+    keys = store.region_keys("py", "train", 2)
+    assert keys["t000000"] == "model.0.weight" and keys["t000003"] == "model.2.bias"
+    assert "optimizer.state.0.momentum_buffer" in keys.values()
+    with pytest.raises(cairn.NotFoundError, match=r"no committed version 9 of checkpoint 'train' \(versions 2, 3\)"):
+        cairn.pytorch.load(store, "py", "train", 9)
+    with pytest.raises(cairn.NotFoundError, match=r"checkpoint 'nope' \(checkpoints train\)"):
+        cairn.pytorch.load(store, "py", "nope")
+    cli = os.environ.get("PYCAIRN_CLI")
+    if cli:
+        out = subprocess.run([cli, "show", str(store_env / "store"), "py", "train", "2"], check=True,
+                             capture_output=True, text=True).stdout
+        assert "model.0.weight (t000000)" in out, out
+        js = subprocess.run([cli, "show", "--json", str(store_env / "store"), "py", "train", "2"], check=True,
+                            capture_output=True, text=True).stdout
+        assert '"key":"model.2.bias"' in js.replace(" ", ""), js
+
+
 # ---- kill and restart -----------------------------------------------------------
 
 def _env(root):

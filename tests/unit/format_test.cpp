@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "format/layout.hpp"
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
+#include "format/torch_state.hpp"
 #include "format/tree.hpp"
 #include "storage/storage_env.hpp"
 #include "test_store.hpp"
@@ -793,6 +795,50 @@ TEST(FusedPass, SameChecksumsAndTreesAsSeparatePasses) {
         EXPECT_EQ(only.regions[i].checksum, want.regions[i].checksum) << only.regions[i].name;
     }
   }
+}
+
+// The keys of a cairn.pytorch state's tensors (docs/format/torch_state.md),
+// as Python's json writes it (NaN and Infinity included), and what is not
+// such a state: a clear error, never a crash.
+TEST(FormatTorchState, KeysOfTensorRegions) {
+  const std::string doc =
+      R"({"format":"cairn-torch-state","format_version":1,"state":{"dict":[)"
+      R"(["model",{"dict":[["fc1.weight",{"tensor":0,"dtype":"float32","shape":[4,3],"requires_grad":true}],)"
+      R"(["empty",{"tensor":1,"dtype":"float32","shape":[0,4]}]],"ordered":true,"metadata":{"dict":[]}}],)"
+      R"(["optimizer",{"dict":[["state",{"dict":[[0,{"dict":[["exp_avg",{"tensor":2,"dtype":"bfloat16","shape":[]}]]}]]}]]}],)"
+      R"(["extra",{"dict":[["loss",NaN],["best",-Infinity],["s","NaN \" Infinity"],)"
+      R"(["rng",{"tuple":["MT19937",{"tensor":3,"ndarray":true,"dtype":"<u4","shape":[624]},1,0,0.0]}],)"
+      R"(["x",{"np_scalar":"<f8","value":0.5}]]}]]}})";
+  auto keys = format::torch_state_keys(doc, "t");
+  ASSERT_TRUE(keys) << keys.error().message();
+  std::map<std::string, std::string> want = {
+      {"t000000", "model.fc1.weight"}, {"t000002", "optimizer.state.0.exp_avg"}, {"t000003", "extra.rng.1"}};
+  EXPECT_EQ(*keys, want);
+}
+
+TEST(FormatTorchState, WhatIsNotAStateIsRefusedSayingWhy) {
+  auto code = [](const std::string& doc) {
+    auto k = format::torch_state_keys(doc, "t");
+    return k ? errc::ok : k.error().code();
+  };
+  const std::string head = R"({"format":"cairn-torch-state","format_version":1,"state":)";
+  EXPECT_EQ(code("not json"), errc::corruption);
+  EXPECT_EQ(code(R"({"format":"other","format_version":1,"state":null})"), errc::not_supported);
+  EXPECT_EQ(code(R"({"format":"cairn-torch-state","format_version":2,"state":null})"), errc::not_supported);
+  EXPECT_EQ(code(R"({"format":"cairn-torch-state","format_version":"1","state":null})"), errc::corruption);
+  EXPECT_EQ(code(head + R"({"tensor":-1,"shape":[1]}})"), errc::corruption);
+  EXPECT_EQ(code(head + R"({"tensor":0,"shape":[1.5]}})"), errc::corruption);
+  EXPECT_EQ(code(head + R"({"list":[{"tensor":0,"shape":[1]},{"tensor":0,"shape":[2]}]}})"), errc::corruption);
+  EXPECT_EQ(code(head + R"({"dict":[[true,1]]}})"), errc::corruption);
+  EXPECT_EQ(code(head + R"({"dict":{"a":1}}})"), errc::corruption);
+  EXPECT_EQ(code(head + R"({"unknown":1}})"), errc::corruption);
+  std::string deep = head;
+  for (int i = 0; i < 2000; ++i) deep += R"({"list":[)";
+  deep += "1";
+  for (int i = 0; i < 2000; ++i) deep += "]}";
+  deep += "}";
+  EXPECT_EQ(code(deep), errc::corruption);
+  EXPECT_EQ(code(head + "null}"), errc::ok);
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 // data files, writers and bytes moved, and each rank's extents.
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "commands.hpp"
 #include "format/container.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
+#include "format/shard_io.hpp"
+#include "format/torch_state.hpp"
 #include "output.hpp"
 #include "store_scan.hpp"
 #include "util/hash.hpp"
@@ -98,6 +101,16 @@ void print_container(const format::container_info& c) {
   table files({"FILE", "SIZE", "WRITERS"}, {false, true, false});
   for (const auto& f : c.files) files.add({f.name, std::to_string(f.size), numbers_text(f.writers)});
   files.print(stdout);
+}
+
+// The keys of a cairn.pytorch state's tensor regions in one rank's image.
+result<std::map<std::string, std::string>> torch_keys(storage::storage_env* env, const std::string& store,
+                                                      const std::string& run, const std::string& name,
+                                                      int64_t version, uint32_t rank, const format::manifest* container,
+                                                      const std::string& where) {
+  CAIRN_ASSIGN_OR_RETURN(auto file, format::open_persistent_image(env, store, run, name, version, rank, container));
+  CAIRN_ASSIGN_OR_RETURN(auto rd, format::shard_reader::open(std::move(file), where));
+  return format::torch_state_keys(*rd);
 }
 
 }  // namespace
@@ -221,10 +234,26 @@ int cmd_show(const show_options& o) {
       image_bytes += h->file_size;
     }
     shards.add(row({std::to_string(h->file_size), util::hex64(h->header_checksum), e ? e->host : "-"}));
+    // A cairn.pytorch state names its tensor regions by their keys.
+    std::map<std::string, std::string> keys;
+    if (std::any_of(h->regions.begin(), h->regions.end(),
+                    [](const format::region_desc& r) { return r.name == format::kTorchStateRegion; })) {
+      auto k = torch_keys(env, o.store, run, o.name, o.version, rank, container, path);
+      if (k) {
+        keys = std::move(*k);
+      } else {
+        js["keys_error"] = k.error().message();
+        if (std::find(errors.begin(), errors.end(), k.error().message()) == errors.end())
+          errors.push_back(k.error().message());
+        rc = kExitFailure;
+      }
+    }
     nlohmann::json jregions = nlohmann::json::array();
     for (const auto& r : h->regions) {
       std::vector<uint64_t> shape = r.dims.empty() ? std::vector<uint64_t>{r.count} : r.dims;
+      auto key = keys.find(r.name);
       jregions.push_back({{"name", r.name},
+                          {"key", key == keys.end() ? nlohmann::json(nullptr) : nlohmann::json(key->second)},
                           {"type", format::type_name(r.type)},
                           {"count", r.count},
                           {"shape", shape},
@@ -234,7 +263,8 @@ int cmd_show(const show_options& o) {
                           {"checksum", util::hex64(r.checksum)},
                           {"compression", r.compression == format::kCompressZstd ? "zstd" : "none"},
                           {"stored_length", r.stored_length}});
-      regions.add({std::to_string(rank), r.name, format::type_name(r.type), std::to_string(r.count), shape_text(r),
+      regions.add({std::to_string(rank), key == keys.end() ? r.name : key->second + " (" + r.name + ")",
+                   format::type_name(r.type), std::to_string(r.count), shape_text(r),
                    std::to_string(r.offset), std::to_string(r.length), util::hex64(r.checksum)});
     }
     js["regions"] = std::move(jregions);

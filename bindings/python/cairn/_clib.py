@@ -60,6 +60,8 @@ int cairn_store_shard_header(cairn_store_t *s, const char *run, const char *name
                              char **json);
 int cairn_store_read_region(cairn_store_t *s, const char *run, const char *name, int64_t version, uint32_t rank,
                             const char *region, void *buf, uint64_t bytes);
+int cairn_store_region_keys(cairn_store_t *s, const char *run, const char *name, int64_t version, uint32_t rank,
+                            char **json);
 int cairn_shard_file_header(const char *path, char **json);
 """
 

@@ -12,6 +12,11 @@ and an optimizer. Needs torch (CPU tensors); imported only when used.
             if step % 100 == 0:
                 saver.save(cairn.pytorch.training_state(model, optimizer, step=step), step)
 
+Read-only, from the store alone (no Checkpointer, nothing recorded in the
+run): `state = cairn.pytorch.load("cairn-store", "train.py-1a2b3c4d", "train")`;
+`cairn.open(store).region_keys(run, name, version)` and `cairn show` name
+each tensor region by its key in the state (`model.fc1.weight`).
+
 How a save is made (docs/format/torch_state.md): every tensor of the (nested) state is protected in place
 (its CPU memory, viewed as a numpy array without a copy) and the structure
 with every non-tensor value is encoded as JSON into one more region; then
@@ -40,7 +45,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from .checkpointer import _TYPES
-from .errors import InvalidArgumentError, NotFoundError, NotSupportedError
+from .errors import CorruptionError, InvalidArgumentError, NotFoundError, NotSupportedError
 
 STATE_REGION = "__cairn_state__"
 STATE_FORMAT = 1
@@ -265,7 +270,7 @@ class StateSaver:
         """The state saved as `version` (default: the newest restorable one),
         with new CPU tensors, or None when there is none (and no version was
         asked for). Every checksum is verified before anything is returned."""
-        torch = _torch()
+        _torch()  # fails before the restart begins when torch is absent
         if version is None:
             version = self.latest()
             if version is None:
@@ -285,21 +290,9 @@ class StateSaver:
             meta = np.zeros(int(size[0]), dtype=np.uint8)
             self._set_regions({STATE_REGION: meta})
             ck._check(lib.cairn_restart(ck._handle(), self.name.encode(), version), "cairn_restart")
-            doc = json.loads(meta.tobytes().decode("utf-8"))
-            if doc.get("format") != "cairn-torch-state" or doc.get("format_version") != STATE_FORMAT:
-                raise NotSupportedError(f"checkpoint '{self.name}' version {version}: state format "
-                                        f"{doc.get('format')!r} {doc.get('format_version')!r} is not readable by "
-                                        "this cairn.pytorch; upgrade cairn")
-            refs = sorted(_tensor_refs(doc["state"], []), key=lambda r: r["tensor"])
-            tensors, arrays = {}, {STATE_REGION: meta}
-            for r in refs:
-                if r.get("ndarray"):
-                    t = np.empty(r["shape"], dtype=np.dtype(r["dtype"]))
-                else:
-                    t = torch.empty(r["shape"], dtype=getattr(torch, r["dtype"]))
-                tensors[r["tensor"]] = t
-                if (t.size if isinstance(t, np.ndarray) else t.numel()) > 0:
-                    arrays[f"{_PREFIX}{r['tensor']:06d}"] = _as_array(t)
+            doc = _parse_state(meta, f"checkpoint '{self.name}' version {version}")
+            tensors, arrays = _allocate(doc)
+            arrays[STATE_REGION] = meta
             self._set_regions(arrays)
             ck._check(lib.cairn_restart(ck._handle(), self.name.encode(), version), "cairn_restart")
             ok = True
@@ -308,6 +301,69 @@ class StateSaver:
             if ok:
                 ck._check(rc, "cairn_restart_end")
         return _decode(doc["state"], tensors)
+
+
+def _parse_state(meta: np.ndarray, where: str) -> dict:
+    """The JSON document of a state region, its format checked."""
+    try:
+        doc = json.loads(meta.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CorruptionError(f"{where}: region '{STATE_REGION}' is not a cairn.pytorch state ({e})") from e
+    if not isinstance(doc, dict) or doc.get("format") != "cairn-torch-state" \
+            or doc.get("format_version") != STATE_FORMAT:
+        fmt = doc.get("format") if isinstance(doc, dict) else None
+        ver = doc.get("format_version") if isinstance(doc, dict) else None
+        raise NotSupportedError(f"{where}: state format {fmt!r} {ver!r} is not readable by this cairn.pytorch; "
+                                "upgrade cairn")
+    return doc
+
+
+def _allocate(doc: dict):
+    """New tensors (and numpy arrays) for the state's tensor references:
+    (index -> tensor, region name -> numpy view of its memory) for the regions
+    to read into (tensors without elements have none)."""
+    torch = _torch()
+    refs = sorted(_tensor_refs(doc["state"], []), key=lambda r: r["tensor"])
+    tensors, arrays = {}, {}
+    for r in refs:
+        if r.get("ndarray"):
+            t = np.empty(r["shape"], dtype=np.dtype(r["dtype"]))
+        else:
+            t = torch.empty(r["shape"], dtype=getattr(torch, r["dtype"]))
+        tensors[r["tensor"]] = t
+        if (t.size if isinstance(t, np.ndarray) else t.numel()) > 0:
+            arrays[f"{_PREFIX}{r['tensor']:06d}"] = _as_array(t)
+    return tensors, arrays
+
+
+def load(store, run: str, name: str, version: Optional[int] = None, rank: int = 0):
+    """The state that cairn.pytorch saved as checkpoint `name` of `run` in
+    `store` (a path or a cairn.Store), read-only: nothing is written to the
+    store and no execution is recorded (for evaluation, inference, or a
+    look at a training job's state while it runs). `version` defaults to the
+    newest committed one; `rank` picks the process whose state is read (rank
+    0: the model of a data-parallel job). Every checksum is verified.
+    NotFoundError when the run has no committed version of `name` (or not
+    that version), with what it has."""
+    from .store import Store
+    s = store if isinstance(store, Store) else Store(store)
+    versions = s.versions(run, name)
+    if not versions or (version is not None and int(version) not in versions):
+        have = s.checkpoints(run) if run in s.runs() else []
+        what = (f"versions {', '.join(map(str, versions))}" if versions else
+                f"checkpoints {', '.join(have)}" if have else f"runs {', '.join(s.runs()) or 'none'}")
+        raise NotFoundError(f"{s.path}: run '{run}' has no committed "
+                            f"{'version ' + str(version) + ' of ' if versions else ''}checkpoint '{name}' ({what})")
+    version = versions[-1] if version is None else int(version)
+    where = f"{s.path}: {run}/{name} version {version} rank {rank}"
+    if all(r.name != STATE_REGION for r in s.regions(run, name, version, rank)):
+        raise NotFoundError(f"{where} was not saved by cairn.pytorch (it has no region '{STATE_REGION}'); "
+                            "read its regions with cairn.open")
+    doc = _parse_state(s.region(run, name, version, STATE_REGION, rank=rank), where)
+    tensors, arrays = _allocate(doc)
+    for region, a in arrays.items():
+        s.read_into(run, name, version, region, a, rank=rank)
+    return _decode(doc["state"], tensors)
 
 
 def training_state(model, optimizer=None, **extra) -> dict:

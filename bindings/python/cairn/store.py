@@ -117,7 +117,22 @@ class Store:
         """The region table of one rank's shard (name, type, dtype, shape, layout, ...)."""
         return list(self.shard_header(run, name, version, rank).regions)
 
+    def region_keys(self, run: str, name: str, version: int, rank: int = 0) -> Dict[str, str]:
+        """For a version saved by cairn.pytorch, each tensor region's key in the
+        saved state ({"t000004": "model.fc1.weight", ...}: keys and list indices
+        joined with '.'); {} for a version of another kind."""
+        return json.loads(self._text("cairn_store_region_keys", run.encode(), name.encode(), int(version), int(rank)))
+
     # ---- data ----------------------------------------------------------------------
+    def read_into(self, run: str, name: str, version: int, region: str, out: np.ndarray, rank: int = 0) -> None:
+        """Reads one rank's region whole into `out` (a C-contiguous array of exactly
+        the region's length in bytes, any dtype), its checksum verified."""
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise CairnError("read_into: out must be a writable C-contiguous array")
+        buf = self._ffi.cast("void *", out.ctypes.data)
+        check(self._lib.cairn_store_read_region(self._h, run.encode(), name.encode(), int(version), int(rank),
+                                                region.encode(), buf, out.nbytes), "cairn_store_read_region")
+
     def region(self, run: str, name: str, version: int, region: str, rank: Optional[int] = None,
                fill=None) -> np.ndarray:
         """A region as a numpy array of its real dtype and shape, its checksum verified
