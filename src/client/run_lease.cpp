@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -105,7 +106,49 @@ bool known_dead(const lease_holder& h, const lease_holder& me) {
   return !me.job.empty() && h.job == me.job && h.step == me.step && h.id != me.id;
 }
 
+// This execution as a lease names it.
+lease_holder this_execution() {
+  lease_holder me;
+  me.host = this_host();
+  me.pid = static_cast<int>(::getpid());
+  me.job = env_or_empty("SLURM_JOB_ID");
+  me.step = env_or_empty("SLURM_STEP_ID");
+  me.program = program_invocation_short_name ? program_invocation_short_name : "";
+  me.started_at = util::wall_s();
+  std::random_device rd;
+  char id[40];
+  std::snprintf(id, sizeof id, "%08x%08x-%d", rd(), rd(), me.pid);
+  me.id = id;
+  return me;
+}
+
 }  // namespace
+
+result<lease_probe> probe_lease(const std::string& store, const std::string& run, double timeout_s) {
+  const std::string path = storage::join(storage::join(format::runs_dir(store), run), kLeaseFileName);
+  lease_probe out;
+  auto holder = read_holder(path);
+  if (!holder) {
+    if (holder.error().code() == errc::not_found) return out;
+    return holder.take_status().with_context("the lease of run '" + run + "'");
+  }
+  out.holder = std::move(*holder);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return lease_probe{};  // released meanwhile
+    return status::from_errno(errno, "the lease of run '" + run + "': stat " + path);
+  }
+  out.silent_s = std::max(0.0, util::wall_s() - (static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9));
+  const lease_holder me = this_execution();
+  // On this host, a pid check decides; elsewhere, the renewals do.
+  const bool here_alive = out.holder.host == me.host && out.holder.pid > 0 && !pid_gone(out.holder.pid, out.holder.program);
+  if (known_dead(out.holder, me) || (!here_alive && out.silent_s > timeout_s)) {
+    out.state = lease_state::abandoned;
+  } else {
+    out.state = lease_state::live;
+  }
+  return out;
+}
 
 std::string lease_holder::describe() const {
   if (id.empty()) return "an execution that left an unreadable lease";
@@ -172,19 +215,7 @@ result<std::unique_ptr<run_lease>> run_lease::acquire(const std::string& store, 
   const std::string dir = storage::join(format::runs_dir(store), run);
   CAIRN_RETURN_IF_ERROR(env->make_dirs(dir));
   const std::string path = storage::join(dir, kLeaseFileName);
-  lease_holder me;
-  me.host = this_host();
-  me.pid = static_cast<int>(::getpid());
-  me.job = env_or_empty("SLURM_JOB_ID");
-  me.step = env_or_empty("SLURM_STEP_ID");
-  me.program = program_invocation_short_name ? program_invocation_short_name : "";
-  me.started_at = util::wall_s();
-  {
-    std::random_device rd;
-    char id[40];
-    std::snprintf(id, sizeof id, "%08x%08x-%d", rd(), rd(), me.pid);
-    me.id = id;
-  }
+  lease_holder me = this_execution();
   const std::string text = encode(me);
   const std::string tmp = path + ".tmp." + me.id;
   bool told = false;

@@ -32,6 +32,18 @@ struct lease_holder {
   std::string describe() const;
 };
 
+// What a run's lease says, judged at once (no waiting): free (no lease),
+// live (a holder alive on this host, or one elsewhere that renewed it within
+// timeout_s), abandoned (known dead, or not renewed for timeout_s). For tools
+// that clean up after runs (cairn gc --scratch).
+enum class lease_state { free, live, abandoned };
+struct lease_probe {
+  lease_state state = lease_state::free;
+  lease_holder holder;  // when not free
+  double silent_s = 0;  // since its last renewal, as seen here
+};
+result<lease_probe> probe_lease(const std::string& store, const std::string& run, double timeout_s);
+
 class run_lease {
  public:
   // Takes `store`/runs/<run>/RUN.lease: at once when free, after moving aside

@@ -13,7 +13,13 @@
 - A node-local shard that no execution of the run in this store wrote (a
   run of the same name in another store, sharing the node-local directory)
   is never restored: the store's RUN lists its executions' attempt tags.
+- `cairn gc STORE --scratch DIR` removes what a killed run of STORE left in
+  the node-local directory (committed versions, recycled files), keeps its
+  uncommitted versions (the only copy: the relaunch restores one bit for
+  bit) unless --uncommitted, and leaves alone a run that is being written
+  and a run STORE does not know.
 """
+import json
 import re
 import shutil
 import time
@@ -137,3 +143,41 @@ def test_file_mode_files_live_in_a_directory_per_execution(make_job, reference):
     res = job.run(*ref.app_args(), "--steps", STEPS, "--file-mode").ok()
     assert res.restarted_from == 4 and res.final_hash == ref.final_hash, res.describe()
     shutil.rmtree(job.scratch, ignore_errors=True)
+
+
+def test_gc_scratch_removes_what_a_killed_run_left(make_job, reference):
+    ref = reference(2)
+    cfg = {"persistent_interval": 2, "keep_local": 1}
+    a = make_job(2, run="shared")
+    res = a.run(*ref.app_args(), "--steps", STEPS, "--die-after", 10, "--silence-ms", 1000, **cfg)
+    assert res.rc != 0 and a.committed() == [4, 8] and a.local_complete()[-1] == 10, res.describe()
+    assert (a.scratch / "recycle" / "shared").is_dir()  # files of versions retention removed
+    # Another store's run in the same node-local directory, killed too.
+    other = make_job(2, run="other", scratch=a.scratch)
+    res = other.run(*ref.app_args(), "--steps", STEPS, "--die-after", 2, "--silence-ms", 1000)
+    assert res.rc != 0, res.describe()
+    # A run of store A that is being written (its lease is live).
+    live = make_job(2, run="live", scratch=a.scratch, store=a.store)
+    p, flag = start_paused(live, ref, 2)
+    try:
+        dry = harness.run_cli("gc", a.store, "--scratch", a.scratch, "--uncommitted", "--dry-run", "--json").ok()
+        would = {(e["run"], e.get("version")) for e in json.loads(dry.stdout)["removed"]}
+        assert ("shared", 10) in would, dry.stdout
+        assert 10 in a.local_complete()  # a dry run
+        out = harness.run_cli("gc", a.store, "--scratch", a.scratch, "--json").ok()
+        doc = json.loads(out.stdout)
+        removed = {(e["run"], e.get("version")) for e in doc["removed"]}
+        local = [v for v in a.versions("local")]
+        assert local == [10], (local, out.stdout)  # committed ones, and older uncommitted ones
+        assert ("shared", 8) in removed, out.stdout
+        assert not any(run != "shared" for run, _ in removed), out.stdout
+        assert any(e["run"] == "shared" and "recycle" in e["path"] for e in doc["removed"]), out.stdout
+        assert [(e["run"], e["version"]) for e in doc["kept_uncommitted"]] == [("shared", 10)], out.stdout
+        left = {e["run"]: e["reason"] for e in doc["left_alone"]}
+        assert left["live"].startswith("being written by") and "ckpt_app" in left["live"], out.stdout
+        assert left["other"].startswith("not a run of"), out.stdout
+        assert doc["bytes"] > 0
+    finally:
+        flag.touch()
+        harness.finish_process(p).ok()
+    restored_as_reference(a, ref, 10, **cfg)

@@ -43,11 +43,14 @@ int cmd_gc(const gc_options& o) {
     print_error(st);
     return exit_code_for(st);
   }
-  if (o.keep < 1) {
-    status st(errc::invalid_argument, "--keep must be at least 1");
+  if (o.keep < 1 && o.scratch.empty()) {
+    status st(errc::invalid_argument,
+              "give --keep N (the persistent level: all but the newest N committed versions go) and/or --scratch "
+              "(a node-local directory: what runs that are not running left there)");
     print_error(st);
     return kExitUsage;
   }
+  if (o.keep < 1) return cmd_gc_scratch(o);
   auto runs = select_runs(o.store, "", o.run);
   if (!runs) {
     print_error(runs.error());
@@ -165,6 +168,10 @@ int cmd_gc(const gc_options& o) {
                 o.dry_run ? " (dry run)" : "", verb, deleted.size(), deleted.size() == 1 ? "" : "s",
                 format_bytes(bytes).c_str(), removed_tmp.size(), removed_tmp.size() == 1 ? "" : "s", kept.size(),
                 left.size());
+  }
+  if (!o.scratch.empty()) {
+    const int scratch_rc = cmd_gc_scratch(o);
+    if (rc == kExitOk) rc = scratch_rc;
   }
   return rc;
 }

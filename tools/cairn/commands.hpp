@@ -77,12 +77,16 @@ int cmd_geometry(const geometry_options& o);
 
 struct gc_options {
   std::string store;
-  int64_t keep = 0;  // >= 1
+  int64_t keep = 0;     // >= 1; 0: the persistent level is not collected
+  std::string scratch;  // a node-local directory to collect (cmd_gc_scratch); empty: none
+  bool uncommitted = false;  // --scratch: also versions the store has not committed
+  double lease_timeout = 30;  // --scratch: a lease not renewed for this long is abandoned
   std::string run;
   bool dry_run = false;
   bool json = false;
 };
 int cmd_gc(const gc_options& o);
+int cmd_gc_scratch(const gc_options& o);
 
 struct diff_options {
   std::string store;

@@ -5,7 +5,7 @@
 //   cairn verify STORE [--run R] [--scratch DIR]... [--json]
 //   cairn reindex STORE [--json]
 //   cairn stats STORE RUN [--json]
-//   cairn gc STORE --keep N [--run R] [--dry-run] [--json]
+//   cairn gc STORE [--keep N] [--scratch [DIR] [--uncommitted]] [--run R] [--dry-run] [--json]
 //   cairn diff STORE RUN_A RUN_B [--name N] [--abs E] [--rel E] [--ulps N]
 //              [--region R ...] [--mismatches-only] [--scratch-a DIR] [--scratch-b DIR] [--json]
 //   cairn advise [STORE] [--run RUN] [--mtbf S | --node-mtbf S --nodes N | --mtbf-from-run]
@@ -23,6 +23,7 @@
 #include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -32,6 +33,7 @@
 #include "format/manifest.hpp"
 #include "format/shard.hpp"
 #include "history/catalog.hpp"
+#include "util/config.hpp"
 #include "output.hpp"
 #include "store_scan.hpp"
 
@@ -140,10 +142,10 @@ int run_cli(int argc, char** argv) {
 
   gc_options gc;
   CLI::App* gc_cmd = app.add_subcommand(
-      "gc", "Delete all but the newest N committed versions per checkpoint, and debris of crashed runs");
+      "gc", "Delete all but the newest N committed versions per checkpoint, and debris of crashed runs (--keep); "
+            "remove what killed runs left in a node-local directory (--scratch)");
   gc_cmd->add_option("STORE", gc.store, "Store directory")->required();
   gc_cmd->add_option("--keep", gc.keep, "Committed versions to keep per checkpoint (at least 1)")
-      ->required()
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
             int64_t n = 0;
@@ -152,6 +154,18 @@ int run_cli(int argc, char** argv) {
             return "must be a whole number of at least 1, not '" + text + "'";
           },
           "N>=1"));
+  CLI::Option* gc_scratch =
+      gc_cmd->add_option("--scratch", gc.scratch,
+                         "Node-local directory (CAIRN_SCRATCH; without a value: the configured one, by default "
+                         "/dev/shm/cairn-<uid>): remove the versions, recycled and routed files that runs of STORE "
+                         "which are not running left there; versions not committed in STORE stay")
+          ->expected(0, 1);
+  gc_cmd->add_flag("--uncommitted", gc.uncommitted,
+                   "With --scratch: also remove node-local versions STORE has not committed (a restart could have "
+                   "restored them)");
+  gc_cmd->add_option("--lease-timeout", gc.lease_timeout,
+                     "With --scratch: seconds without renewal after which a run's lease is abandoned (default 30, "
+                     "as lease_timeout)");
   gc_cmd->add_option("--run", gc.run, "Only this run");
   gc_cmd->add_flag("--dry-run", gc.dry_run, "Print what would be deleted, delete nothing");
   gc_cmd->add_flag("--json", gc.json, "Machine-readable JSON on stdout");
@@ -358,7 +372,19 @@ int run_cli(int argc, char** argv) {
   if (*restartable_cmd) return cmd_restartable(restartable);
   if (*reindex_cmd) return cmd_reindex(reindex);
   if (*stats_cmd) return cmd_stats(stats);
-  if (*gc_cmd) return cmd_gc(gc);
+  if (*gc_cmd) {
+    if (gc_scratch->count() > 0 && gc.scratch.empty()) {
+      // The configured node-local directory (CAIRN_CONFIG, CAIRN_SCRATCH, the default).
+      const char* file = std::getenv("CAIRN_CONFIG");
+      auto cfg = cairn::config::load(file ? file : "");
+      if (!cfg) {
+        print_error(cfg.error().with_context("the configured node-local directory"));
+        return exit_code_for(cfg.error());
+      }
+      gc.scratch = cfg->scratch;
+    }
+    return cmd_gc(gc);
+  }
   if (*diff_cmd) return cmd_diff(diff);
   if (*geo_cmd) return cmd_geometry(geo);
   if (*adv_cmd) {
