@@ -1,6 +1,7 @@
 # Entry points for a fresh Debian 12 machine:
-#   make demo   install dependencies, build, run the checkpoint/kill/restart demonstration
-#               (then the same with remote checkpoint agents)
+#   make demo   install what it needs (scripts/install-deps.sh demo), build only what it
+#               runs, run the checkpoint/kill/restart demonstration (then the same
+#               with remote checkpoint agents)
 #   make test   install dependencies, build, run every test (and the sanitized build's
 #               unit tests and fuzz targets: scripts/sanitize.sh)
 #   make demo-history   runs compared version by version (cairn diff, Python report)
@@ -17,11 +18,19 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
+# Everything (the options turned back on after a `make demo` configured them off).
 build: deps
-	@cmake -S . -B $(BUILD) -G Ninja -DPython3_EXECUTABLE=$(CURDIR)/.venv/bin/python >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DPython3_EXECUTABLE=$(CURDIR)/.venv/bin/python \
+	  -DCAIRN_BUILD_TESTS=ON -DCAIRN_BUILD_BENCH=ON -DCAIRN_BUILD_COMPAT=ON -DCAIRN_ENABLE_FORTRAN=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# Only what the demonstration runs: heat2d, the cairn CLI, cairnd and
+# cairn-agent, from the packages `install-deps.sh demo` installs.
+demo:
+	@scripts/install-deps.sh demo
+	@cmake -S . -B $(BUILD) -G Ninja -DCAIRN_BUILD_TESTS=OFF -DCAIRN_BUILD_BENCH=OFF -DCAIRN_BUILD_COMPAT=OFF \
+	  -DCAIRN_ENABLE_FORTRAN=OFF >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target heat2d cairn_cli cairnd cairn_agent
 	@scripts/demo.sh $(BUILD)
 	@scripts/demo-agents.sh $(BUILD)
 

@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
 # Installs what cairn needs on Debian 12 (apt) and a Python venv for the tests.
 # Idempotent: does nothing that is already done.
+#   scripts/install-deps.sh        everything: the build, the tests (CephFS,
+#                                  Slurm, clang, gfortran, .venv with torch)
+#   scripts/install-deps.sh demo   what `make demo` builds and runs: compilers,
+#                                  MPI and the libraries libcairn links; no venv
 set -euo pipefail
 cd "$(dirname "$0")/.."
+profile=${1:-all}
+case "$profile" in all|demo) ;; *) echo "usage: $0 [demo]" >&2; exit 2 ;; esac
 
-packages=(build-essential cmake ninja-build pkg-config git
+packages=(build-essential cmake ninja-build pkg-config
           libopenmpi-dev openmpi-bin
-          libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev sqlite3
-          libgtest-dev python3 python3-venv python3-dev
-          gfortran
+          libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libsqlite3-dev
+          python3
           libfabric-dev libfabric-bin
           libsodium-dev
           libzstd-dev
           # erasure coding of the node-loss redundancy level (src/redundancy)
           libisal-dev
           # the topology for the placement of engine threads (src/util/cpu.cpp)
-          libhwloc-dev
-          # the single-host CephFS of the tests (tests/support_py/cephfs.py)
-          ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr
-          # the single-host Slurm of the tests (tests/support_py/slurm.py)
-          slurm-wlm munge
-          # the sanitized build and its libFuzzer targets (scripts/sanitize.sh)
-          clang libclang-rt-14-dev llvm)
+          libhwloc-dev)
+if [ "$profile" = all ]; then
+  packages+=(git sqlite3 libgtest-dev python3-venv python3-dev
+             gfortran
+             # the single-host CephFS of the tests (tests/support_py/cephfs.py)
+             ceph-mon ceph-osd ceph-mds ceph-mgr ceph-fuse fuse3 attr
+             # the single-host Slurm of the tests (tests/support_py/slurm.py)
+             slurm-wlm munge
+             # the sanitized build and its libFuzzer targets (scripts/sanitize.sh)
+             clang libclang-rt-14-dev llvm)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -33,6 +42,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "$profile" = demo ] && exit 0
 
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c "import pytest" 2>/dev/null; then
   echo "install-deps: creating .venv with pytest"
