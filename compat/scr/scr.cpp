@@ -300,13 +300,15 @@ int SCR_Init(void) {
             param_int("SCR_CHECKPOINT_SECONDS", 0, 0, &st->seconds, &why) &&
             param_int("SCR_CHECKPOINT_OVERHEAD", 0, 0, &st->overhead, &why) &&
             param_int("SCR_HALT_SECONDS", 0, 0, &st->halt_seconds, &why) &&
-            param_int("SCR_CACHE_SIZE", 2, 0, &cache_size, &why) && param_int("SCR_FLUSH", 1, 1, &flush, &why);
+            param_int("SCR_CACHE_SIZE", 2, 0, &cache_size, &why) && param_int("SCR_FLUSH", 1, 0, &flush, &why);
   st->prefix = absolute(param("SCR_PREFIX", "."));
   std::ostringstream toml;
   toml << "persistent = " << toml_string(st->prefix + "/.scr/cairn") << "\n";
   std::string cache = param("SCR_CACHE_BASE");
   if (!cache.empty()) toml << "scratch = " << toml_string(absolute(cache) + "/scr-cairn") << "\n";
-  toml << "keep_local = " << cache_size << "\npersistent_interval = " << flush << "\n";
+  // SCR_FLUSH = 0: datasets stay in the cache (the node-local level), none
+  // is copied to the prefix; a rerun restarts from the cache.
+  toml << "keep_local = " << cache_size << "\npersistent_interval = " << (flush == 0 ? (1L << 30) : flush) << "\n";
   // SCR keeps its cache (SCR_CACHE_SIZE datasets) after the run: the next run
   // in the allocation restarts from it.
   toml << "keep_local_after_finalize = true\n";

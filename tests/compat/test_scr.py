@@ -73,6 +73,20 @@ def test_a_rerun_that_does_not_restart_numbers_its_datasets_above_the_committed_
     assert r.rc == 0 and "restart from ckpt.60 step 60" in r.stdout, r.describe()
 
 
+def test_flush_0_keeps_datasets_in_the_cache_and_a_rerun_restarts_from_it(heat, tmp_path):
+    """SCR_FLUSH=0 (SCR's TESTING.sh): no dataset is copied to the prefix,
+    and the rerun restarts from the cache (SCR_CACHE_BASE)."""
+    e = env(tmp_path, SCR_CHECKPOINT_INTERVAL=20, SCR_FLUSH=0)
+    r = harness.run_process(command(heat), e, tmp_path)
+    assert r.rc == 0, r.describe()
+    assert lines(r.stdout, "checkpoint ") == ["checkpoint ckpt.20", "checkpoint ckpt.40", "checkpoint ckpt.60"], \
+        r.describe()
+    assert not list((tmp_path / "prefix").rglob("MANIFEST")), "SCR_FLUSH=0 copied a dataset to the prefix"
+    assert list((tmp_path / "cache").rglob("shard.*")), "the cache holds no dataset"
+    r = harness.run_process(command(heat), e, tmp_path)
+    assert r.rc == 0 and "restart from ckpt.60 step 60" in r.stdout, r.describe()
+
+
 def test_scr3_configf_links_and_drop_delete_say_they_are_not_provided(heat, tmp_path):
     """SCR 3's SCR_Configf sets a parameter; SCR_Drop and SCR_Delete link and
     fail with a message that says what to do instead."""
