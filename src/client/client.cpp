@@ -1425,6 +1425,11 @@ void client_impl::on_durable(version_record& rec) {
           status cs = catalog_->index_version(env_, run, name, version);
           // The persistent event comes from the manifest; the local one only exists here.
           if (cs && local_at > 0) cs = catalog_->record_level(run, name, version, CAIRN_LEVEL_LOCAL, local_at, 0);
+          // Retention may have removed the version (keep_persistent) before
+          // this task ran: nothing to index, nothing to say.
+          if (!cs && cs.code() == errc::not_found &&
+              !env_->exists(format::manifest_path(cfg_.persistent, run, name, version)))
+            return {};
           if (!cs)
             std::fprintf(stderr, "cairn: warning: catalog not updated (%s); run 'cairn reindex %s'\n",
                          cs.to_string().c_str(), cfg_.persistent.c_str());

@@ -98,6 +98,7 @@ def test_state_dict_round_trip_is_bit_identical_and_async(store_env):
     with cairn.Checkpointer(config={"mode": "thread"}) as ck:
         saver = cairn.pytorch.StateSaver(ck, "train")
         assert saver.load() is None
+        saver.prepare(state)  # staging made ahead: the save below is the first of the execution
         saver.save(state, 3)
         # The save returned after the capture: the training step may change
         # the parameters and the optimizer state at once.

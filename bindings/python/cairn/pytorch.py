@@ -193,6 +193,21 @@ def _tensor_refs(v, out):
     return out
 
 
+def _regions_of(state) -> Dict[str, np.ndarray]:
+    """The regions a save of `state` protects: each tensor with elements (a
+    numpy view of its memory) and the structure's JSON."""
+    enc = _Encoder()
+    tree = enc.encode(state, [])
+    arrays = {}
+    for i, t in enumerate(enc.tensors):
+        if t.size > 0 if isinstance(t, np.ndarray) else t.numel() > 0:
+            arrays[f"{_PREFIX}{i:06d}"] = _as_array(t)
+    meta = json.dumps({"format": "cairn-torch-state", "format_version": STATE_FORMAT, "state": tree},
+                      separators=(",", ":")).encode()
+    arrays[STATE_REGION] = np.frombuffer(bytearray(meta), dtype=np.uint8)
+    return arrays
+
+
 class StateSaver:
     """Saves and loads nested state dicts of tensors as checkpoint `name` of a
     cairn.Checkpointer. save() and load() are collective under MPI (every rank
@@ -222,6 +237,16 @@ class StateSaver:
             protected[r] = key
         self._protected = protected
 
+    def prepare(self, state) -> None:
+        """Protects the tensors of `state` where they lie without saving them,
+        so that cairn makes its staging memory in the background while the
+        training goes on, and the first save() of the execution blocks for a
+        copy like the later ones instead of also waiting for fresh memory
+        (about 1 s per GiB, more on virtual machines). Call it once the
+        state's tensors exist (after the optimizer's first step, or after
+        restore_training)."""
+        self._set_regions(_regions_of(state))
+
     def save(self, state, version: int, if_saved: str = "skip") -> bool:
         """Captures `state` as `version` and returns once it is copied (mode
         thread) or written (mode sync); the tensors may change as soon as it
@@ -242,16 +267,7 @@ class StateSaver:
                 raise InvalidArgumentError(what)
             warnings.warn(what + "; not saved again", RuntimeWarning, stacklevel=2)
             return False
-        enc = _Encoder()
-        tree = enc.encode(state, [])
-        arrays = {}
-        for i, t in enumerate(enc.tensors):
-            if t.size > 0 if isinstance(t, np.ndarray) else t.numel() > 0:
-                arrays[f"{_PREFIX}{i:06d}"] = _as_array(t)
-        meta = json.dumps({"format": "cairn-torch-state", "format_version": STATE_FORMAT, "state": tree},
-                          separators=(",", ":")).encode()
-        arrays[STATE_REGION] = np.frombuffer(bytearray(meta), dtype=np.uint8)
-        self._set_regions(arrays)
+        self._set_regions(_regions_of(state))
         self.ck.checkpoint(self.name, version)
         self._saved = version
         return True
