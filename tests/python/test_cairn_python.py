@@ -619,3 +619,17 @@ def test_aggregated_manifest_checks(heat2d_aggregated, tmp_path):
     with pytest.raises(cairn.CorruptionError, match="rank 1: extents do not tile the image"):
         cairn.open(store).manifest("agg", "heat2d", 60)
     assert cairn.open(store).versions("agg", "heat2d") == [20, 40]  # the damaged version is not listed
+
+
+def test_the_python_package_builds_libcairn_alone():
+    """pyproject.toml (pip install . / pip wheel .) is valid TOML and builds
+    the library only: no tools, compat, Fortran, tests, examples or
+    benchmarks (the Python-only set-up path)."""
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[2]
+    with open(root / "pyproject.toml", "rb") as f:
+        sk = tomllib.load(f)["tool"]["scikit-build"]
+    assert sk["build"]["targets"] == ["cairn"]
+    off = {k for k, v in sk["cmake"]["define"].items() if v == "OFF"}
+    assert off >= {"CAIRN_BUILD_TESTS", "CAIRN_BUILD_EXAMPLES", "CAIRN_BUILD_BENCH", "CAIRN_BUILD_TOOLS",
+                   "CAIRN_BUILD_COMPAT", "CAIRN_ENABLE_FORTRAN"}, sk["cmake"]["define"]
