@@ -4,9 +4,9 @@ nested and non-tensor values kept, bad input refused with a clear error, and
 a training loop SIGKILLed at a random moment and restarted bit-identical,
 without MPI and under mpirun with mpi4py.
 
-Needs PyTorch: skipped when `import torch` fails (scripts/install-deps.sh
-does not install it: the PyPI wheel for Linux brings several GB of CUDA
-libraries)."""
+Needs PyTorch: scripts/install-deps.sh installs it into .venv (CAIRN_SKIP_TORCH=1
+leaves it out: the PyPI wheel for Linux brings several GB of CUDA libraries);
+skipped, saying so, when `import torch` fails."""
 import os
 import random
 import signal
