@@ -1536,6 +1536,20 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
   });
 }
 
+void client_impl::adopt_local_versions(const std::string& name, int64_t restored) {
+  if (!cfg_.local_enabled || cfg_.keep_local <= 0) return;
+  const uint32_t me = static_cast<uint32_t>(rank());
+  auto& list = complete_[{name, CAIRN_LEVEL_LOCAL}];
+  for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name)) {
+    if (v > restored) break;
+    if (std::find(list.begin(), list.end(), v) == list.end() &&
+        env_->exists(format::shard_path(cfg_.scratch, cfg_.run, name, v, me)))
+      list.push_back(v);
+  }
+  std::sort(list.begin(), list.end());
+  schedule_retention(name, CAIRN_LEVEL_LOCAL);
+}
+
 status client_impl::remove_local_below(const std::string& name, int64_t threshold) {
   const uint32_t me = static_cast<uint32_t>(rank());
   for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name)) {

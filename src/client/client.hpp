@@ -246,6 +246,10 @@ class client_impl {
   // after the manifest commit started (redundancy sets; the local level,
   // which runs beside the persistent one and may finish after it).
   void record_runtime_level(const version_record& rec, unsigned level, double at, double took);
+  // After a restart of `name` from `restored`: the node-local versions up to
+  // it that an earlier execution left on this rank count for keep_local as
+  // this execution's own (retention holds across a restart).
+  void adopt_local_versions(const std::string& name, int64_t restored);
   void schedule_retention(const std::string& name, unsigned level);
   // Rank 0, engine task: deletes the persistent versions of `name` below `threshold`.
   status remove_persistent_below(const std::string& name, int64_t threshold);

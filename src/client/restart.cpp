@@ -689,6 +689,7 @@ status client_impl::restart(const std::string& name, int64_t version) {
     engine::staging_pause pause(pool_);
     return restore(name, version);
   }();
+  if (st) adopt_local_versions(name, version);
   prepare_staging();
   return st;
 }

@@ -67,6 +67,21 @@ def test_a_finished_run_gives_its_node_local_level_back(reference, make_job):
     assert other.local_complete() == [4, 6]
 
 
+def test_retention_holds_across_a_restart(reference, make_job):
+    """keep_local = 2: the node-local versions a killed execution left count
+    for the relaunch's retention, which keeps the newest 2 instead of adding
+    its own to everything the killed one kept."""
+    ref = reference(2)
+    job = make_job(2)
+    cfg = {"keep_local": 2}
+    res = job.run(*ref.app_args(), "--steps", 10, "--die-after", 8, "--silence-ms", 1000, **cfg)
+    assert res.rc != 0 and job.local_complete()[-1] == 8, res.describe()
+    again = job.run(*ref.app_args(), "--steps", 10, "--dump-restored", job.dumps / "r", **cfg).ok()
+    assert again.restarted_from == 8
+    assert_same_state(ref.dump(8), job.read_dump(job.dumps / "r"), "restored from version 8")
+    assert job.versions("local") == [8, 10], job.versions("local")
+
+
 @pytest.mark.parametrize("config", [
     pytest.param({"mode": "sync"}, id="sync"),
     pytest.param({"io_threads": 2, "direct_io": "false"}, id="2-io-threads-buffered"),
