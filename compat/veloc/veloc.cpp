@@ -211,11 +211,15 @@ bool translate_config(const char* path, const std::string& run, bool is_rank0, t
       *why = std::string(path) + ": persistent_interval = '" + kv["persistent_interval"] + "' must be an integer";
       return false;
     }
-    if (n != 0) {
-      *why = std::string(path) + ": persistent_interval = " + std::to_string(n) +
-             " (seconds) is not supported: cairn flushes every checkpoint, or every k-th with "
-             "CAIRN_PERSISTENT_INTERVAL=k, and always keeps a persistent copy; remove the key or set it to 0";
-      return false;
+    if (n < 0) {
+      // VELOC's -1: checkpoints stay in scratch, none is flushed.
+      out << "persistent_interval = " << (1L << 30) << "\n";
+    } else if (n > 0) {
+      // VELOC flushes at most one checkpoint per n seconds; cairn flushes
+      // every one in the background, which loses nothing that VELOC keeps.
+      warn("persistent_interval = " + std::to_string(n) +
+           " s: the cairn drop-in flushes every checkpoint to the persistent level (in the background), not at "
+           "most one per " + std::to_string(n) + " s");
     }
   }
   for (const char* key : {"ec_interval", "watchdog_interval"}) {

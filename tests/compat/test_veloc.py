@@ -107,7 +107,7 @@ def test_killed_run_restarts_to_the_uninterrupted_result(heat, tmp_path, io, mod
     ("scratch = {s}\nmode = sync\n", "required key 'persistent'"),
     ("scratch = {s}\npersistent = {p}\nmode = fast\n", "mode = 'fast' is invalid"),
     ("scratch = {s}\npersistent = {p}\nmode = sync\nmax_versions = two\n", "max_versions = 'two'"),
-    ("scratch = {s}\npersistent = {p}\nmode = sync\npersistent_interval = 30\n", "persistent_interval = 30"),
+    ("scratch = {s}\npersistent = {p}\nmode = sync\npersistent_interval = soon\n", "persistent_interval = 'soon'"),
 ])
 def test_bad_config_is_an_error_return_with_a_message(heat, tmp_path, content, what):
     cfg = tmp_path / "bad.cfg"
@@ -129,6 +129,23 @@ def test_unknown_keys_are_warned_about_not_fatal(heat, tmp_path):
     assert r.rc == 0 and lines(r.stdout, "result "), r.describe()
     assert "unknown key 'flush_rate' ignored" in r.stderr, r.describe()
     assert "max_parallelism: cairn's engine chooses its own threads" in r.stderr, r.describe()
+
+
+def test_persistent_interval_in_seconds_and_minus_one(heat, tmp_path):
+    """VELOC's persistent_interval: seconds between flushes (cairn flushes
+    every checkpoint, and says so once), or -1: checkpoints stay in scratch,
+    and a rerun restarts from there."""
+    cfg = write_config(tmp_path / "s", "sync", persistent_interval=30)
+    r = run(command(heat, "mem", cfg), tmp_path)
+    assert r.rc == 0 and lines(r.stdout, "result "), r.describe()
+    assert r.stderr.count("persistent_interval = 30 s: the cairn drop-in flushes every checkpoint") == 1, r.describe()
+    assert committed(tmp_path / "s" / "persistent"), "nothing flushed"
+    cfg = write_config(tmp_path / "m", "sync", persistent_interval=-1)
+    r = run(command(heat, "mem", cfg), tmp_path)
+    assert r.rc == 0 and lines(r.stdout, "result "), r.describe()
+    assert not committed(tmp_path / "m" / "persistent"), "persistent_interval = -1 flushed a checkpoint"
+    again = run(command(heat, "mem", cfg), tmp_path)
+    assert again.rc == 0 and lines(again.stdout, "restart "), again.describe()
 
 
 def test_missing_config_file_is_an_error_return(heat, tmp_path):
