@@ -50,6 +50,12 @@ int cmd_gc(const gc_options& o) {
     print_error(st);
     return kExitUsage;
   }
+  if (o.keep >= 1 && !o.scratch.empty() && o.json) {
+    status st(errc::invalid_argument, "--json with both --keep and --scratch: run them as two commands (one JSON "
+                                      "document each)");
+    print_error(st);
+    return kExitUsage;
+  }
   if (o.keep < 1) return cmd_gc_scratch(o);
   auto runs = select_runs(o.store, "", o.run);
   if (!runs) {

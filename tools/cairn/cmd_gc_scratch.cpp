@@ -141,9 +141,9 @@ class scratch_gc {
       }
       for (int64_t v : format::list_versions(env_, o_.scratch, run, name))
         one_version(run, name, v, attempts, newest_committed);
-      (void)env_->remove_dir(format::checkpoint_dir(o_.scratch, run, name));
+      if (!o_.dry_run) (void)env_->remove_dir(format::checkpoint_dir(o_.scratch, run, name));
     }
-    (void)env_->remove_dir(run_dir);
+    if (!o_.dry_run) (void)env_->remove_dir(run_dir);
     // Recycled files hold no state: the engine overwrites them in place.
     const std::string bin = storage::join(storage::join(o_.scratch, "recycle"), run);
     if (env_->exists(bin)) remove({run, "", -1, bin, "recycled node-local files of a run that is not running"});
@@ -160,7 +160,7 @@ class scratch_gc {
         keep(std::move(e), &left_);
       }
     }
-    (void)env_->remove_dir(files);
+    if (!o_.dry_run) (void)env_->remove_dir(files);
   }
 
   void one_version(const std::string& run, const std::string& name, int64_t v, const std::set<uint32_t>& attempts,
