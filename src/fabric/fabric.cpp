@@ -237,6 +237,8 @@ struct fabric_context::impl {
   std::vector<std::unique_ptr<op_slot>> recv_slots;  // GUARDED_BY(mu)
   std::vector<op_slot*> repost;                      // GUARDED_BY(mu): receives to post again
   std::deque<std::string> inbox;                     // GUARDED_BY(mu)
+  std::function<bool(std::string_view)> keep;        // GUARDED_BY(mu): the inbox filter
+  std::atomic<uint64_t> dropped{0};                  // messages refused by keep or a full inbox
   std::map<std::string, fabric_addr> peers;          // GUARDED_BY(mu): name -> AV address
   bool polling = false;  // GUARDED_BY(mu): one thread reads the CQ at a time
   status failed;         // GUARDED_BY(mu): latched fatal error (timeout, CQ failure)
@@ -289,7 +291,12 @@ struct fabric_context::impl {
   void complete(op_slot* s, int err, std::string err_text, size_t len) {
     if (s->kind == op_kind::recv) {
       if (err == 0) {
-        inbox.emplace_back(reinterpret_cast<const char*>(s->buf), len);
+        const std::string_view msg(reinterpret_cast<const char*>(s->buf), len);
+        if ((keep && !keep(msg)) || inbox.size() >= fabric_context::kMaxInbox) {
+          dropped.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          inbox.emplace_back(msg);
+        }
         repost.push_back(s);
       } else if (err != FI_ECANCELED) {
         repost.push_back(s);  // a failed receive is posted again
@@ -772,6 +779,13 @@ status fabric_context::send(fabric_addr peer, std::span<const std::byte> message
     m.drive(lk, posted ? kWaitSliceMs : 0);
   }
 }
+
+void fabric_context::set_inbox_filter(std::function<bool(std::string_view)> keep) {
+  std::lock_guard lk(impl_->mu);
+  impl_->keep = std::move(keep);
+}
+
+uint64_t fabric_context::dropped() const { return impl_->dropped.load(std::memory_order_relaxed); }
 
 result<std::string> fabric_context::recv(double timeout_s) {
   impl& m = *impl_;

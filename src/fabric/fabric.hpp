@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -274,6 +275,15 @@ class fabric_context {
   status send(fabric_addr peer, std::string_view message);
   result<std::string> recv(double timeout_s = -1);
   size_t max_message_bytes() const;
+  // Received messages wait in an inbox until recv takes them. `keep` (may be
+  // empty) is asked about each message as it arrives, on the thread that
+  // completes it: a message it refuses is dropped at once and never queued,
+  // so that a stranger's flood costs CPU, not memory, while the owner is not
+  // receiving. The inbox also holds at most kMaxInbox messages: beyond that,
+  // arrivals are dropped (counted by dropped()).
+  static constexpr size_t kMaxInbox = 16384;
+  void set_inbox_filter(std::function<bool(std::string_view)> keep);
+  uint64_t dropped() const;
 
   // ok, or the error that failed the context for good (see above).
   status health() const;

@@ -9,6 +9,16 @@
 #include "util/clock.hpp"
 
 namespace cairn::fabric {
+namespace {
+
+void note_refused(std::atomic<uint64_t>& refused, uint32_t self, const std::string& what) {
+  if (refused.fetch_add(1) == 0)
+    std::fprintf(stderr, "cairn: rank %u: %s: dropped a message without this job's key (another job's, or a "
+                         "stranger's); further ones are counted only\n",
+                 self, what.c_str());
+}
+
+}  // namespace
 
 result<std::shared_ptr<mailbox>> mailbox::create(const mailbox_options& o) {
   if (sodium_init() < 0) return status(errc::internal, "libsodium could not be initialised (no entropy source?)");
@@ -38,6 +48,13 @@ status mailbox::join(uint32_t self, std::vector<std::string> names, std::string 
   if (self >= names.size()) return {errc::internal, opts_.what + ": rank " + std::to_string(self) + " not in the job"};
   self_ = self;
   key_ = std::move(key);
+  // Messages without this job's seal are dropped as they arrive, not queued
+  // until the next await (a stranger's flood would fill memory meanwhile).
+  ctx_->set_inbox_filter([key = key_, self, what = opts_.what, refused = refused_](std::string_view m) {
+    if (unseal(key, self, m)) return true;
+    note_refused(*refused, self, what);
+    return false;
+  });
   peers_ = std::move(names);
   addrs_.assign(peers_.size(), 0);
   inserted_.assign(peers_.size(), false);
@@ -85,10 +102,7 @@ result<data_message> mailbox::await(data_msg want, const std::string& name, int6
     }
     const auto in = unseal(key_, self_, *bytes);
     if (!in) {
-      if (refused_++ == 0)
-        std::fprintf(stderr, "cairn: rank %u: %s: dropped a message without this job's key (another job's, or a "
-                             "stranger's); further ones are counted only\n",
-                     self_, opts_.what.c_str());
+      note_refused(*refused_, self_, opts_.what);
       continue;
     }
     auto m = decode_data_message(*in);

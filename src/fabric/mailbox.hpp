@@ -66,7 +66,7 @@ class mailbox {
   status pull(uint32_t rank, uint64_t addr, uint64_t key, std::byte* local, uint64_t len);
 
   // Messages dropped for a missing or wrong tag, since create.
-  uint64_t refused() const { return refused_; }
+  uint64_t refused() const { return refused_->load(); }
 
  private:
   result<fabric_addr> peer(uint32_t rank);
@@ -79,7 +79,9 @@ class mailbox {
   std::vector<fabric_addr> addrs_;
   std::vector<bool> inserted_;
   uint64_t next_request_ = 1;
-  uint64_t refused_ = 0;
+  // Shared with the fabric's inbox filter, which drops unsealed messages as
+  // they arrive (on the progress thread, which may outlive members).
+  std::shared_ptr<std::atomic<uint64_t>> refused_ = std::make_shared<std::atomic<uint64_t>>(0);
   // Messages that arrived before they were asked for: (name, version, rank).
   std::map<std::tuple<std::string, int64_t, uint32_t>, data_message> ready_, held_;
 };
