@@ -140,9 +140,9 @@ result<lease_probe> probe_lease(const std::string& store, const std::string& run
   }
   out.silent_s = std::max(0.0, util::wall_s() - (static_cast<double>(st.st_mtim.tv_sec) + st.st_mtim.tv_nsec * 1e-9));
   const lease_holder me = this_execution();
-  // On this host, a pid check decides; elsewhere, the renewals do.
-  const bool here_alive = out.holder.host == me.host && out.holder.pid > 0 && !pid_gone(out.holder.pid, out.holder.program);
-  if (known_dead(out.holder, me) || (!here_alive && out.silent_s > timeout_s)) {
+  // On this host the pid decides (known_dead checks it); elsewhere, the renewals do.
+  const bool here = out.holder.host == me.host && out.holder.pid > 0;
+  if (known_dead(out.holder, me) || (!here && out.silent_s > timeout_s)) {
     out.state = lease_state::abandoned;
   } else {
     out.state = lease_state::live;
