@@ -8,16 +8,17 @@
 #include <mutex>
 
 #include "util/clock.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::agents {
 namespace {
 
-std::mutex mu;
-std::string name = "agents";     // guarded by mu
-log_level min_level = log_level::info;
-double window_start = 0;          // rejection rate limit, guarded by mu
-int window_lines = 0;
-long suppressed = 0;
+cairn::mutex mu;
+std::string name CAIRN_GUARDED_BY(mu) = "agents";
+log_level min_level CAIRN_GUARDED_BY(mu) = log_level::info;
+double window_start CAIRN_GUARDED_BY(mu) = 0;  // rejection rate limit
+int window_lines CAIRN_GUARDED_BY(mu) = 0;
+long suppressed CAIRN_GUARDED_BY(mu) = 0;
 
 const char* level_name(log_level l) {
   switch (l) {
@@ -29,7 +30,7 @@ const char* level_name(log_level l) {
   return "?";
 }
 
-void write_line(log_level level, const std::string& message) {  // mu held
+void write_line(log_level level, const std::string& message) CAIRN_REQUIRES(mu) {
   double now = util::wall_s();
   time_t t = static_cast<time_t>(now);
   struct tm tm {};
@@ -45,23 +46,23 @@ void write_line(log_level level, const std::string& message) {  // mu held
 }  // namespace
 
 void set_log_name(const std::string& n) {
-  std::lock_guard<std::mutex> lock(mu);
+  cairn::lock_guard lock(mu);
   name = n;
 }
 
 void set_log_level(log_level l) {
-  std::lock_guard<std::mutex> lock(mu);
+  cairn::lock_guard lock(mu);
   min_level = l;
 }
 
 void log(log_level level, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu);
+  cairn::lock_guard lock(mu);
   if (level < min_level) return;
   write_line(level, message);
 }
 
 void log_rejection(const std::string& peer, const std::string& code, const std::string& detail) {
-  std::lock_guard<std::mutex> lock(mu);
+  cairn::lock_guard lock(mu);
   double now = util::now_s();
   if (now - window_start >= 10.0) {
     if (suppressed > 0) {

@@ -24,6 +24,7 @@
 #ifdef CAIRN_HAVE_FABRIC
 #include "agents/data_protocol.hpp"
 #include "fabric/fabric.hpp"
+#include "util/mutex.hpp"
 #endif
 
 namespace cairn {
@@ -216,7 +217,7 @@ class fabric_agents_data final : public agents_data {
   }
 
   status use(const agents_view& v, int rank, int nranks) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     // Keep the connections to agents that stay at the same address.
     std::vector<std::unique_ptr<agents::agent_client>> clients(v.agents.size());
     for (size_t i = 0; i < v.agents.size(); ++i)
@@ -237,19 +238,19 @@ class fabric_agents_data final : public agents_data {
   }
 
   bool has_agent() override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     return mine_ != SIZE_MAX && !failed_;
   }
 
   void forget_lent() override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     for (auto& c : clients_)
       if (c) c->forget_lent();
   }
 
   status checkpoint(std::span<std::byte> image, const format::shard_header& h,
                     std::span<const std::byte* const> lent) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (mine_ == SIZE_MAX) return {errc::not_found, "no checkpoint agent is assigned to this rank"};
     if (failed_) return {errc::io_error, "agent " + std::to_string(view_.agents[mine_].id) + " failed earlier (call cairn_probe)"};
     auto c = client(mine_);
@@ -273,12 +274,12 @@ class fabric_agents_data final : public agents_data {
   }
 
   double last_transfer_s() override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     return last_s_;
   }
 
   agents_holdings held(const std::string& run, const std::string& name, uint32_t rank, double wait_s) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     agents_holdings out;
     const double deadline = util::now_s() + wait_s;
     for (size_t i = 0; i < view_.agents.size(); ++i) {
@@ -310,7 +311,7 @@ class fabric_agents_data final : public agents_data {
 
   result<format::shard_header> restore(const agent_holding& h, const std::string& run, const std::string& name,
                                        uint32_t rank, engine::aligned_buffer* image) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (h.agent >= view_.agents.size()) return status(errc::not_found, "agent index out of range");
     CAIRN_ASSIGN_OR_RETURN(agents::agent_client * c, client(h.agent));
     CAIRN_ASSIGN_OR_RETURN(engine::aligned_buffer buf, engine::aligned_buffer::allocate(h.length));
@@ -327,20 +328,20 @@ class fabric_agents_data final : public agents_data {
   }
 
   status release(size_t index, const std::string& run) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (index >= view_.agents.size()) return {};
     CAIRN_ASSIGN_OR_RETURN(agents::agent_client * c, client(index));
     return c->release(run).take_status();
   }
 
   size_t agent_count() override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     return view_.agents.size();
   }
 
  private:
-  // The connection to agent i, made on first use. REQUIRES(mu_)
-  result<agents::agent_client*> client(size_t i) {
+  // The connection to agent i, made on first use.
+  result<agents::agent_client*> client(size_t i) CAIRN_REQUIRES(mu_) {
     if (clients_[i]) return clients_[i].get();
     const agent_ref& a = view_.agents[i];
     if (a.endpoint.empty())
@@ -355,14 +356,14 @@ class fabric_agents_data final : public agents_data {
     return clients_[i].get();
   }
 
-  std::mutex mu_;
+  cairn::mutex mu_;
   agents::client_options opts_;
   agents::transfer_mode mode_ = agents::transfer_mode::pull;
-  agents_view view_;                                          // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<agents::agent_client>> clients_;  // GUARDED_BY(mu_), one per view_.agents
-  size_t mine_ = SIZE_MAX;                                    // GUARDED_BY(mu_)
-  bool failed_ = false;                                       // GUARDED_BY(mu_)
-  double last_s_ = 0;                                         // GUARDED_BY(mu_)
+  agents_view view_ CAIRN_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<agents::agent_client>> clients_ CAIRN_GUARDED_BY(mu_);  // one per view_.agents
+  size_t mine_ CAIRN_GUARDED_BY(mu_) = SIZE_MAX;
+  bool failed_ CAIRN_GUARDED_BY(mu_) = false;
+  double last_s_ CAIRN_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace

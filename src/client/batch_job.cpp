@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include "util/mutex.hpp"
 
 namespace cairn::batch {
 namespace {
@@ -19,9 +20,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free, "the signal handler ne
 std::atomic<uint64_t> g_warnings{0};
 
 struct sigaction g_old[NSIG];
-int g_installed[NSIG];  // reference count per signal, guarded by g_mu
-std::mutex g_mu;
-std::vector<std::vector<int>> g_stack;  // the signals of each install, for release
+cairn::mutex g_mu;
+int g_installed[NSIG] CAIRN_GUARDED_BY(g_mu);  // reference count per signal
+std::vector<std::vector<int>> g_stack CAIRN_GUARDED_BY(g_mu);  // the signals of each install, for release
 
 void on_warning(int sig, siginfo_t* info, void* ctx) {
   const int saved = errno;
@@ -84,7 +85,7 @@ result<std::vector<int>> parse_signals(const std::string& text, bool in_batch_jo
 }
 
 status install_warning_handler(const std::vector<int>& signals) {
-  std::lock_guard lk(g_mu);
+  cairn::lock_guard lk(g_mu);
   std::vector<int> done;
   for (int sig : signals) {
     if (sig <= 0 || sig >= NSIG) return {errc::invalid_argument, "signal " + std::to_string(sig) + " out of range"};
@@ -113,7 +114,7 @@ status install_warning_handler(const std::vector<int>& signals) {
 }
 
 void release_warning_handler() {
-  std::lock_guard lk(g_mu);
+  cairn::lock_guard lk(g_mu);
   if (g_stack.empty()) return;
   for (int sig : g_stack.back()) {
     if (--g_installed[sig] != 0) continue;

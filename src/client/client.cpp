@@ -40,6 +40,7 @@
 #include "util/copy.hpp"
 #include "util/cpu.hpp"
 #include "util/hash.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn {
 namespace {
@@ -87,19 +88,19 @@ status check_name(const std::string& what, const std::string& name) {
 
 // Shared by the compare stage (engine threads) and the client (application thread).
 struct online_state {
-  std::mutex mu;
+  cairn::mutex mu;
   analytics::online_reference ref;
   storage::storage_env* env = nullptr;
   std::string my_store, my_scratch, my_run;
-  int64_t first_version = INT64_MAX;     // GUARDED_BY(mu): this rank's first divergent version
-  analytics::online_divergence first;    // GUARDED_BY(mu)
-  int64_t compared = 0;                  // GUARDED_BY(mu)
-  std::vector<std::pair<std::string, int64_t>> pending;  // GUARDED_BY(mu): waiting for the reference
-  bool retrying = false;                 // GUARDED_BY(mu)
+  int64_t first_version CAIRN_GUARDED_BY(mu) = INT64_MAX;  // this rank's first divergent version
+  analytics::online_divergence first CAIRN_GUARDED_BY(mu);
+  int64_t compared CAIRN_GUARDED_BY(mu) = 0;
+  std::vector<std::pair<std::string, int64_t>> pending CAIRN_GUARDED_BY(mu);  // waiting for the reference
+  bool retrying CAIRN_GUARDED_BY(mu) = false;
 
   void record(analytics::online_outcome o, const analytics::online_divergence& d, const std::string& name,
               int64_t version) {
-    std::lock_guard lk(mu);
+    cairn::lock_guard lk(mu);
     if (o == analytics::online_outcome::pending) {
       pending.emplace_back(name, version);
       return;
@@ -133,7 +134,7 @@ struct online_state {
   status retry(uint32_t rank) {
     std::vector<std::pair<std::string, int64_t>> todo;
     {
-      std::lock_guard lk(mu);
+      cairn::lock_guard lk(mu);
       todo.swap(pending);
     }
     for (auto& [name, version] : todo) {
@@ -149,7 +150,7 @@ struct online_state {
       auto tree = env->read_all(storage::join(storage::dirname_of(path), format::tree_file_name(rank)));
       compare(s->header, {s->image.data(), s->header.file_size}, tree ? *tree : std::string());
     }
-    std::lock_guard lk(mu);
+    cairn::lock_guard lk(mu);
     retrying = false;
     return {};
   }
@@ -295,6 +296,7 @@ status client_impl::start() {
   // One writer per run, before anything of the run is read or written.
   CAIRN_RETURN_IF_ERROR(agree(take_lease()));
   if (rank() == 0) {
+    cairn::lock_guard lk(catalog_mu_);  // no engine thread yet: taken for the analysis, never contended
     auto cat = history::catalog::open(cfg_.persistent);
     if (!cat) {
       std::fprintf(stderr, "cairn: warning: catalog unavailable (%s); checkpoints are still written, "
@@ -636,7 +638,7 @@ status client_impl::write_run_identity(bool at_init) {
     std::fprintf(stderr, "cairn: warning: run identity not recorded: %s\n", st.message().c_str());
     return {};
   }
-  std::lock_guard lk(catalog_mu_);
+  cairn::lock_guard lk(catalog_mu_);
   if (catalog_) {
     status cs = catalog_->index_run(env_, cfg_.run);
     if (!cs)
@@ -925,14 +927,14 @@ void client_impl::prepare_staging() {
   if (!slots || (need <= pool_.slot_bytes() && pool_.slots() >= *slots)) return;
   {
     // Protects in a row leave one task, which reserves for the newest layout.
-    std::lock_guard lk(staging_mu_);
+    cairn::lock_guard lk(staging_mu_);
     staging_wanted_ = {need, *slots};
     if (std::exchange(staging_queued_, true)) return;
   }
   engine_->submit_task([this]() -> status {
     std::pair<uint64_t, int> w;
     {
-      std::lock_guard lk(staging_mu_);
+      cairn::lock_guard lk(staging_mu_);
       w = staging_wanted_;
       staging_queued_ = false;
     }
@@ -1159,7 +1161,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
   v.push_back(all_have_slot == nullptr || cfg_.staging_policy == staging_policy::block || pool_.has_free() ? 1 : 0);
   int64_t my_first = INT64_MAX;
   if (online_) {
-    std::lock_guard lk(online_->mu);
+    cairn::lock_guard lk(online_->mu);
     my_first = online_->first_version;
     if (!online_->pending.empty() && !online_->retrying) {
       online_->retrying = true;
@@ -1317,7 +1319,7 @@ void client_impl::progress_divergence(int64_t global_first) {
   if (global_first == INT64_MAX || (divergence_ && divergence_->version <= global_first)) return;
   analytics::online_divergence mine;
   {
-    std::lock_guard lk(online_->mu);
+    cairn::lock_guard lk(online_->mu);
     mine = online_->first;
   }
   int64_t root = comm_->min(mine.version == global_first ? rank() : INT64_MAX);
@@ -1350,7 +1352,7 @@ status client_impl::divergence(cairn_divergence_t* info) {
   info->version = -1;
   if (!online_) return {errc::invalid_argument, "cairn_divergence: no reference_run is configured"};
   {
-    std::lock_guard lk(online_->mu);
+    cairn::lock_guard lk(online_->mu);
     info->compared = online_->compared;
     info->pending = static_cast<int64_t>(online_->pending.size());
   }
@@ -1420,7 +1422,7 @@ void client_impl::on_durable(version_record& rec) {
     // manifest is the truth; `cairn reindex` rebuilds the catalog from it).
     engine_->submit_task(
         [this, run = m.run, name = m.name, version = m.version, local_at]() -> status {
-          std::lock_guard lk(catalog_mu_);
+          cairn::lock_guard lk(catalog_mu_);
           if (!catalog_) return {};
           status cs = catalog_->index_version(env_, run, name, version);
           // The persistent event comes from the manifest; the local one only exists here.
@@ -1489,7 +1491,7 @@ void client_impl::record_runtime_level(const version_record& rec, unsigned level
   if (rank() != 0) return;
   engine_->submit_task(
       [this, run = cfg_.run, name = rec.name, version = rec.version, level, at, took]() -> status {
-        std::lock_guard lk(catalog_mu_);
+        cairn::lock_guard lk(catalog_mu_);
         if (!catalog_) return {};
         if (status cs = catalog_->record_level(run, name, version, level, at, took); !cs)
           std::fprintf(stderr, "cairn: warning: catalog not updated (%s)\n", cs.to_string().c_str());
@@ -1516,7 +1518,7 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
   // later (retention keeps pace with back-to-back checkpoints instead of
   // waiting for an idle moment), with the newest threshold; one at a time.
   {
-    std::lock_guard lk(retention_->mu);
+    cairn::lock_guard lk(retention_->mu);
     auto [it, fresh] = retention_->pending.emplace(std::make_pair(name, level), threshold);
     if (!fresh) {
       it->second = std::max(it->second, threshold);
@@ -1524,10 +1526,10 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
     }
   }
   engine_->submit_task([this, name, level]() -> status {
-    std::lock_guard run_lk(retention_->run_mu);
+    cairn::lock_guard run_lk(retention_->run_mu);
     int64_t below;
     {
-      std::lock_guard lk(retention_->mu);
+      cairn::lock_guard lk(retention_->mu);
       auto it = retention_->pending.find({name, level});
       below = it->second;
       retention_->pending.erase(it);
@@ -1570,7 +1572,7 @@ status client_impl::remove_persistent_below(const std::string& name, int64_t thr
     if (v >= threshold) break;
     // The commit withdrawn first, so no reader ever sees a manifest without its shards.
     CAIRN_RETURN_IF_ERROR(format::remove_version(env_, format::version_dir(root, cfg_.run, name, v)));
-    std::lock_guard lk(catalog_mu_);
+    cairn::lock_guard lk(catalog_mu_);
     if (catalog_) (void)catalog_->remove_version(cfg_.run, name, v);
   }
   return {};
@@ -1820,7 +1822,7 @@ void client_impl::write_metrics() {
   std::string path = storage::join(cfg_.metrics_dir, "cairn_" + cfg_.run + "_" + std::to_string(rank()) + ".prom");
   bool submit = false;
   {
-    std::lock_guard lk(textfile_->mu);
+    cairn::lock_guard lk(textfile_->mu);
     textfile_->latest = stats_;
     submit = !textfile_->queued && !metrics_inline_;
     textfile_->queued = textfile_->queued || submit;
@@ -1839,10 +1841,10 @@ void client_impl::write_metrics() {
 
 void client_impl::metrics_textfile::flush(storage::storage_env* env, const std::string& dir, const std::string& path,
                                           int rank) {
-  std::lock_guard wl(write_mu);
+  cairn::lock_guard wl(write_mu);
   std::optional<metrics::rank_metrics> m;
   {
-    std::lock_guard lk(mu);
+    cairn::lock_guard lk(mu);
     m.swap(latest);
     queued = false;
   }

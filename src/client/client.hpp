@@ -35,6 +35,7 @@
 #include "redundancy/sets.hpp"
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::aggregate {
 class data_plane;
@@ -258,9 +259,9 @@ class client_impl {
   // Retention tasks: one queued per (name, level) with the newest threshold;
   // one runs at a time.
   struct retention_queue {
-    std::mutex mu;
-    std::map<std::pair<std::string, unsigned>, int64_t> pending;  // GUARDED_BY(mu)
-    std::mutex run_mu;  // held by the running task
+    cairn::mutex mu;
+    std::map<std::pair<std::string, unsigned>, int64_t> pending CAIRN_GUARDED_BY(mu);
+    cairn::mutex run_mu;  // held by the running task
   };
   std::shared_ptr<retention_queue> retention_ = std::make_shared<retention_queue>();
   // Agents mode: keep_persistent applied to what the agents committed so far.
@@ -349,12 +350,12 @@ class client_impl {
   metrics::rank_metrics stats_;
   bool stats_dirty_ = false;
   struct metrics_textfile {
-    std::mutex mu;  // guards latest and queued
-    std::optional<metrics::rank_metrics> latest;  // a copy not written yet
-    bool queued = false;                           // an engine task will write `latest`
-    std::mutex write_mu;  // one writer at a time; guards the fields below
-    bool dir_made = false;  // metrics_dir exists: not looked up again on every write
-    bool warned = false;    // a failed write was reported once
+    cairn::mutex mu;
+    std::optional<metrics::rank_metrics> latest CAIRN_GUARDED_BY(mu);  // a copy not written yet
+    bool queued CAIRN_GUARDED_BY(mu) = false;  // an engine task will write `latest`
+    cairn::mutex write_mu;  // one writer at a time
+    bool dir_made CAIRN_GUARDED_BY(write_mu) = false;  // metrics_dir exists: not looked up again on every write
+    bool warned CAIRN_GUARDED_BY(write_mu) = false;    // a failed write was reported once
     // Writes `latest` if any (the engine task; at finalize the application thread).
     void flush(storage::storage_env* env, const std::string& dir, const std::string& path, int rank);
   };
@@ -432,13 +433,13 @@ class client_impl {
   int64_t kill_redundancy_version_ = -1;                 // test hook (fault_inject level=redundancy)
   int kill_redundancy_after_ = 0;
   engine::staging_pool pool_;
-  std::mutex staging_mu_;
-  std::pair<uint64_t, int> staging_wanted_;  // GUARDED_BY(staging_mu_): prepare_staging's newest layout
-  bool staging_queued_ = false;              // GUARDED_BY(staging_mu_)
+  cairn::mutex staging_mu_;
+  std::pair<uint64_t, int> staging_wanted_ CAIRN_GUARDED_BY(staging_mu_);  // prepare_staging's newest layout
+  bool staging_queued_ CAIRN_GUARDED_BY(staging_mu_) = false;
   std::shared_ptr<engine::local_recycler> recycler_;  // local level on: retired node-local shards reused
   std::unique_ptr<engine::engine> engine_;
-  std::mutex catalog_mu_;
-  std::unique_ptr<history::catalog> catalog_;  // rank 0 only, GUARDED_BY(catalog_mu_)
+  cairn::mutex catalog_mu_;
+  std::unique_ptr<history::catalog> catalog_ CAIRN_GUARDED_BY(catalog_mu_);  // rank 0 only
 
   std::map<std::string, region> regions_;
   std::map<std::string, int64_t> last_version_;     // per checkpoint name

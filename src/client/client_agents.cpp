@@ -13,6 +13,7 @@
 #include "client/client.hpp"
 #include "format/layout.hpp"
 #include "util/clock.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn {
 
@@ -161,7 +162,7 @@ status client_impl::finish_agents() {
     // The agents committed these versions; the catalog learns of them here
     // (`cairn reindex` would find them too).
     if (rank() == 0) {
-      std::lock_guard lk(catalog_mu_);
+      cairn::lock_guard lk(catalog_mu_);
       for (const auto& [key, rec] : records_) {
         if (!catalog_ || !committed_by_agents(key.first, key.second)) continue;
         status st = catalog_->index_version(env_, cfg_.run, key.first, key.second);

@@ -22,6 +22,7 @@
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
 #include "util/names.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn {
 namespace {
@@ -172,7 +173,7 @@ run_lease::run_lease(std::string path, lease_holder me, double timeout_s)
 
 run_lease::~run_lease() {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -181,9 +182,9 @@ run_lease::~run_lease() {
 
 void run_lease::renew_loop() {
   const auto period = std::chrono::duration<double>(timeout_s_ / 4);
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   bool warned = false;
-  while (!cv_.wait_for(lk, period, [this] { return stop_; })) {
+  while (!cv_.wait_for(lk, period, [this]() CAIRN_REQUIRES(mu_) { return stop_; })) {
     auto h = read_holder(path_);
     if (h && h->id == me_.id) {
       (void)::utimensat(AT_FDCWD, path_.c_str(), nullptr, 0);
@@ -197,7 +198,7 @@ void run_lease::renew_loop() {
 
 void run_lease::release() {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();

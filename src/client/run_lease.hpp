@@ -9,13 +9,13 @@
 #ifndef CAIRN_CLIENT_RUN_LEASE_HPP
 #define CAIRN_CLIENT_RUN_LEASE_HPP
 
-#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "cairn/status.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn {
 
@@ -66,9 +66,9 @@ class run_lease {
   std::string path_;
   lease_holder me_;
   double timeout_s_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // GUARDED_BY(mu_)
+  cairn::mutex mu_;
+  cairn::condition_variable cv_;
+  bool stop_ CAIRN_GUARDED_BY(mu_) = false;
   std::thread renewer_;
 };
 

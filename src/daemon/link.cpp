@@ -10,6 +10,7 @@
 
 #include "format/shard.hpp"
 #include "util/hex.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::daemon {
 
@@ -51,14 +52,14 @@ link::~link() {
 }
 
 bool link::alive() {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   return alive_;
 }
 
 void link::lost(const std::string& why) {
   bool warn;
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     warn = alive_ && !said_bye_;
     alive_ = false;
   }
@@ -88,7 +89,7 @@ void link::reader_main() {
     r.hash_s = meta.value("hash_s", 0.0);
     r.payload = std::move(f->payload);
     {
-      std::lock_guard lk(mu_);
+      cairn::lock_guard lk(mu_);
       reports_[{meta.value("id", uint64_t{0}), meta.value("stage", std::string())}] = std::move(r);
     }
     cv_.notify_all();
@@ -103,7 +104,7 @@ bool link::submit(engine::version_job& job) {
   uint64_t id;
   bool send_slot;
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (!alive_) return false;
     id = next_id_++;
     send_slot = slots_sent_.insert(job.image->id()).second;
@@ -125,16 +126,16 @@ bool link::submit(engine::version_job& job) {
 
 void link::release_slot(uint64_t id) {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (!alive_ || slots_sent_.erase(id) == 0) return;
   }
   (void)ch_.send({msg::release, json{{"id", id}}.dump(), {}, -1});
 }
 
 stage_report link::wait(const engine::version_job& job, const std::string& stage) {
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   const auto key = std::make_pair(job.daemon_id, stage);
-  cv_.wait(lk, [&] { return job.daemon_id == 0 || !alive_ || abandoned_ || reports_.count(key); });
+  cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) { return job.daemon_id == 0 || !alive_ || abandoned_ || reports_.count(key); });
   auto it = reports_.find(key);
   if (abandoned_ && it == reports_.end()) {
     stage_report r;
@@ -159,7 +160,7 @@ void link::committed(const std::string& name, int64_t version) {
 
 void link::abandon() {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     abandoned_ = true;
   }
   cv_.notify_all();
@@ -167,7 +168,7 @@ void link::abandon() {
 
 void link::bye() {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (said_bye_) return;
     said_bye_ = true;
     if (!alive_) return;

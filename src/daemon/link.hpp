@@ -12,7 +12,6 @@
 #ifndef CAIRN_DAEMON_LINK_HPP
 #define CAIRN_DAEMON_LINK_HPP
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -23,6 +22,7 @@
 
 #include "daemon/protocol.hpp"
 #include "engine/engine.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::daemon {
 
@@ -78,14 +78,14 @@ class link {
   int pid_ = 0;
   std::string plane_name_;
   std::thread reader_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool alive_ = true;                                          // GUARDED_BY(mu_)
-  bool said_bye_ = false;                                      // GUARDED_BY(mu_)
-  bool abandoned_ = false;                                     // GUARDED_BY(mu_)
-  uint64_t next_id_ = 1;                                       // GUARDED_BY(mu_)
-  std::set<uint64_t> slots_sent_;                              // GUARDED_BY(mu_)
-  std::map<std::pair<uint64_t, std::string>, stage_report> reports_;  // GUARDED_BY(mu_)
+  cairn::mutex mu_;
+  cairn::condition_variable cv_;
+  bool alive_ CAIRN_GUARDED_BY(mu_) = true;
+  bool said_bye_ CAIRN_GUARDED_BY(mu_) = false;
+  bool abandoned_ CAIRN_GUARDED_BY(mu_) = false;
+  uint64_t next_id_ CAIRN_GUARDED_BY(mu_) = 1;
+  std::set<uint64_t> slots_sent_ CAIRN_GUARDED_BY(mu_);
+  std::map<std::pair<uint64_t, std::string>, stage_report> reports_ CAIRN_GUARDED_BY(mu_);
 };
 
 // The client's stage graph in daemon mode. The image proxy (essential)

@@ -16,6 +16,7 @@
 #include "util/hash.hpp"
 #include "util/hex.hpp"
 #include "util/json.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::daemon {
 namespace {
@@ -55,7 +56,7 @@ status channel::send(const frame& f) {
   put_u32(&buf, static_cast<uint32_t>(f.meta.size()));
   buf += f.meta;
   buf += f.payload;
-  std::lock_guard lk(send_mu_);
+  cairn::lock_guard lk(send_mu_);
   size_t off = 0;
   while (off < buf.size()) {
     iovec iov{buf.data() + off, buf.size() - off};

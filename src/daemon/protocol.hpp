@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cairn/status.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::daemon {
 
@@ -74,7 +75,7 @@ class channel {
   status read_exact(char* p, size_t n);
   int fd_ = -1;
   uint32_t max_frame_ = 1u << 30;
-  std::mutex send_mu_;
+  cairn::mutex send_mu_;
   std::deque<int> fds_;  // received descriptors not yet claimed by a frame
 };
 

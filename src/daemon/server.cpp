@@ -35,6 +35,7 @@
 #include "util/json.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "redundancy/stage.hpp"
+#include "util/mutex.hpp"
 #endif
 
 namespace cairn::daemon {
@@ -125,10 +126,10 @@ class session {
   // Redundancy: what a protected version's MANIFEST records (the job's sets).
   std::optional<format::redundancy_info> redundancy_record_;
   std::map<uint64_t, std::shared_ptr<util::aligned_buffer>> slots_;
-  std::mutex mu_;
+  cairn::mutex mu_;
   // Versions written to the persistent level and not yet committed by the
-  // application, by (name, version). GUARDED_BY(mu_)
-  std::map<std::pair<std::string, int64_t>, format::shard_header> uncommitted_;
+  // application, by (name, version).
+  std::map<std::pair<std::string, int64_t>, format::shard_header> uncommitted_ CAIRN_GUARDED_BY(mu_);
 };
 
 void session::serve() {
@@ -334,7 +335,7 @@ status session::release_slot(const frame& f) {
 
 status session::committed(const frame& f) {
   CAIRN_ASSIGN_OR_RETURN(committed_msg m, decode_committed(f.meta));
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   uncommitted_.erase({m.name, m.version});
   return {};
 }
@@ -389,12 +390,12 @@ void session::report(const job& j, const std::string& stage, const status& st) {
 }
 
 void session::wrote_persistent(const format::shard_header& h) {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   uncommitted_[{h.name, h.version}] = h;
 }
 
 void session::commit_leftovers() {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   for (const auto& [key, h] : uncommitted_) {
     auto done = format::commit_if_complete(storage::storage_env::posix(), cfg_.persistent, h, executable_, mode_);
     const std::string what = "'" + h.name + "' version " + std::to_string(h.version) + " of run '" + h.run + "'";

@@ -51,7 +51,7 @@ void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
     job->capture.publish(job->header.file_size);
     job->capture.end();
   }
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   job->seq = next_seq_++;
   job->stage_state.assign(stages_.size(), 0);
   job->stages_left = stages_.size();
@@ -87,7 +87,7 @@ void engine::captured(version_job& job) {
   bool wake = false;
   std::vector<std::shared_ptr<version_job>> finished;
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (!job.capturing) return;
     job.capturing = false;
     finished = schedule();
@@ -104,7 +104,7 @@ void engine::submit_task(std::function<status()> task, task_priority priority) {
   }
   bool wake = false;
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     (priority == task_priority::low ? low_tasks_ : tasks_).push_back(std::move(task));
     wake = claim_wake();
   }
@@ -124,14 +124,14 @@ bool engine::claim_wake() {
 }
 
 void engine::latch(const status& st) {
-  // Caller holds mu_. Keep the first error until it is taken.
+  // Keep the first error until it is taken.
   if (error_.is_ok()) error_ = st;
 }
 
 void engine::run_task(const std::function<status()>& task) {
   status st = util::contained("background task", task);
   if (!st) {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     latch(st);
   }
 }
@@ -206,7 +206,7 @@ void engine::run_stage(version_job& job, size_t i) {
   std::vector<std::shared_ptr<version_job>> finished;
   bool wake = false;
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     end_stage(job, i, true, st);
     finished = schedule();
     wake = mode_ == engine_mode::thread && claim_wake();
@@ -226,7 +226,7 @@ void engine::release_slots(std::vector<std::shared_ptr<version_job>> finished) {
     job->image = nullptr;
   }
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     for (auto& job : finished) job->finished = true;
   }
   state_cv_.notify_all();
@@ -234,10 +234,10 @@ void engine::release_slots(std::vector<std::shared_ptr<version_job>> finished) {
 
 void engine::worker_main(const util::thread_setup& setup) {
   (void)util::setup_this_thread(setup);  // best effort: placement and priority are hints
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   for (;;) {
     ++idle_;
-    work_cv_.wait(lk, [&] { return has_work() || (stopping_ && running_ == 0); });
+    work_cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) { return has_work() || (stopping_ && running_ == 0); });
     --idle_;
     wake_pending_ = false;
     if (!has_work()) return;  // stopping and drained
@@ -267,7 +267,7 @@ void engine::worker_main(const util::thread_setup& setup) {
 
 void engine::levels(const version_job& job, unsigned* done, unsigned* failed, bool* finished, status* error,
                     status* soft_error) {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   *done = job.done;
   *failed = job.failed;
   *finished = job.finished;
@@ -276,31 +276,31 @@ void engine::levels(const version_job& job, unsigned* done, unsigned* failed, bo
 }
 
 void engine::wait_levels(const version_job& job, unsigned mask) {
-  std::unique_lock lk(mu_);
-  state_cv_.wait(lk, [&] { return job.finished || ((job.done | job.failed) & mask & job.wanted) == (mask & job.wanted); });
+  cairn::unique_lock lk(mu_);
+  state_cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) { return job.finished || ((job.done | job.failed) & mask & job.wanted) == (mask & job.wanted); });
 }
 
 void engine::wait_idle() {
-  std::unique_lock lk(mu_);
-  state_cv_.wait(lk, [&] {
+  cairn::unique_lock lk(mu_);
+  state_cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) {
     return tasks_.empty() && ready_.empty() && low_tasks_.empty() && active_.empty() && running_ == 0;
   });
 }
 
 status engine::take_error() {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   return std::exchange(error_, status());
 }
 
 bool engine::has_error() {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   return !error_.is_ok();
 }
 
 void engine::shutdown(bool drain) {
   std::vector<std::shared_ptr<version_job>> finished;
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (workers_.empty()) return;
     if (!drain) {
       // Drop everything not started; stages already running finish normally
@@ -326,7 +326,7 @@ void engine::shutdown(bool drain) {
   for (auto& w : workers_) w.join();
   workers_.clear();
   // Whatever was still running when the workers were told to stop has ended.
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   for (auto& job : active_) job->finished = true;
 }
 

@@ -22,12 +22,10 @@
 #define CAIRN_ENGINE_ENGINE_HPP
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +37,7 @@
 #include "format/shard.hpp"
 #include "util/config.hpp"
 #include "util/cpu.hpp"
+#include "util/mutex.hpp"
 #include "util/progress.hpp"
 
 namespace cairn::engine {
@@ -103,7 +102,8 @@ struct version_job {
          persistent_at = 0;
   double protected_at = 0;  // redundancy: when this rank's set was complete
 
-  // The engine's own bookkeeping (GUARDED_BY(engine::mu_)): per stage,
+  // The engine's own bookkeeping, guarded by engine::mu_ (not annotated: a job
+  // does not know its engine, so the analysis cannot name that mutex): per stage,
   // 0 waiting, 1 queued or running, 2 ended; stages not yet ended; whether an
   // essential stage failed.
   std::vector<uint8_t> stage_state;
@@ -112,11 +112,11 @@ struct version_job {
   bool capturing = false;  // only stages that follow the capture may start
 
   // Written by stages, read through engine::levels().
-  unsigned done = 0;    // GUARDED_BY(engine::mu_)
-  unsigned failed = 0;  // GUARDED_BY(engine::mu_)
-  bool finished = false;  // GUARDED_BY(engine::mu_): all stages ran or were skipped
-  status error;         // GUARDED_BY(engine::mu_): first failure of a latching stage
-  status soft_error;    // GUARDED_BY(engine::mu_): first failure of a stage that does not latch
+  unsigned done = 0;    // engine::mu_
+  unsigned failed = 0;  // engine::mu_
+  bool finished = false;  // engine::mu_: all stages ran or were skipped
+  status error;         // engine::mu_: first failure of a latching stage
+  status soft_error;    // engine::mu_: first failure of a stage that does not latch
 };
 
 class stage {
@@ -214,41 +214,38 @@ class engine {
     size_t stage;
   };
   void worker_main(const util::thread_setup& setup);
-  // Caller holds mu_. Marks every stage of the active jobs that may start now:
-  // queued in ready_ (or, for a stage that does not apply, ended at once).
-  // Returns the jobs that finished (their slots are released by the caller,
-  // outside mu_).
-  std::vector<std::shared_ptr<version_job>> schedule();
-  // Caller holds mu_. Ends stage i of the job: records the outcome.
-  void end_stage(version_job& job, size_t i, bool ran, const status& st);
-  void run_stage(version_job& job, size_t i);  // runs it (without mu_), then ends it
-  void run_task(const std::function<status()>& task);
-  void release_slots(std::vector<std::shared_ptr<version_job>> finished);
-  // Caller holds mu_. Whether the caller should wake a worker (notify_one
-  // after releasing mu_): work is queued, a worker is idle, and no wake-up
-  // is in flight already.
-  bool claim_wake();
-  // Caller holds mu_.
-  bool has_work() const { return !tasks_.empty() || !ready_.empty() || !low_tasks_.empty(); }
-  void latch(const status& st);
+  // Marks every stage of the active jobs that may start now: queued in ready_
+  // (or, for a stage that does not apply, ended at once). Returns the jobs that
+  // finished (their slots are released by the caller, outside mu_).
+  std::vector<std::shared_ptr<version_job>> schedule() CAIRN_REQUIRES(mu_);
+  // Ends stage i of the job: records the outcome.
+  void end_stage(version_job& job, size_t i, bool ran, const status& st) CAIRN_REQUIRES(mu_);
+  void run_stage(version_job& job, size_t i) CAIRN_EXCLUDES(mu_);  // runs it, then ends it
+  void run_task(const std::function<status()>& task) CAIRN_EXCLUDES(mu_);
+  void release_slots(std::vector<std::shared_ptr<version_job>> finished) CAIRN_EXCLUDES(mu_);
+  // Whether the caller should wake a worker (notify_one after releasing mu_):
+  // work is queued, a worker is idle, and no wake-up is in flight already.
+  bool claim_wake() CAIRN_REQUIRES(mu_);
+  bool has_work() const CAIRN_REQUIRES(mu_) { return !tasks_.empty() || !ready_.empty() || !low_tasks_.empty(); }
+  void latch(const status& st) CAIRN_REQUIRES(mu_);
 
   const engine_mode mode_;
   std::vector<std::unique_ptr<stage>> stages_;
   std::vector<std::vector<size_t>> after_;
 
-  std::mutex mu_;
-  std::condition_variable work_cv_;     // workers: something was queued (or stopping)
-  std::condition_variable state_cv_;    // waiters: a stage, job or worker ended
-  std::deque<std::shared_ptr<version_job>> active_;  // GUARDED_BY(mu_): submitted, not finished, by seq
-  std::deque<ready_stage> ready_;       // GUARDED_BY(mu_): may run now
-  std::deque<std::function<status()>> tasks_, low_tasks_;  // GUARDED_BY(mu_)
-  std::vector<uint64_t> stage_next_;    // GUARDED_BY(mu_): next seq allowed into stage i
-  uint64_t next_seq_ = 0;               // GUARDED_BY(mu_)
-  int running_ = 0;                     // GUARDED_BY(mu_)
-  int idle_ = 0;                        // GUARDED_BY(mu_): workers waiting for work
-  bool wake_pending_ = false;           // GUARDED_BY(mu_): a worker was notified and has not woken yet
-  bool stopping_ = false;               // GUARDED_BY(mu_)
-  status error_;                        // GUARDED_BY(mu_)
+  cairn::mutex mu_;
+  cairn::condition_variable work_cv_;   // workers: something was queued (or stopping)
+  cairn::condition_variable state_cv_;  // waiters: a stage, job or worker ended
+  std::deque<std::shared_ptr<version_job>> active_ CAIRN_GUARDED_BY(mu_);  // submitted, not finished, by seq
+  std::deque<ready_stage> ready_ CAIRN_GUARDED_BY(mu_);                    // may run now
+  std::deque<std::function<status()>> tasks_ CAIRN_GUARDED_BY(mu_), low_tasks_ CAIRN_GUARDED_BY(mu_);
+  std::vector<uint64_t> stage_next_ CAIRN_GUARDED_BY(mu_);  // next seq allowed into stage i
+  uint64_t next_seq_ CAIRN_GUARDED_BY(mu_) = 0;
+  int running_ CAIRN_GUARDED_BY(mu_) = 0;
+  int idle_ CAIRN_GUARDED_BY(mu_) = 0;                 // workers waiting for work
+  bool wake_pending_ CAIRN_GUARDED_BY(mu_) = false;    // a worker was notified and has not woken yet
+  bool stopping_ CAIRN_GUARDED_BY(mu_) = false;
+  status error_ CAIRN_GUARDED_BY(mu_);
   std::vector<std::thread> workers_;
 };
 

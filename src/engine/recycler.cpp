@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "format/layout.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::engine {
 
@@ -15,7 +16,7 @@ local_recycler::local_recycler(storage::storage_env* env, const std::string& scr
 
 status local_recycler::clear() {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     bin_.clear();
   }
   auto names = env_->list(dir_);
@@ -26,12 +27,12 @@ status local_recycler::clear() {
 }
 
 void local_recycler::wrote(const std::string& path, uint64_t size) {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   written_[path] = size;
 }
 
 status local_recycler::retire(const std::string& path) {
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   auto it = written_.find(path);
   if (it == written_.end() || bin_.size() >= max_files_) {
     if (it != written_.end()) written_.erase(it);
@@ -57,7 +58,7 @@ status local_recycler::retire(const std::string& path) {
 }
 
 bool local_recycler::take(uint64_t size, const std::string& to) {
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   auto it = std::find_if(bin_.begin(), bin_.end(), [&](const auto& b) { return b.second == size; });
   if (it == bin_.end()) return false;
   std::string from = std::move(it->first);

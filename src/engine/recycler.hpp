@@ -22,6 +22,7 @@
 
 #include "cairn/status.hpp"
 #include "storage/storage_env.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::engine {
 
@@ -45,10 +46,10 @@ class local_recycler {
   std::string dir_;
   std::string prefix_;  // shard.<rank>.
   size_t max_files_;
-  std::mutex mu_;
-  std::map<std::string, uint64_t> written_;  // GUARDED_BY(mu_): path -> size, shards this process wrote
-  std::vector<std::pair<std::string, uint64_t>> bin_;  // GUARDED_BY(mu_): binned path, size
-  uint64_t next_ = 0;                                  // GUARDED_BY(mu_)
+  cairn::mutex mu_;
+  std::map<std::string, uint64_t> written_ CAIRN_GUARDED_BY(mu_);  // path -> size, shards this process wrote
+  std::vector<std::pair<std::string, uint64_t>> bin_ CAIRN_GUARDED_BY(mu_);  // binned path, size
+  uint64_t next_ CAIRN_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cairn::engine

@@ -6,42 +6,43 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include "util/mutex.hpp"
 
 namespace cairn::engine {
 
 status staging_pool::try_reserve(size_t need_bytes, size_t slot_bytes, int slots) {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     if (need_bytes <= slot_bytes_ && static_cast<int>(all_.size()) >= slots) return {};
   }
   return make(slot_bytes, slots, false, true);
 }
 
 void staging_pool::pause() {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   ++paused_;
 }
 
 void staging_pool::resume() {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     --paused_;
   }
   cv_.notify_all();
 }
 
 void staging_pool::set_on_drop(std::function<void(uint64_t id)> f) {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   on_drop_ = std::move(f);
 }
 
 void staging_pool::set_shared(bool shared) {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   shared_ = shared;
 }
 
 size_t staging_pool::slot_bytes() const {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   return slot_bytes_;
 }
 
@@ -53,7 +54,7 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
   // Buffers are mapped and faulted in outside the lock: acquire, release and
   // has_free stay quick meanwhile (an engine task may be the one reserving).
   constexpr size_t piece = size_t{16} << 20;  // faulted in between two looks at pause
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   for (;;) {
     const bool replace = slot_bytes > slot_bytes_;
     const size_t size = replace ? slot_bytes : slot_bytes_;
@@ -61,7 +62,7 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
     if (static_cast<int>(have) >= slots) return {};
     if (replace && free_.size() != all_.size()) {
       if (!wait) return {};
-      cv_.wait(lk, [&] { return free_.size() == all_.size(); });
+      cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) { return free_.size() == all_.size(); });
       continue;
     }
     // Slots being made at least this large serve too (one made larger
@@ -84,7 +85,7 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
     auto buf = shared ? aligned_buffer::allocate_shared(size, !ahead) : aligned_buffer::allocate(size, !ahead);
     for (size_t off = 0; buf && ahead && off < size; off += piece) {
       lk.lock();
-      cv_.wait(lk, [&] { return paused_ == 0 || waiting_ > 0; });
+      cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) { return paused_ == 0 || waiting_ > 0; });
       lk.unlock();
       buf->touch(off, off + piece);
     }
@@ -111,10 +112,10 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
 }
 
 aligned_buffer* staging_pool::acquire(bool wait) {
-  std::unique_lock lk(mu_);
+  cairn::unique_lock lk(mu_);
   if (free_.empty()) {
     if (!wait) return nullptr;
-    cv_.wait(lk, [&] { return !free_.empty(); });
+    cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) { return !free_.empty(); });
   }
   aligned_buffer* b = free_.back();
   free_.pop_back();
@@ -123,19 +124,19 @@ aligned_buffer* staging_pool::acquire(bool wait) {
 
 void staging_pool::release(aligned_buffer* slot) {
   {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     free_.push_back(slot);
   }
   cv_.notify_all();
 }
 
 bool staging_pool::has_free() {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   return !free_.empty();
 }
 
 int staging_pool::slots() const {
-  std::lock_guard lk(mu_);
+  cairn::lock_guard lk(mu_);
   return static_cast<int>(all_.size());
 }
 

@@ -5,7 +5,6 @@
 #ifndef CAIRN_ENGINE_STAGING_HPP
 #define CAIRN_ENGINE_STAGING_HPP
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -16,6 +15,7 @@
 
 #include "cairn/status.hpp"
 #include "util/aligned_buffer.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::engine {
 
@@ -62,18 +62,18 @@ class staging_pool {
   int slots() const;
 
  private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<aligned_buffer>> all_;  // GUARDED_BY(mu_)
-  std::vector<aligned_buffer*> free_;                 // GUARDED_BY(mu_)
+  mutable cairn::mutex mu_;
+  cairn::condition_variable cv_;
+  std::vector<std::unique_ptr<aligned_buffer>> all_ CAIRN_GUARDED_BY(mu_);
+  std::vector<aligned_buffer*> free_ CAIRN_GUARDED_BY(mu_);
   status make(size_t slot_bytes, int slots, bool wait, bool ahead);
 
-  size_t slot_bytes_ = 0;                             // GUARDED_BY(mu_)
-  bool shared_ = false;                               // GUARDED_BY(mu_)
-  std::function<void(uint64_t)> on_drop_;             // GUARDED_BY(mu_)
-  std::vector<size_t> making_;                        // GUARDED_BY(mu_): sizes of the slots being made
-  int waiting_ = 0;                                   // GUARDED_BY(mu_): reserves waiting for them
-  int paused_ = 0;                                    // GUARDED_BY(mu_)
+  size_t slot_bytes_ CAIRN_GUARDED_BY(mu_) = 0;
+  bool shared_ CAIRN_GUARDED_BY(mu_) = false;
+  std::function<void(uint64_t)> on_drop_ CAIRN_GUARDED_BY(mu_);
+  std::vector<size_t> making_ CAIRN_GUARDED_BY(mu_);  // sizes of the slots being made
+  int waiting_ CAIRN_GUARDED_BY(mu_) = 0;  // reserves waiting for them
+  int paused_ CAIRN_GUARDED_BY(mu_) = 0;
 };
 
 // staging_pool::pause for the lifetime of the object.

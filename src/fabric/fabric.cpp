@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "util/hex.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::fabric {
 
@@ -229,19 +229,19 @@ struct fabric_context::impl {
   std::vector<std::byte> msg_area;
   memory_region msg_mr;
 
-  std::mutex mu;
-  std::condition_variable cv;
+  cairn::mutex mu;
+  cairn::condition_variable cv;
   // Slots: stable addresses, owned here for the context's life.
-  std::vector<std::unique_ptr<op_slot>> rma_slots;   // GUARDED_BY(mu)
-  std::vector<std::unique_ptr<op_slot>> send_slots;  // GUARDED_BY(mu)
-  std::vector<std::unique_ptr<op_slot>> recv_slots;  // GUARDED_BY(mu)
-  std::vector<op_slot*> repost;                      // GUARDED_BY(mu): receives to post again
-  std::deque<std::string> inbox;                     // GUARDED_BY(mu)
-  std::function<bool(std::string_view)> keep;        // GUARDED_BY(mu): the inbox filter
+  std::vector<std::unique_ptr<op_slot>> rma_slots CAIRN_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<op_slot>> send_slots CAIRN_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<op_slot>> recv_slots CAIRN_GUARDED_BY(mu);
+  std::vector<op_slot*> repost CAIRN_GUARDED_BY(mu);  // receives to post again
+  std::deque<std::string> inbox CAIRN_GUARDED_BY(mu);
+  std::function<bool(std::string_view)> keep CAIRN_GUARDED_BY(mu);  // the inbox filter
   std::atomic<uint64_t> dropped{0};                  // messages refused by keep or a full inbox
-  std::map<std::string, fabric_addr> peers;          // GUARDED_BY(mu): name -> AV address
-  bool polling = false;  // GUARDED_BY(mu): one thread reads the CQ at a time
-  status failed;         // GUARDED_BY(mu): latched fatal error (timeout, CQ failure)
+  std::map<std::string, fabric_addr> peers CAIRN_GUARDED_BY(mu);  // name -> AV address
+  bool polling CAIRN_GUARDED_BY(mu) = false;  // one thread reads the CQ at a time
+  status failed CAIRN_GUARDED_BY(mu);  // latched fatal error (timeout, CQ failure)
   // Keys this side chooses (no FI_MR_PROV_KEY) are random within the
   // provider's key size: a peer cannot guess another registration's key.
   uint64_t key_mask = ~uint64_t{0};
@@ -273,8 +273,8 @@ struct fabric_context::impl {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(opts.timeout_s));
   }
 
-  // Posts receive buffers that a completion handed back. Called with mu held.
-  void post_receives() {
+  // Posts receive buffers that a completion handed back.
+  void post_receives() CAIRN_REQUIRES(mu) {
     while (!repost.empty()) {
       op_slot* s = repost.back();
       ssize_t ret = fi_recv(ep.get(), s->buf, kMessageBytes, msg_mr.descriptor(), FI_ADDR_UNSPEC, &s->fi_ctx);
@@ -287,8 +287,8 @@ struct fabric_context::impl {
     }
   }
 
-  // Handles one completion. Called with mu held.
-  void complete(op_slot* s, int err, std::string err_text, size_t len) {
+  // Handles one completion.
+  void complete(op_slot* s, int err, std::string err_text, size_t len) CAIRN_REQUIRES(mu) {
     if (s->kind == op_kind::recv) {
       if (err == 0) {
         const std::string_view msg(reinterpret_cast<const char*>(s->buf), len);
@@ -319,14 +319,14 @@ struct fabric_context::impl {
     // the wait (SIGSTOP/SIGCONT, a profiler): neither is a failure.
     if (n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_EINTR) {
       if (!waitable && wait_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      std::lock_guard lk(mu);
+      cairn::lock_guard lk(mu);
       post_receives();
       return;
     }
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry e{};
       ssize_t r = fi_cq_readerr(cq.get(), &e, 0);
-      std::lock_guard lk(mu);
+      cairn::lock_guard lk(mu);
       if (r < 0) {
         if (r != -FI_EAGAIN && failed.is_ok()) failed = fabric_error(static_cast<int>(r), "fi_cq_readerr");
         return;
@@ -339,7 +339,7 @@ struct fabric_context::impl {
       post_receives();
       return;
     }
-    std::lock_guard lk(mu);
+    cairn::lock_guard lk(mu);
     if (n < 0) {
       if (failed.is_ok()) failed = fabric_error(static_cast<int>(n), "reading the completion queue");
       return;
@@ -350,13 +350,15 @@ struct fabric_context::impl {
   }
 
   // Drives progress from a waiting caller: becomes the poller if nobody is,
-  // else waits for the poller's news. Called with lk held; returns with it held.
-  void drive(std::unique_lock<std::mutex>& lk, int wait_ms) {
+  // else waits for the poller's news. `lk` holds mu; it is held again on return.
+  // The poll runs with mu released through the mutex itself (the analysis cannot
+  // follow a lock passed by reference); `lk` still owns it when the caller resumes.
+  void drive(cairn::unique_lock& lk, int wait_ms) CAIRN_REQUIRES(mu) {
     if (!polling) {
       polling = true;
-      lk.unlock();
+      mu.unlock();
       poll_once(wait_ms);
-      lk.lock();
+      mu.lock();
       polling = false;
       cv.notify_all();
     } else {
@@ -365,7 +367,7 @@ struct fabric_context::impl {
   }
 
   void progress_loop() {
-    std::unique_lock lk(mu);
+    cairn::unique_lock lk(mu);
     while (!stop) drive(lk, kWaitSliceMs);
   }
 
@@ -501,23 +503,23 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
   // Messages: registered buffers (FI_MR_LOCAL providers need descriptors).
   m.msg_area.resize(kMessageBytes * (kRecvPosted + kSendSlots));
   CAIRN_ASSIGN_OR_RETURN(m.msg_mr, ctx->register_memory(m.msg_area.data(), m.msg_area.size(), kLocal));
-  for (int i = 0; i < kRecvPosted; ++i) {
-    auto s = std::make_unique<op_slot>();
-    s->kind = op_kind::recv;
-    s->busy = true;
-    s->buf = m.msg_area.data() + i * kMessageBytes;
-    m.repost.push_back(s.get());
-    m.recv_slots.push_back(std::move(s));
-  }
-  for (int i = 0; i < kSendSlots; ++i) {
-    auto s = std::make_unique<op_slot>();
-    s->kind = op_kind::send;
-    s->buf = m.msg_area.data() + (kRecvPosted + i) * kMessageBytes;
-    m.send_slots.push_back(std::move(s));
-  }
-  for (int i = 0; i < m.props.max_outstanding; ++i) m.rma_slots.push_back(std::make_unique<op_slot>());
   {
-    std::lock_guard lk(m.mu);
+    cairn::lock_guard lk(m.mu);  // no other thread yet: taken for the analysis
+    for (int i = 0; i < kRecvPosted; ++i) {
+      auto s = std::make_unique<op_slot>();
+      s->kind = op_kind::recv;
+      s->busy = true;
+      s->buf = m.msg_area.data() + i * kMessageBytes;
+      m.repost.push_back(s.get());
+      m.recv_slots.push_back(std::move(s));
+    }
+    for (int i = 0; i < kSendSlots; ++i) {
+      auto s = std::make_unique<op_slot>();
+      s->kind = op_kind::send;
+      s->buf = m.msg_area.data() + (kRecvPosted + i) * kMessageBytes;
+      m.send_slots.push_back(std::move(s));
+    }
+    for (int i = 0; i < m.props.max_outstanding; ++i) m.rma_slots.push_back(std::make_unique<op_slot>());
     m.post_receives();
     if (!m.failed.is_ok()) return m.failed;
   }
@@ -570,7 +572,7 @@ result<memory_region> fabric_context::register_memory(void* ptr, size_t len, uns
 result<fabric_addr> fabric_context::insert_peer(std::string_view name) {
   impl& m = *impl_;
   if (name.empty()) return status(errc::invalid_argument, "insert_peer: empty name");
-  std::lock_guard lk(m.mu);
+  cairn::lock_guard lk(m.mu);
   auto it = m.peers.find(std::string(name));
   if (it != m.peers.end()) return it->second;
   fi_addr_t addr = FI_ADDR_NOTAVAIL;
@@ -608,7 +610,7 @@ status fabric_context::impl::rma(bool is_read, fabric_addr peer, std::span<const
   status first;
   size_t next = 0;
   auto last_news = clock_type::now();
-  std::unique_lock lk(mu);
+  cairn::unique_lock lk(mu);
   const fi_addr_t dest = peer;
   while (next < pieces.size() || !mine.empty()) {
     if (!failed.is_ok()) return failed;  // slots stay busy: the context is dead
@@ -730,7 +732,7 @@ status fabric_context::send(fabric_addr peer, std::span<const std::byte> message
   if (message.size() > kMessageBytes)
     return status(errc::invalid_argument, "send: message of " + std::to_string(message.size()) + " bytes exceeds " +
                                               std::to_string(kMessageBytes));
-  std::unique_lock lk(m.mu);
+  cairn::unique_lock lk(m.mu);
   const fi_addr_t dest = peer;
   auto start = clock_type::now();
   op_slot* s = nullptr;
@@ -781,7 +783,7 @@ status fabric_context::send(fabric_addr peer, std::span<const std::byte> message
 }
 
 void fabric_context::set_inbox_filter(std::function<bool(std::string_view)> keep) {
-  std::lock_guard lk(impl_->mu);
+  cairn::lock_guard lk(impl_->mu);
   impl_->keep = std::move(keep);
 }
 
@@ -792,7 +794,7 @@ result<std::string> fabric_context::recv(double timeout_s) {
   if (timeout_s < 0) timeout_s = m.opts.timeout_s;
   const auto deadline =
       clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(timeout_s));
-  std::unique_lock lk(m.mu);
+  cairn::unique_lock lk(m.mu);
   while (m.inbox.empty()) {
     if (!m.failed.is_ok()) return m.failed;
     auto now = clock_type::now();
@@ -806,13 +808,13 @@ result<std::string> fabric_context::recv(double timeout_s) {
 }
 
 status fabric_context::health() const {
-  std::lock_guard lk(impl_->mu);
+  cairn::lock_guard lk(impl_->mu);
   return impl_->failed;
 }
 
 status fabric_context::progress() {
   impl& m = *impl_;
-  std::unique_lock lk(m.mu);
+  cairn::unique_lock lk(m.mu);
   if (!m.failed.is_ok()) return m.failed;
   if (!m.polling) m.drive(lk, 0);
   return m.failed;

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include "util/mutex.hpp"
 
 namespace cairn::fabric {
 
@@ -15,7 +16,7 @@ struct transfer_engine::impl {
   fabric_options lane_opts;
   std::vector<std::unique_ptr<fabric_context>> lanes;
   fabric_properties props;
-  std::mutex call_mu;  // one pull/push at a time
+  cairn::mutex call_mu;  // one pull/push at a time
 
   status ensure_lanes() {
     for (auto& lane : lanes) {
@@ -74,7 +75,7 @@ status transfer_engine::impl::run(bool is_read, const remote_buffer& rb, std::sp
   if (total == 0) return {};
   if (rb.peer.empty()) return status(errc::invalid_argument, std::string(what) + ": no peer name");
 
-  std::lock_guard call(call_mu);
+  cairn::lock_guard call(call_mu);
   CAIRN_RETURN_IF_ERROR(ensure_lanes());
   const size_t n = lanes.size();
 

@@ -6,24 +6,25 @@
 
 #include "format/layout.hpp"
 #include "util/clock.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::format {
 
 status sync_version_parents(storage::storage_env* env, const std::string& store, const std::string& run,
                             const std::string& name) {
-  static std::mutex mu;
-  static std::set<std::string> synced;  // GUARDED_BY(mu): checkpoint directories whose chain is durable
+  static cairn::mutex mu;
+  static std::set<std::string> synced CAIRN_GUARDED_BY(mu);  // checkpoint directories whose chain is durable
   const std::string cdir = checkpoint_dir(store, run, name);
   CAIRN_RETURN_IF_ERROR(env->sync_dir(cdir));
   {
-    std::lock_guard lk(mu);
+    cairn::lock_guard lk(mu);
     if (synced.count(cdir)) return {};
   }
   const std::string rdir = storage::dirname_of(cdir);
   CAIRN_RETURN_IF_ERROR(env->sync_dir(rdir));
   CAIRN_RETURN_IF_ERROR(env->sync_dir(runs_dir(store)));
   CAIRN_RETURN_IF_ERROR(env->sync_dir(store));
-  std::lock_guard lk(mu);
+  cairn::lock_guard lk(mu);
   synced.insert(cdir);
   return {};
 }

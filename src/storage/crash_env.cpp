@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "storage/storage_env.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::storage {
 namespace {
@@ -46,15 +47,15 @@ class crash_env_impl final : public crash_env {
   crash_env_impl(storage_env* base, std::string backup_dir) : base_(base), backup_dir_(std::move(backup_dir)) {}
 
   void freeze_after(int64_t ops) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     freeze_at_ = ops_ + ops;
   }
   int64_t operations() const override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     return ops_;
   }
   bool frozen() const override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     return freeze_at_ >= 0 && ops_ >= freeze_at_;
   }
 
@@ -63,7 +64,7 @@ class crash_env_impl final : public crash_env {
     file(crash_env_impl* env, std::string path, std::unique_ptr<writable_file> f)
         : env_(env), path_(std::move(path)), f_(std::move(f)) {}
     status write_at(uint64_t off, const void* d, size_t n) override {
-      std::lock_guard lk(env_->mu_);
+      cairn::lock_guard lk(env_->mu_);
       CAIRN_RETURN_IF_ERROR(env_->step("write", path_));
       undo_write u;
       u.offset = off;
@@ -85,7 +86,7 @@ class crash_env_impl final : public crash_env {
       return {};
     }
     status sync() override {
-      std::lock_guard lk(env_->mu_);
+      cairn::lock_guard lk(env_->mu_);
       CAIRN_RETURN_IF_ERROR(env_->step("sync", path_));
       CAIRN_RETURN_IF_ERROR(f_->sync());
       auto& st = env_->files_[path_];
@@ -105,7 +106,7 @@ class crash_env_impl final : public crash_env {
   };
 
   result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     CAIRN_RETURN_IF_ERROR(step("create", path));
     const bool existed = base_->exists(path);
     CAIRN_ASSIGN_OR_RETURN(auto f, base_->create(path, want_direct, truncate));
@@ -123,7 +124,7 @@ class crash_env_impl final : public crash_env {
   result<std::unique_ptr<readable_file>> open_read(const std::string& path) override { return base_->open_read(path); }
 
   status rename(const std::string& from, const std::string& to) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     CAIRN_RETURN_IF_ERROR(step("rename", to));
     std::string backup;
     if (base_->exists(to)) {
@@ -140,7 +141,7 @@ class crash_env_impl final : public crash_env {
   }
 
   status sync_dir(const std::string& dir) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     CAIRN_RETURN_IF_ERROR(step("sync_dir", dir));
     CAIRN_RETURN_IF_ERROR(base_->sync_dir(dir));
     std::erase_if(journal_, [&](const entry_op& op) { return op.dir == dir; });
@@ -152,7 +153,7 @@ class crash_env_impl final : public crash_env {
   status make_dirs(const std::string& dir) override {
     std::vector<std::string> missing;
     {
-      std::lock_guard lk(mu_);
+      cairn::lock_guard lk(mu_);
       for (std::string cur = dir; !cur.empty() && cur != "/" && !base_->exists(cur); cur = dirname_of(cur))
         missing.push_back(cur);
       for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
@@ -167,7 +168,7 @@ class crash_env_impl final : public crash_env {
   }
 
   status remove_file(const std::string& path) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     CAIRN_RETURN_IF_ERROR(step("remove", path));
     if (!base_->exists(path)) return {};
     const std::string backup = next_backup();
@@ -178,7 +179,7 @@ class crash_env_impl final : public crash_env {
   }
 
   status remove_dir(const std::string& dir) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     CAIRN_RETURN_IF_ERROR(step("remove", dir));
     if (!base_->exists(dir)) return {};
     CAIRN_RETURN_IF_ERROR(base_->remove_dir(dir));
@@ -190,7 +191,7 @@ class crash_env_impl final : public crash_env {
   bool exists(const std::string& path) override { return base_->exists(path); }
 
   status crash(uint64_t seed) override {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     std::mt19937_64 rng(seed);
     // File data first, at the paths the files have now.
     for (auto& [path, st] : files_) {
@@ -278,23 +279,23 @@ class crash_env_impl final : public crash_env {
   }
 
  private:
-  // Caller holds mu_. Counts a mutating operation; once frozen, fails it.
-  status step(const char* op, const std::string& path) {
+  // Counts a mutating operation; once frozen, fails it.
+  status step(const char* op, const std::string& path) CAIRN_REQUIRES(mu_) {
     if (freeze_at_ >= 0 && ops_ >= freeze_at_)
       return {errc::io_error, std::string("crash_env: the machine is down (") + op + " " + path + ")"};
     ++ops_;
     return {};
   }
-  std::string next_backup() { return join(backup_dir_, "b" + std::to_string(++backups_)); }
+  std::string next_backup() CAIRN_REQUIRES(mu_) { return join(backup_dir_, "b" + std::to_string(++backups_)); }
 
   storage_env* base_;
   std::string backup_dir_;
-  mutable std::mutex mu_;
-  int64_t ops_ = 0;          // GUARDED_BY(mu_)
-  int64_t freeze_at_ = -1;   // GUARDED_BY(mu_)
-  uint64_t backups_ = 0;     // GUARDED_BY(mu_)
-  std::vector<entry_op> journal_;             // GUARDED_BY(mu_)
-  std::map<std::string, file_state> files_;  // GUARDED_BY(mu_)
+  mutable cairn::mutex mu_;
+  int64_t ops_ CAIRN_GUARDED_BY(mu_) = 0;
+  int64_t freeze_at_ CAIRN_GUARDED_BY(mu_) = -1;
+  uint64_t backups_ CAIRN_GUARDED_BY(mu_) = 0;
+  std::vector<entry_op> journal_ CAIRN_GUARDED_BY(mu_);
+  std::map<std::string, file_state> files_ CAIRN_GUARDED_BY(mu_);
 };
 
 }  // namespace

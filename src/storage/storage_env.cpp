@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "storage/storage_env.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::storage {
 
@@ -138,7 +139,7 @@ class rate_limited_env final : public forwarding_env {
     using clock = std::chrono::steady_clock;
     clock::time_point start;
     {
-      std::lock_guard lk(mu_);
+      cairn::lock_guard lk(mu_);
       const auto now = clock::now();
       if (next_ < now) next_ = now;
       start = next_;
@@ -173,8 +174,8 @@ class rate_limited_env final : public forwarding_env {
 
  private:
   const double rate_;
-  std::mutex mu_;
-  std::chrono::steady_clock::time_point next_{};  // GUARDED_BY(mu_): when the next chunk may start
+  cairn::mutex mu_;
+  std::chrono::steady_clock::time_point next_ CAIRN_GUARDED_BY(mu_){};  // when the next chunk may start
 };
 
 }  // namespace

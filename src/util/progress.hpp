@@ -2,9 +2,9 @@
 #ifndef CAIRN_UTIL_PROGRESS_HPP
 #define CAIRN_UTIL_PROGRESS_HPP
 
-#include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include "util/mutex.hpp"
 
 namespace cairn::util {
 
@@ -15,13 +15,13 @@ namespace cairn::util {
 class byte_progress {
  public:
   void start() {
-    std::lock_guard lk(mu_);
+    cairn::lock_guard lk(mu_);
     bytes_ = 0;
     ended_ = false;
   }
   void publish(uint64_t bytes) {
     {
-      std::lock_guard lk(mu_);
+      cairn::lock_guard lk(mu_);
       bytes_ = bytes;
     }
     cv_.notify_one();
@@ -29,7 +29,7 @@ class byte_progress {
   // No more will be ready than is now (complete, or stopped by an error).
   void end() {
     {
-      std::lock_guard lk(mu_);
+      cairn::lock_guard lk(mu_);
       ended_ = true;
     }
     cv_.notify_all();
@@ -37,14 +37,14 @@ class byte_progress {
   // Blocks until more than `past` bytes are ready or it ended; returns the
   // bytes ready (not more than `past` only when it ended there).
   uint64_t wait_past(uint64_t past) {
-    std::unique_lock lk(mu_);
+    cairn::unique_lock lk(mu_);
     cv_.wait(lk, [&] { return ended_ || bytes_ > past; });
     return bytes_;
   }
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
+  cairn::mutex mu_;
+  cairn::condition_variable cv_;
   uint64_t bytes_ = 0;
   bool ended_ = true;
 };

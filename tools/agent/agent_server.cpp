@@ -5,7 +5,6 @@
 #include <chrono>
 #include <ctime>
 #include <cstdarg>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -29,6 +28,7 @@
 #include "format/shard_io.hpp"
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
+#include "util/mutex.hpp"
 
 namespace cairn::agents {
 
@@ -97,24 +97,24 @@ struct agent_server::impl {
   storage::storage_env* env = storage::storage_env::posix();
   std::string host;
 
-  // What the agent holds: every field below is GUARDED_BY(state_mu).
-  std::mutex state_mu;
+  // What the agent holds: the fields below are guarded by state_mu.
+  cairn::mutex state_mu;
   // Held versions, newest last.
-  std::map<stream_key, std::deque<std::shared_ptr<held_version>>> held;
-  std::map<std::pair<std::string, uint64_t>, pending> pendings;  // (peer name, request)
+  std::map<stream_key, std::deque<std::shared_ptr<held_version>>> held CAIRN_GUARDED_BY(state_mu);
+  std::map<std::pair<std::string, uint64_t>, pending> pendings CAIRN_GUARDED_BY(state_mu);  // (peer name, request)
   // Memory of evicted versions, reused by the next pulls.
   static constexpr size_t kSpareBuffers = 4;
-  std::vector<engine::aligned_buffer> spare;
-  uint64_t in_flight_bytes = 0;  // buffers of pulls in progress
+  std::vector<engine::aligned_buffer> spare CAIRN_GUARDED_BY(state_mu);
+  uint64_t in_flight_bytes CAIRN_GUARDED_BY(state_mu) = 0;  // buffers of pulls in progress
   // Pulls accepted at READY and queued, not yet given their buffer: their
   // memory is counted from READY on, so that READYs arriving together cannot
   // all pass the budget.
-  uint64_t reserved_bytes = 0;
+  uint64_t reserved_bytes CAIRN_GUARDED_BY(state_mu) = 0;
   // Counters.
-  uint64_t bytes_in = 0;    // images pulled or pushed into the agent
-  uint64_t bytes_out = 0;   // images written back or read for restarts
-  uint64_t checkpoints = 0;  // versions held
-  uint64_t cancelled = 0;   // transfers cancelled because their application was gone
+  uint64_t bytes_in CAIRN_GUARDED_BY(state_mu) = 0;    // images pulled or pushed into the agent
+  uint64_t bytes_out CAIRN_GUARDED_BY(state_mu) = 0;   // images written back or read for restarts
+  uint64_t checkpoints CAIRN_GUARDED_BY(state_mu) = 0;  // versions held
+  uint64_t cancelled CAIRN_GUARDED_BY(state_mu) = 0;   // transfers cancelled because their application was gone
   uint64_t refused = 0;     // messages without the application's seal (dispatch thread only)
   // Transfers into the agent by mode (pull: modes pull and lend; push):
   // held, their bytes and seconds (READY to held), and those not held
@@ -123,8 +123,8 @@ struct agent_server::impl {
     uint64_t held = 0, bytes = 0, failures = 0;
     double seconds = 0;
   };
-  transfer_counts pulls, pushes;
-  transfer_counts& counts_of(transfer_mode mode) { return mode == transfer_mode::push ? pushes : pulls; }
+  transfer_counts pulls CAIRN_GUARDED_BY(state_mu), pushes CAIRN_GUARDED_BY(state_mu);
+  transfer_counts& counts_of(transfer_mode mode) CAIRN_REQUIRES(state_mu) { return mode == transfer_mode::push ? pushes : pulls; }
   clock_type::time_point stats_due{};  // serving thread only
 
   // Workers: each serves one job at a time with lanes of its own, so a
@@ -136,11 +136,11 @@ struct agent_server::impl {
     std::string peer, run;  // of the job in progress
     std::thread thread;
   };
-  std::mutex jobs_mu;
-  std::condition_variable jobs_cv;
-  std::deque<job> jobs;
-  std::vector<std::unique_ptr<worker>> workers;
-  bool workers_stop = false;
+  cairn::mutex jobs_mu;
+  cairn::condition_variable jobs_cv;
+  std::deque<job> jobs CAIRN_GUARDED_BY(jobs_mu);
+  std::vector<std::unique_ptr<worker>> workers CAIRN_GUARDED_BY(jobs_mu);
+  bool workers_stop CAIRN_GUARDED_BY(jobs_mu) = false;
   // Endpoints that sent READY, per run: the ranks of its current incarnation.
   std::map<std::string, std::set<std::string>> run_peers;
   // Endpoints found unreachable: never answered again (a send to them could
@@ -148,11 +148,11 @@ struct agent_server::impl {
   std::set<std::string> dead_peers;
 
   // Background writer.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<held_version>> to_write;  // GUARDED_BY(mu)
-  bool writer_stop = false;                            // GUARDED_BY(mu)
-  status writer_error;                                 // GUARDED_BY(mu): first error, latched
+  cairn::mutex mu;
+  cairn::condition_variable cv;
+  std::deque<std::shared_ptr<held_version>> to_write CAIRN_GUARDED_BY(mu);
+  bool writer_stop CAIRN_GUARDED_BY(mu) = false;
+  status writer_error CAIRN_GUARDED_BY(mu);  // first error, latched
   uint64_t stored_bytes = 0;  // writer thread only: bytes of shard files written
   uint64_t image_bytes = 0;   // writer thread only: bytes of the images they hold
   std::thread writer;
@@ -160,7 +160,7 @@ struct agent_server::impl {
   ~impl() {
     stop_workers();
     {
-      std::lock_guard lk(mu);
+      cairn::lock_guard lk(mu);
       writer_stop = true;
     }
     cv.notify_all();
@@ -169,20 +169,24 @@ struct agent_server::impl {
   }
 
   void stop_workers() {
+    std::vector<worker*> all;  // made before the workers started: fixed from then on
     {
-      std::lock_guard lk(jobs_mu);
+      cairn::lock_guard lk(jobs_mu);
       workers_stop = true;
-      for (auto& w : workers) w->abort = true;
+      for (auto& w : workers) {
+        w->abort = true;
+        all.push_back(w.get());
+      }
     }
     jobs_cv.notify_all();
-    for (auto& w : workers)
+    for (worker* w : all)
       if (w->thread.joinable()) w->thread.join();
   }
 
   // Cancels what an application incarnation still has queued or in flight:
   // the jobs of `run` from the endpoints in `peers` (all of the run's when
-  // empty) that arrived before now. Held versions stay. REQUIRES(jobs_mu)
-  void cancel_incarnation(const std::string& run, const std::set<std::string>& peers, const std::string& why) {
+  // empty) that arrived before now. Held versions stay.
+  void cancel_incarnation(const std::string& run, const std::set<std::string>& peers, const std::string& why) CAIRN_REQUIRES(jobs_mu) {
     auto of_it = [&](const std::string& r, const std::string& peer) {
       return r == run && (peers.empty() || peers.count(peer));
     };
@@ -201,7 +205,7 @@ struct agent_server::impl {
       if (w->busy && of_it(w->run, w->peer) && !w->abort.exchange(true)) ++aborted;
     if (dropped + aborted == 0) return;
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       reserved_bytes -= unreserved;
       cancelled += dropped + aborted;
     }
@@ -210,7 +214,7 @@ struct agent_server::impl {
   }
 
   bool is_dead(const std::string& peer) {
-    std::lock_guard lk(jobs_mu);
+    cairn::lock_guard lk(jobs_mu);
     return dead_peers.count(peer) != 0;
   }
 
@@ -239,8 +243,8 @@ struct agent_server::impl {
   }
 
   // A buffer of at least `length` bytes: a spare one if any fits (the smallest
-  // that does), else new memory. REQUIRES(state_mu)
-  result<engine::aligned_buffer> take_buffer(uint64_t length) {
+  // that does), else new memory.
+  result<engine::aligned_buffer> take_buffer(uint64_t length) CAIRN_REQUIRES(state_mu) {
     size_t best = spare.size();
     for (size_t i = 0; i < spare.size(); ++i)
       if (spare[i].size() >= length && (best == spare.size() || spare[i].size() < spare[best].size())) best = i;
@@ -251,8 +255,8 @@ struct agent_server::impl {
   }
 
   // Bytes of memory the agent has: held images, pending pushes and lent
-  // restores, pulls in flight or queued, spare buffers. REQUIRES(state_mu)
-  uint64_t memory_held() const {
+  // restores, pulls in flight or queued, spare buffers.
+  uint64_t memory_held() const CAIRN_REQUIRES(state_mu) {
     uint64_t b = in_flight_bytes + reserved_bytes;
     for (const auto& [key, list] : held)
       for (const auto& v : list) b += v->image.size();
@@ -262,8 +266,8 @@ struct agent_server::impl {
   }
 
   // Whether `length` more bytes fit the memory budget (spare buffers are
-  // given back first). REQUIRES(state_mu)
-  status fits_budget(uint64_t length) {
+  // given back first).
+  status fits_budget(uint64_t length) CAIRN_REQUIRES(state_mu) {
     if (cfg.memory_budget == 0) return {};
     while (memory_held() + length > cfg.memory_budget && !spare.empty()) spare.pop_back();
     const uint64_t now = memory_held();
@@ -274,8 +278,8 @@ struct agent_server::impl {
   }
 
   // Keeps a verified version: newest `keep` per stream stay in memory, and the
-  // writer gets it for the store. REQUIRES(state_mu)
-  void hold(std::shared_ptr<held_version> v) {
+  // writer gets it for the store.
+  void hold(std::shared_ptr<held_version> v) CAIRN_REQUIRES(state_mu) {
     auto& list = held[{v->header.run, v->header.name, v->header.rank}];
     // A version sent again replaces the older copy.
     for (auto it = list.begin(); it != list.end(); ++it)
@@ -295,7 +299,7 @@ struct agent_server::impl {
     }
     if (!cfg.persistent.empty()) {
       {
-        std::lock_guard lk(mu);
+        cairn::lock_guard lk(mu);
         to_write.push_back(std::move(v));
       }
       cv.notify_all();
@@ -312,7 +316,7 @@ struct agent_server::impl {
     }
     status room;
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       room = fits_budget(m.length);
       if (!room) ++counts_of(m.mode).failures;
       else if (m.mode != transfer_mode::push) reserved_bytes += m.length;  // run_pull or cancel_incarnation gives it back
@@ -323,7 +327,7 @@ struct agent_server::impl {
       return;
     }
     {
-      std::lock_guard lk(jobs_mu);
+      cairn::lock_guard lk(jobs_mu);
       run_peers[m.run].insert(m.reply_to);
       dead_peers.erase(m.reply_to);  // a name is never reused; harmless either way
       if (m.mode != transfer_mode::push) {
@@ -332,7 +336,7 @@ struct agent_server::impl {
         return;
       }
     }
-    std::unique_lock lk(state_mu);
+    cairn::unique_lock lk(state_mu);
     auto buf = take_buffer(m.length);
     if (!buf) {
       ++pushes.failures;
@@ -372,7 +376,7 @@ struct agent_server::impl {
       auto l = decode_lent(m.text);
       if (!l) {
         {
-          std::lock_guard lk(state_mu);
+          cairn::lock_guard lk(state_mu);
           reserved_bytes -= m.length;
           ++pulls.failures;
         }
@@ -383,7 +387,7 @@ struct agent_server::impl {
     }
     auto v = std::make_shared<held_version>();
     {
-      std::unique_lock lk(state_mu);
+      cairn::unique_lock lk(state_mu);
       reserved_bytes -= m.length;  // from here on the buffer is counted (in flight)
       auto buf = take_buffer(m.length);
       if (!buf) {
@@ -407,7 +411,7 @@ struct agent_server::impl {
     auto h = fabric::pull_image(*w.lanes, fabric::remote_buffer{m.reply_to, m.addr, m.key, m.length}, v->image.span(),
                                 &expect, lent);
     double secs = std::chrono::duration<double>(clock_type::now() - t0).count();
-    std::unique_lock lk(state_mu);
+    cairn::unique_lock lk(state_mu);
     in_flight_bytes -= v->image.size();
     if (!h) {
       ++pulls.failures;
@@ -426,7 +430,7 @@ struct agent_server::impl {
       if (code == errc::io_error) {
         // The rank does not answer: it is gone, and with it its job (MPI
         // takes the other ranks down): drop their queued and running pulls.
-        std::lock_guard jl(jobs_mu);
+        cairn::lock_guard jl(jobs_mu);
         dead_peers.insert(m.reply_to);
         cancel_incarnation(m.run, run_peers[m.run], "rank " + std::to_string(m.rank) + " is unreachable (" +
                                                          h.error().message() + ")");
@@ -456,7 +460,7 @@ struct agent_server::impl {
     pending p;
     bool known = false;
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       auto it = pendings.find({m.reply_to, m.request});
       if (it != pendings.end() && it->second.buffer.data() != nullptr) {
         p = std::move(it->second);
@@ -471,7 +475,7 @@ struct agent_server::impl {
     p.mr = fabric::memory_region();  // no more writes from the rank
     if (m.code != 0) {
       agent_log("%s not held: the rank's push failed: %s", describe(m).c_str(), m.text.c_str());
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       ++pushes.failures;
       return;
     }
@@ -486,7 +490,7 @@ struct agent_server::impl {
     if (!h) {
       agent_log("%s not held: %s", describe(p.request).c_str(), h.error().to_string().c_str());
       {
-        std::lock_guard lk(state_mu);
+        cairn::lock_guard lk(state_mu);
         ++pushes.failures;
       }
       (void)reply(j.peer, m, data_msg::held, h.error());
@@ -501,7 +505,7 @@ struct agent_server::impl {
     v->held_at = util::wall_s();
     v->transfer_s = std::chrono::duration<double>(clock_type::now() - p.started).count();
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       bytes_in += v->header.file_size;
       ++checkpoints;
       ++pushes.held;
@@ -517,7 +521,7 @@ struct agent_server::impl {
   // without the lock: it may take a while).
   result<std::shared_ptr<held_version>> find(const data_message& m) {
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       auto it = held.find({m.run, m.name, m.rank});
       if (it != held.end() && !it->second.empty()) {
         if (m.version < 0) return it->second.back();
@@ -573,7 +577,7 @@ struct agent_server::impl {
       if (!st) agent_log("restore of %s failed: %s", describe(hv->header).c_str(), st.to_string().c_str());
       else agent_log("restored %s (written to the rank)", describe(hv->header).c_str());
       if (st) {
-        std::lock_guard lk(state_mu);
+        cairn::lock_guard lk(state_mu);
         bytes_out += len;
       }
       (void)reply(j.peer, m, type, st, 0, 0, st.is_ok() ? len : 0, hv->header.version);
@@ -595,14 +599,14 @@ struct agent_server::impl {
         p.started + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(cfg.push_timeout_s));
     const uint64_t addr = p.mr.remote_address(), key = p.mr.key();
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       pendings[{m.reply_to, m.request}] = std::move(p);
     }
     (void)reply(j.peer, m, type, {}, addr, key, len, hv->header.version);
   }
 
   void handle_restore_done(const data_message& m) {
-    std::lock_guard lk(state_mu);
+    cairn::lock_guard lk(state_mu);
     auto it = pendings.find({m.reply_to, m.request});
     if (it == pendings.end()) return;
     agent_log("restored %s (read by the rank%s)", describe(it->second.version->header).c_str(),
@@ -616,7 +620,7 @@ struct agent_server::impl {
   // what the previous one still has queued or in flight is cancelled.
   void handle_query(const data_message& m, fabric::fabric_addr peer) {
     {
-      std::lock_guard lk(jobs_mu);
+      cairn::lock_guard lk(jobs_mu);
       auto& peers = run_peers[m.run];
       if (!peers.empty() && !peers.count(m.reply_to)) {
         cancel_incarnation(m.run, peers, "a new incarnation asks what the agent holds");
@@ -626,7 +630,7 @@ struct agent_server::impl {
     }
     std::vector<held_info> out;
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       auto it = held.find({m.run, m.name, m.rank});
       if (it != held.end())
         for (const auto& v : it->second) out.push_back({v->header.version, v->header.file_size, v->header.attempt});
@@ -638,13 +642,13 @@ struct agent_server::impl {
   // IC_PERSIST): forget them, and do not write those still queued.
   void handle_release(const data_message& m, fabric::fabric_addr peer) {
     {
-      std::lock_guard lk(jobs_mu);
+      cairn::lock_guard lk(jobs_mu);
       cancel_incarnation(m.run, {}, "released by the application");
       run_peers.erase(m.run);
     }
     int64_t dropped = 0;
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       for (auto it = held.begin(); it != held.end();) {
         if (std::get<0>(it->first) == m.run && (m.name.empty() || std::get<1>(it->first) == m.name)) {
           dropped += static_cast<int64_t>(it->second.size());
@@ -655,7 +659,7 @@ struct agent_server::impl {
       }
     }
     {
-      std::lock_guard lk(mu);
+      cairn::lock_guard lk(mu);
       std::erase_if(to_write, [&](const std::shared_ptr<held_version>& v) {
         return v->header.run == m.run && (m.name.empty() || v->header.name == m.name);
       });
@@ -666,7 +670,7 @@ struct agent_server::impl {
 
   void expire_pendings() {
     auto now = clock_type::now();
-    std::lock_guard lk(state_mu);
+    cairn::lock_guard lk(state_mu);
     for (auto it = pendings.begin(); it != pendings.end();) {
       if (now < it->second.deadline) {
         ++it;
@@ -679,9 +683,9 @@ struct agent_server::impl {
   }
 
   void worker_loop(worker& w) {
-    std::unique_lock lk(jobs_mu);
+    cairn::unique_lock lk(jobs_mu);
     for (;;) {
-      jobs_cv.wait(lk, [&] { return workers_stop || !jobs.empty(); });
+      jobs_cv.wait(lk, [&]() CAIRN_REQUIRES(jobs_mu) { return workers_stop || !jobs.empty(); });
       if (workers_stop) return;
       job j = std::move(jobs.front());
       jobs.pop_front();
@@ -707,7 +711,7 @@ struct agent_server::impl {
     if (cfg.stats_file.empty()) return;
     nlohmann::json j;
     {
-      std::lock_guard lk(state_mu);
+      cairn::lock_guard lk(state_mu);
       j = {{"bytes_in", bytes_in},         {"bytes_out", bytes_out},        {"checkpoints", checkpoints},
            {"memory_held", memory_held()}, {"memory_budget", cfg.memory_budget}, {"cancelled", cancelled},
            {"refused", refused},
@@ -721,7 +725,7 @@ struct agent_server::impl {
       }
     }
     {
-      std::lock_guard lk(jobs_mu);
+      cairn::lock_guard lk(jobs_mu);
       size_t busy = 0;
       for (const auto& w : workers) busy += w->busy ? 1 : 0;
       j["workers"] = workers.size();
@@ -757,7 +761,7 @@ struct agent_server::impl {
       case data_msg::ready: handle_ready(*m, *peer); break;
       case data_msg::push_done:
       case data_msg::restore: {
-        std::lock_guard lk(jobs_mu);
+        cairn::lock_guard lk(jobs_mu);
         jobs.push_back({*m, *peer});
         jobs_cv.notify_one();
         break;
@@ -808,9 +812,9 @@ struct agent_server::impl {
   }
 
   void writer_loop() {
-    std::unique_lock lk(mu);
+    cairn::unique_lock lk(mu);
     while (true) {
-      cv.wait(lk, [&] { return writer_stop || !to_write.empty(); });
+      cv.wait(lk, [&]() CAIRN_REQUIRES(mu) { return writer_stop || !to_write.empty(); });
       if (to_write.empty()) {  // stop requested and nothing left
         if (image_bytes > 0)
           agent_log("wrote %llu bytes of shard files for %llu bytes of images (%s, ratio %.2f)",
@@ -855,6 +859,7 @@ result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& c
   CAIRN_ASSIGN_OR_RETURN(p->ctx, fabric::fabric_context::create(fo));
   if (config.workers < 1) return status(errc::invalid_argument, "workers must be at least 1");
   if (config.liveness_timeout_s <= 0) return status(errc::invalid_argument, "the liveness timeout must be positive");
+  cairn::unique_lock workers_lk(p->jobs_mu);  // the workers wait for it until they are all made
   for (int i = 0; i < config.workers; ++i) {
     auto w = std::make_unique<impl::worker>();
     fabric::transfer_options to;
@@ -870,6 +875,7 @@ result<std::unique_ptr<agent_server>> agent_server::create(const agent_config& c
     p->workers.push_back(std::move(w));
   }
   for (auto& w : p->workers) w->thread = std::thread([raw = p.get(), wp = w.get()] { raw->worker_loop(*wp); });
+  workers_lk.unlock();
   if (!config.persistent.empty()) {
     CAIRN_RETURN_IF_ERROR(p->env->make_dirs(config.persistent));
     p->writer = std::thread([raw = p.get()] { raw->writer_loop(); });
@@ -892,12 +898,12 @@ status agent_server::run(const std::atomic<bool>& stop) {
   }
   m.stop_workers();
   {
-    std::lock_guard lk(m.mu);
+    cairn::lock_guard lk(m.mu);
     m.writer_stop = true;
   }
   m.cv.notify_all();
   if (m.writer.joinable()) m.writer.join();
-  std::lock_guard lk(m.mu);
+  cairn::lock_guard lk(m.mu);
   return m.writer_error;
 }
 
