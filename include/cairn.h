@@ -24,6 +24,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#if defined(__GNUC__) /* exported from libcairn, which hides everything else */
+#pragma GCC visibility push(default)
+#endif
 
 #define CAIRN_VERSION_MAJOR 0
 #define CAIRN_VERSION_MINOR 1
@@ -316,6 +319,9 @@ int cairn_restart_end(cairn_t *c, int success);
  * which restores the protected regions from the same verified image. */
 int cairn_restart_region_size(cairn_t *c, const char *region, uint64_t *bytes);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#if defined(__GNUC__) /* exported from libcairn, which hides everything else */
+#pragma GCC visibility push(default)
+#endif
 
 /* Collective over `comm`, which cairn duplicates (the application may free its
  * own afterwards). MPI must be initialized; any thread level suffices because
@@ -16,6 +19,9 @@ extern "C" {
  * shard of the checkpoint; restart needs the same number of ranks. */
 int cairn_init_mpi(MPI_Comm comm, const char *config_path, cairn_t **out);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -20,6 +20,9 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#if defined(__GNUC__) /* exported from libcairn, which hides everything else */
+#pragma GCC visibility push(default)
+#endif
 
 typedef struct cairn_store cairn_store_t;
 
@@ -80,6 +83,9 @@ int cairn_store_region_keys(cairn_store_t *s, const char *run, const char *name,
  * above but checked against no MANIFEST. */
 int cairn_shard_file_header(const char *path, char **json);
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,9 @@
 #include "cairn/status.hpp"
 
 namespace cairn {
+#if defined(__GNUC__)   // exported from libcairn, which hides everything else
+#pragma GCC visibility push(default)
+#endif
 
 class client_impl;
 
@@ -107,6 +110,9 @@ status client::protect(std::string_view region, std::span<T> data) {
   return protect(region, static_cast<void*>(data.data()), data.size(), detail::type_of<std::remove_const_t<T>>());
 }
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 }  // namespace cairn
 
 #endif  // CAIRN_CAIRN_HPP

@@ -12,6 +12,9 @@
 #include <utility>
 
 namespace cairn {
+#if defined(__GNUC__)   // exported from libcairn, which hides everything else
+#pragma GCC visibility push(default)
+#endif
 
 // Values equal the C API's CAIRN_E* codes.
 enum class errc : int {
@@ -88,6 +91,9 @@ class [[nodiscard]] result {
   status status_;
 };
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 }  // namespace cairn
 
 // Propagates a non-ok status from an expression returning status.

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "fabric/libfabric.hpp"
 #include "util/hex.hpp"
 #include "util/mutex.hpp"
 
@@ -38,13 +39,14 @@ void close_fid(fid_cq* p) { (void)fi_close(&p->fid); }
 void close_fid(fid_mr* p) { (void)fi_close(&p->fid); }
 }  // namespace detail
 
+// An info_handle holds only what the loaded libfabric returned.
 info_handle::~info_handle() {
-  if (p_ != nullptr) fi_freeinfo(p_);
+  if (p_ != nullptr) libfabric_if_loaded()->freeinfo(p_);
 }
 
 info_handle& info_handle::operator=(info_handle&& o) noexcept {
   if (this != &o) {
-    if (p_ != nullptr) fi_freeinfo(p_);
+    if (p_ != nullptr) libfabric_if_loaded()->freeinfo(p_);
     p_ = o.p_;
     o.p_ = nullptr;
   }
@@ -71,7 +73,9 @@ status fabric_error(int ret, std::string_view what) {
     default:
       break;
   }
-  return status(code, std::string(what) + ": " + fi_strerror(err) + " (" + std::to_string(-err) + ")");
+  const libfabric_api* api = libfabric_if_loaded();
+  return status(code, std::string(what) + ": " + (api ? api->strerror(err) : "libfabric error") + " (" +
+                          std::to_string(-err) + ")");
 }
 
 std::string to_hex(std::string_view bytes) { return util::hex_encode(bytes); }
@@ -163,8 +167,8 @@ std::string mr_mode_text(uint64_t mode) {
 // Hints for fi_getinfo: an RDM endpoint with messages and RMA both ways, and
 // every registration mode this file implements, so providers that need them
 // (verbs: LOCAL|VIRT_ADDR|ALLOCATED|PROV_KEY, cxi: ENDPOINT, efa: LOCAL) match.
-info_handle make_hints(const fabric_options& o, bool delivery_complete) {
-  fi_info* h = fi_allocinfo();
+info_handle make_hints(const libfabric_api& api, const fabric_options& o, bool delivery_complete) {
+  fi_info* h = api.dupinfo(nullptr);  // fi_allocinfo
   if (h == nullptr) return info_handle();
   h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV;
   h->mode = FI_CONTEXT | FI_CONTEXT2;
@@ -188,15 +192,16 @@ std::string describe_request(const fabric_options& o) {
 // fi_getinfo with delivery-complete writes when the provider has them, else
 // without (writes then end with an ordered read, see fence_writes).
 status get_info(const fabric_options& o, info_handle* out, bool* delivery_complete) {
+  CAIRN_ASSIGN_OR_RETURN(const libfabric_api* api, libfabric());
   int last = 0;
   for (bool dc : {true, false}) {
-    info_handle hints = make_hints(o, dc);
+    info_handle hints = make_hints(*api, o, dc);
     if (!hints) return status(errc::no_space, "fi_allocinfo failed");
     fi_info* info = nullptr;
     const char* node = o.node.empty() ? nullptr : o.node.c_str();
     const char* service = o.service.empty() ? nullptr : o.service.c_str();
     uint64_t flags = (node != nullptr || service != nullptr) ? FI_SOURCE : 0;
-    int ret = fi_getinfo(CAIRN_FI_VERSION, node, service, flags, hints.get(), &info);
+    int ret = api->getinfo(CAIRN_FI_VERSION, node, service, flags, hints.get(), &info);
     if (ret == 0 && info != nullptr) {
       *out = info_handle(info);
       *delivery_complete = dc;
@@ -333,7 +338,7 @@ struct fabric_context::impl {
       }
       char buf[256] = {0};
       const char* prov = fi_cq_strerror(cq.get(), e.prov_errno, e.err_data, buf, sizeof buf);
-      std::string text = std::string(fi_strerror(e.err)) + " (" + std::to_string(-e.err) + ")";
+      std::string text = std::string(libfabric_if_loaded()->strerror(e.err)) + " (" + std::to_string(-e.err) + ")";
       if (prov != nullptr && *prov != '\0') text += ", provider: " + std::string(prov);
       if (e.op_context != nullptr) complete(static_cast<op_slot*>(e.op_context), e.err, std::move(text), e.len);
       post_receives();
@@ -446,7 +451,7 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
                                            " is below the message size " + std::to_string(kMessageBytes));
 
   fid_fabric* fab = nullptr;
-  int ret = fi_fabric(info->fabric_attr, &fab, nullptr);
+  int ret = libfabric_if_loaded()->fabric(info->fabric_attr, &fab, nullptr);  // loaded by get_info
   if (ret != 0) return fabric_error(ret, "fi_fabric (" + where + ")");
   p->dom->fabric = fabric_handle(fab);
 

@@ -214,6 +214,32 @@ def _kill_and_restart(tmp_path, cmd, env, nranks, seed):
     return int(lines[0].rsplit(" ", 1)[1]), [(tmp_path / "out" / f"grid.{r}.bin").read_bytes() for r in range(nranks)]
 
 
+def test_a_script_without_data_planes_never_loads_libfabric(tmp_path):
+    """libcairn loads libfabric when a data plane first needs it (agents,
+    aggregated flush, redundancy; src/fabric/libfabric.hpp), not at load
+    time: a script that checkpoints and restarts without them maps neither
+    libfabric nor its providers, whose signal handlers (libpsm2) would turn
+    an abort into exit status 1 and write backtrace files into its working
+    directory."""
+    code = ("import cairn, numpy as np\n"
+            "a = np.arange(1000.0)\n"
+            "with cairn.Checkpointer() as ck:\n"
+            "    ck.protect('a', a)\n"
+            "    ck.checkpoint('c', 1)\n"
+            "    ck.wait('c', 1)\n"
+            "    a[:] = 0\n"
+            "    assert ck.restart('c') == 1 and a[999] == 999.0\n"
+            "maps = open('/proc/self/maps').read()\n"
+            "print('mapped:', sorted({l.split()[-1] for l in maps.splitlines()\n"
+            "                         if 'libfabric' in l or 'psm' in l or 'libcairn' in l}))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
+                       text=True, timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("mapped:"))
+    assert "libcairn" in line, line  # the check looks at the right process
+    assert "libfabric" not in line and "psm" not in line, line
+
+
 def _env(root):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update(CAIRN_PERSISTENT=str(root / "store"), CAIRN_SCRATCH=str(root / "scratch"), CAIRN_RUN="app",

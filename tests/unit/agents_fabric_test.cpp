@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -81,6 +82,32 @@ class FabricTest : public ::testing::Test {
   std::unique_ptr<fabric_context> initiator_;
   fabric_addr peer_ = 0;
 };
+
+// libfabric is loaded on first use and its providers install signal handlers
+// (libpsm2, libinfinipath): the application's stay as they were.
+TEST(FabricSignals, OpeningAContextKeepsTheApplicationsHandlers) {
+  static volatile sig_atomic_t got = 0;
+  struct sigaction mine {}, old_term {}, old_int {};
+  mine.sa_handler = [](int) { got = 1; };
+  ASSERT_EQ(::sigaction(SIGTERM, &mine, &old_term), 0);
+  ASSERT_EQ(::sigaction(SIGINT, &mine, &old_int), 0);
+  // The first test of the file: libfabric is loaded here, after the handlers.
+  auto ctx = fabric_context::create(test_options());
+  if (!ctx.is_ok()) {
+    (void)::sigaction(SIGTERM, &old_term, nullptr);
+    (void)::sigaction(SIGINT, &old_int, nullptr);
+    GTEST_SKIP() << "no usable libfabric provider: " << ctx.error().to_string();
+  }
+  struct sigaction now {};
+  for (int s : {SIGTERM, SIGINT}) {
+    ASSERT_EQ(::sigaction(s, nullptr, &now), 0);
+    EXPECT_EQ(now.sa_handler, mine.sa_handler) << "signal " << s << " handler replaced";
+  }
+  ::raise(SIGTERM);
+  EXPECT_EQ(got, 1);
+  (void)::sigaction(SIGTERM, &old_term, nullptr);
+  (void)::sigaction(SIGINT, &old_int, nullptr);
+}
 
 TEST_F(FabricTest, PropertiesAndName) {
   const fabric_properties& p = initiator_->properties();

@@ -598,6 +598,19 @@ void write_run(const char* run, int n, double perturb_at_version, double delta) 
   ASSERT_TRUE(c.finalize(true));
 }
 
+// The compare stage runs beside the levels, so a wait for the persistent level
+// does not wait for it: polls until `n` versions were compared or found their
+// reference missing (pending), for at most 20 s.
+cairn_divergence_t wait_for_comparisons(client& c, int64_t n) {
+  cairn_divergence_t d{};
+  for (int i = 0; i < 2000; ++i) {
+    EXPECT_TRUE(c.impl()->divergence(&d));
+    if (d.compared + d.pending >= n) break;
+    usleep(10000);
+  }
+  return d;
+}
+
 TEST_F(client_test, online_comparison_equal_runs_do_not_diverge) {
   write_run("ref", 3, 1e9, 0);
   setenv("CAIRN_REFERENCE_RUN", "ref", 1);
@@ -612,8 +625,7 @@ TEST_F(client_test, online_comparison_equal_runs_do_not_diverge) {
     ASSERT_TRUE(c.checkpoint("ck", v));
   }
   ASSERT_TRUE(c.wait("ck", 3, CAIRN_LEVEL_PERSISTENT));
-  cairn_divergence_t d;
-  ASSERT_TRUE(c.impl()->divergence(&d));
+  cairn_divergence_t d = wait_for_comparisons(c, 3);
   EXPECT_EQ(d.diverged, 0);
   EXPECT_EQ(d.version, -1);
   EXPECT_EQ(d.compared, 3);
@@ -639,7 +651,8 @@ TEST_F(client_test, online_comparison_stops_the_run_at_the_first_divergence) {
     if (v >= 2) x[12345] += 1e-3;
     st = c.checkpoint("ck", v);
     if (!st) break;
-    ASSERT_TRUE(c.wait("ck", v, CAIRN_LEVEL_PERSISTENT));  // lets the comparison of v finish
+    ASSERT_TRUE(c.wait("ck", v, CAIRN_LEVEL_PERSISTENT));
+    (void)wait_for_comparisons(c, v);  // the next checkpoint sees how v compared
   }
   EXPECT_EQ(st.code(), errc::diverged) << st.to_string();
   EXPECT_EQ(v, 3);  // version 2 diverged; the checkpoint after it refuses
@@ -662,8 +675,7 @@ TEST_F(client_test, online_comparison_waits_for_a_reference_that_is_still_runnin
   ASSERT_TRUE(c.protect("x", std::span<double>(x)));
   ASSERT_TRUE(c.checkpoint("ck", 1));
   ASSERT_TRUE(c.wait("ck", 1, CAIRN_LEVEL_PERSISTENT));
-  cairn_divergence_t d;
-  ASSERT_TRUE(c.impl()->divergence(&d));
+  cairn_divergence_t d = wait_for_comparisons(c, 1);
   EXPECT_EQ(d.pending, 1);
   EXPECT_EQ(d.compared, 0);
   {
