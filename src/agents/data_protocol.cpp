@@ -6,8 +6,48 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <sys/random.h>
+#include <time.h>
 
 namespace cairn::agents {
+
+// ---- freshness ----------------------------------------------------------------------
+
+int64_t wall_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+status replay_guard::admit(const data_message& m, int64_t now_ns) {
+  if (m.session == 0) return status(errc::invalid_argument, "no session (a client of another version?)");
+  const int64_t age = now_ns - m.sent_ns;
+  if (age > window_ns_ || -age > window_ns_)
+    return status(errc::invalid_argument,
+                  "sent " + std::to_string(static_cast<double>(age) / 1e9) + " s ago by the sender's clock, outside the " +
+                      std::to_string(static_cast<double>(window_ns_) / 1e9) +
+                      " s freshness window (a replay, or clocks that disagree)");
+  // Sessions silent for a window cannot send anything admissible again.
+  if (now_ns - swept_ns_ > window_ns_ / 4) {
+    for (auto it = sessions_.begin(); it != sessions_.end();)
+      it = now_ns - it->second.last_ns > window_ns_ ? sessions_.erase(it) : std::next(it);
+    swept_ns_ = now_ns;
+  }
+  const uint32_t bit = 1u << (static_cast<unsigned>(m.type) & 31u);
+  auto [it, fresh] = sessions_.try_emplace(m.session);
+  seen& s = it->second;
+  if (!fresh) {
+    if (m.request < s.request || (m.request == s.request && (s.types & bit)))
+      return status(errc::invalid_argument, std::string("a replay: ") + data_msg_name(m.type) + " of request " +
+                                                std::to_string(m.request) + " was taken already");
+    if (m.request > s.request) s.types = 0;
+  }
+  s.request = m.request;
+  s.types |= bit;
+  s.last_ns = std::max(s.last_ns, m.sent_ns);
+  return {};
+}
+
 
 // ---- agent_client --------------------------------------------------------------------
 
@@ -18,6 +58,7 @@ struct agent_client::impl {
   fabric::fabric_addr agent = 0;
   std::unique_ptr<fabric::transfer_engine> lanes;
   uint64_t next_request = 1;
+  uint64_t session = 0;  // random, never 0: replies that do not echo it are not ours
   // Lent application memory, registered once (agents_lend): (address, size).
   std::map<std::pair<const std::byte*, size_t>, fabric::memory_region> lent_mrs;
 
@@ -31,7 +72,9 @@ struct agent_client::impl {
     return {};
   }
 
-  status send(const data_message& m) {
+  status send(data_message m) {
+    m.session = session;
+    m.sent_ns = wall_ns();
     std::string bytes = encode_data_message(m);
     return ctx->send(agent, opts.key.empty() ? bytes : fabric::seal(opts.key, kToAgent, std::move(bytes)));
   }
@@ -87,7 +130,7 @@ struct agent_client::impl {
       if (!in) continue;  // not from our agent (a stranger's, or another application's)
       auto m = decode_data_message(*in);
       if (!m) continue;  // not ours to answer; the agent logs its own errors
-      if (m->request != request || m->type != want) continue;
+      if (m->session != session || m->request != request || m->type != want) continue;
       return m;
     }
   }
@@ -104,6 +147,9 @@ result<std::unique_ptr<agent_client>> agent_client::create(const client_options&
   auto p = std::make_unique<impl>();
   p->opts = options;
   p->agent_name = agent_name;
+  while (p->session == 0)
+    if (::getrandom(&p->session, sizeof p->session, 0) != sizeof p->session)
+      return status(errc::io_error, "agents: getrandom for a session failed");
   fabric::fabric_options fo = options.fabric;
   fo.thread_safe = true;
   fo.progress_thread = true;  // the agent reads or writes our memory while we wait

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,6 +48,39 @@ result<std::vector<fabric::lent_region>> decode_lent(const std::string& text);
 // only, and says so when it starts.
 inline constexpr uint32_t kToAgent = 0x41474e54;    // "TNGA"
 inline constexpr uint32_t kFromAgent = 0x41505050;  // "PPPA"
+
+// ---- freshness --------------------------------------------------------------------
+// A seal proves who sent a message, not when: someone who records the fabric's
+// traffic could send a sealed RELEASE again and drop versions the application
+// holds at its agent now. Every client message carries its client's random
+// session and request number and its wall-clock sending time; the agent takes
+// a message only if it was sent within `window_s` of the agent's clock, and if
+// its session has not sent that request number with that type before (a
+// client's requests increase; the messages of one request have distinct
+// types). A session is forgotten once it has been silent for a window: its
+// replays are stale by then. Clocks of the nodes must agree within the window
+// (NTP does far better). Thread-safety: one thread (the agent's dispatch).
+class replay_guard {
+ public:
+  static constexpr double kDefaultWindowS = 300;
+  explicit replay_guard(double window_s = kDefaultWindowS) : window_ns_(static_cast<int64_t>(window_s * 1e9)) {}
+  // ok, or invalid_argument saying why the message is refused (a replay, a
+  // stale or future message, no session). Admitting records it.
+  status admit(const data_message& m, int64_t now_ns);
+  size_t sessions() const { return sessions_.size(); }
+
+ private:
+  struct seen {
+    uint64_t request = 0;  // the highest request of the session
+    uint32_t types = 0;    // bit per data_msg seen for that request
+    int64_t last_ns = 0;   // when the session last sent (its clock)
+  };
+  int64_t window_ns_;
+  int64_t swept_ns_ = 0;
+  std::map<uint64_t, seen> sessions_;
+};
+// CLOCK_REALTIME in ns since the epoch (data_message::sent_ns).
+int64_t wall_ns();
 
 // ---- the application's side ----------------------------------------------------
 

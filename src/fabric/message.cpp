@@ -75,6 +75,8 @@ std::string encode_data_message(const data_message& m) {
   w.put<uint16_t>(static_cast<uint16_t>(m.type));
   w.put<uint8_t>(static_cast<uint8_t>(m.mode));
   w.put<uint64_t>(m.request);
+  w.put<uint64_t>(m.session);
+  w.put<int64_t>(m.sent_ns);
   w.put<int64_t>(m.version);
   w.put<uint32_t>(m.rank);
   w.put<uint32_t>(m.nranks);
@@ -99,7 +101,7 @@ result<data_message> decode_data_message(std::string_view bytes) {
   if (!r.get(&version) || version != kWireVersion)
     return status(errc::not_supported, "agent message: wire version " + std::to_string(version) + ", this side speaks " +
                                            std::to_string(kWireVersion));
-  bool ok = r.get(&type) && r.get(&mode) && r.get(&m.request) && r.get(&m.version) && r.get(&m.rank) &&
+  bool ok = r.get(&type) && r.get(&mode) && r.get(&m.request) && r.get(&m.session) && r.get(&m.sent_ns) && r.get(&m.version) && r.get(&m.rank) &&
             r.get(&m.nranks) && r.get(&m.addr) && r.get(&m.key) && r.get(&m.length) && r.get(&m.code) &&
             r.str(&m.reply_to) && r.str(&m.run) && r.str(&m.name) && r.str(&m.text) && r.empty();
   if (!ok) return status(errc::corruption, "agent message: truncated or malformed");

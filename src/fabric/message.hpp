@@ -34,8 +34,13 @@ namespace cairn::fabric {
 //
 // `request` is chosen by the client and echoed; `reply_to` is the sender's
 // endpoint name. A reply with code != 0 carries errc and a message.
+// `session` (random, per agent client) and `sent_ns` (the sender's wall clock)
+// make a sealed message fresh: an agent refuses one whose session already sent
+// that request, or that was sent outside its freshness window
+// (agents::replay_guard); a client takes only replies that echo its session.
+// Version 2 added them.
 inline constexpr uint32_t kMessageMagic = 0x4d474143;  // "CAGM"
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;
 
 enum class data_msg : uint16_t {
   ready = 1,
@@ -60,6 +65,8 @@ struct data_message {
   data_msg type = data_msg::ready;
   transfer_mode mode = transfer_mode::pull;
   uint64_t request = 0;
+  uint64_t session = 0;  // the client's, echoed in replies; 0 between a job's ranks
+  int64_t sent_ns = 0;   // CLOCK_REALTIME when sent (ns since the epoch)
   int64_t version = 0;  // RESTORE: -1 = the newest held
   uint32_t rank = 0;
   uint32_t nranks = 1;

@@ -9,6 +9,11 @@
 //              --bytes B [--mode push|pull]
 //       asks the agent for version V (default: the newest) and checks it bit
 //       for bit against the image `checkpoint` would have built.
+//   replay     --agent NAMEFILE --key-file F --run R --name N --version V --bytes B
+//       as someone who recorded the fabric's traffic: checkpoints V (sealed
+//       under the application's key in F, hex), sends a sealed RELEASE of R
+//       whose bytes it keeps (the agent drops V), checkpoints V+1, sends the
+//       kept bytes again and expects no answer; V+1 must still be held.
 //   restart    --store DIR --run R --name N [--version V] --bytes B
 //       an ordinary restart (cairn_init, cairn_protect, cairn_restart) of
 //       rank 0 of 1 from the store an agent wrote, compared with the regions
@@ -25,6 +30,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include <cmath>
@@ -34,6 +40,7 @@
 #include "agents/data_protocol.hpp"
 #include "cairn.h"
 #include "util/hash.hpp"
+#include "util/hex.hpp"
 #include "engine/staging.hpp"
 #include "fabric/fabric.hpp"
 #include "storage/storage_env.hpp"
@@ -59,6 +66,7 @@ struct args {
   double timeout = 30;
   std::string data = "random";
   std::string store;
+  std::string key_file;
 };
 
 result<test::shard_image> build_image(const args& a, int64_t version) {
@@ -136,9 +144,13 @@ int run(int argc, char** argv) {
   CLI::App* rest = app.add_subcommand("restore");
   CLI::App* restart = app.add_subcommand("restart");
   CLI::App* query = app.add_subcommand("query");
+  CLI::App* replay = app.add_subcommand("replay");
   common(ckpt);
   common(rest);
   common(query);
+  common(replay);
+  for (CLI::App* c : {ckpt, rest, query, replay})
+    c->add_option("--key-file", a.key_file, "the application's key (hex): messages are sealed");
   restart->add_option("--store", a.store, "the store the agent wrote")->required();
   restart->add_option("--run", a.run);
   restart->add_option("--name", a.name);
@@ -162,6 +174,13 @@ int run(int argc, char** argv) {
   co.fabric.timeout_s = a.timeout;
   co.threads = a.threads;
   co.reply_timeout_s = a.timeout;
+  if (!a.key_file.empty()) {
+    auto text = storage::storage_env::posix()->read_all(a.key_file);
+    if (!text) return fail(2, text.error().to_string());
+    std::string_view t = *text;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.remove_suffix(1);
+    if (!util::hex_decode(t, fabric::kPlaneKeyBytes, &co.key)) return fail(2, "bad key in " + a.key_file);
+  }
   auto client = agent_client::create(co, *agent_name);
   if (!client) return fail(2, client.error().to_string());
   const transfer_mode mode = a.mode == "push" ? transfer_mode::push : transfer_mode::pull;
@@ -180,6 +199,60 @@ int run(int argc, char** argv) {
     if (!st) return fail(3, st.to_string());
     std::printf("held %s/%s v%lld rank %u (%s, %.1f MB/s)\n", a.run.c_str(), a.name.c_str(),
                 static_cast<long long>(a.version), a.rank, a.mode.c_str(), img->bytes.size() / 1e6 / secs);
+    return 0;
+  }
+
+  if (replay->parsed()) {
+    if (a.version < 0 || co.key.empty()) return fail(2, "replay needs --version and --key-file");
+    auto held_one = [&](int64_t v) -> status {
+      auto img = build_image(a, v);
+      if (!img) return img.error();
+      auto slot = engine::aligned_buffer::allocate(img->bytes.size());
+      if (!slot) return slot.error();
+      std::memcpy(slot->data(), img->bytes.data(), img->bytes.size());
+      return (*client)->checkpoint(slot->span().first(img->bytes.size()), img->header, mode);
+    };
+    if (status st = held_one(a.version); !st) return fail(3, st.to_string());
+    // A RELEASE as the application's library sends it, from an endpoint of its own.
+    fabric::fabric_options fo = co.fabric;
+    fo.progress_thread = true;
+    auto ctx = fabric::fabric_context::create(fo);
+    if (!ctx) return fail(2, ctx.error().to_string());
+    auto peer = (*ctx)->insert_peer(*agent_name);
+    if (!peer) return fail(2, peer.error().to_string());
+    data_message rel;
+    rel.type = data_msg::release;
+    rel.request = 1;
+    rel.session = 0x5eed5eed5eedULL;
+    rel.sent_ns = agents::wall_ns();
+    rel.run = a.run;
+    rel.reply_to = (*ctx)->name();
+    const std::string recorded = fabric::seal(co.key, kToAgent, encode_data_message(rel));
+    auto answer = [&](double seconds) -> std::optional<data_message> {
+      const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+      while (std::chrono::steady_clock::now() < end) {
+        auto bytes = (*ctx)->recv(0.2);
+        if (!bytes) continue;
+        auto in = fabric::unseal(co.key, kFromAgent, *bytes);
+        if (!in) continue;
+        auto m = decode_data_message(*in);
+        if (m && m->type == data_msg::released) return *m;
+      }
+      return std::nullopt;
+    };
+    if (status st = (*ctx)->send(*peer, recorded); !st) return fail(3, st.to_string());
+    auto first = answer(a.timeout);
+    if (!first) return fail(3, "no RELEASED for the original RELEASE");
+    std::printf("released %lld version(s)\n", static_cast<long long>(first->version));
+    if (status st = held_one(a.version + 1); !st) return fail(3, st.to_string());
+    if (status st = (*ctx)->send(*peer, recorded); !st) return fail(3, st.to_string());
+    if (auto again = answer(3)) return fail(4, "the agent answered the replayed RELEASE");
+    auto list = (*client)->held(a.run, a.name, a.rank);
+    if (!list) return fail(3, list.error().to_string());
+    for (const auto& h : *list) std::printf("held %lld\n", static_cast<long long>(h.version));
+    if (list->size() != 1 || list->front().version != a.version + 1)
+      return fail(4, "the replayed RELEASE changed what the agent holds");
+    std::printf("replay refused\n");
     return 0;
   }
 

@@ -318,6 +318,27 @@ done
 [[ $held -eq 2 && $refused -eq 2 ]] && pass "memory budget: 2 of 4 concurrent READYs held, 2 refused at READY" ||
   fail "memory budget: $held held and $refused refused, expected 2 and 2: $(grep -h 'budget\|held' "$tmp/m.log" | head)"
 
+# ---- a recorded sealed message sent again is refused -------------------------------
+# An agent with an application key (on descriptor 3, as its manager gives it).
+# The stand-in rank sends a sealed RELEASE and keeps its bytes, checkpoints
+# again, then sends the same bytes: the agent drops them as a replay (counted
+# in its stats) and still holds the newer version.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$tmp/app.key"
+exec 3<"$tmp/app.key"
+start_agent r --key-fd 3 --stats-file "$tmp/r.stats" --timeout 10
+exec 3<&-
+if "$client" replay --agent "$tmp/r.name" --provider "$provider" --key-file "$tmp/app.key" --run rep --version 1 \
+    --bytes 65536 --timeout 20 >"$tmp/r.out" 2>"$tmp/r.err"; then
+  sleep 1.5  # the stats file is rewritten every second
+  if grep -q '"replayed":1' "$tmp/r.stats" && grep -q "replay" "$tmp/r.log"; then
+    pass "a replayed sealed RELEASE is refused and the newer version stays held"
+  else
+    fail "replay: refused, but not counted or logged: $(cat "$tmp/r.stats") $(cat "$tmp/r.log")"
+  fi
+else
+  fail "replay: $(cat "$tmp/r.out" "$tmp/r.err") $(tail -5 "$tmp/r.log")"
+fi
+
 if [[ $failures -ne 0 ]]; then
   echo "$failures check(s) failed" >&2
   exit 1

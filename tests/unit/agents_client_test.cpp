@@ -96,6 +96,41 @@ TEST(AgentsHolding, CodecRoundTripsAndRejectsGarbage) {
   for (const char* bad : {"4", "4:1", "4:1:2x", "-1:1:1", "4:1:4294967296", "4:1:1,,"})
     EXPECT_FALSE(agents::decode_held(bad)) << bad;
 }
+
+// A sealed message taken twice, or long after it was sent, is a replay.
+TEST(AgentsFreshness, ReplaysAndStaleMessagesAreRefused) {
+  constexpr int64_t s = 1000000000;  // ns
+  const int64_t t0 = 1800000000 * s;
+  agents::replay_guard g(300);
+  auto msg = [](uint64_t session, uint64_t request, agents::data_msg type, int64_t sent) {
+    agents::data_message m;
+    m.session = session;
+    m.request = request;
+    m.type = type;
+    m.sent_ns = sent;
+    return m;
+  };
+  using agents::data_msg;
+  EXPECT_TRUE(g.admit(msg(7, 1, data_msg::ready, t0), t0));
+  EXPECT_FALSE(g.admit(msg(7, 1, data_msg::ready, t0), t0 + s)) << "the same message again";
+  EXPECT_TRUE(g.admit(msg(7, 1, data_msg::push_done, t0 + s), t0 + s)) << "the next step of one request";
+  EXPECT_TRUE(g.admit(msg(7, 2, data_msg::release, t0 + 2 * s), t0 + 2 * s));
+  EXPECT_FALSE(g.admit(msg(7, 1, data_msg::release, t0 + 3 * s), t0 + 3 * s)) << "an older request";
+  EXPECT_FALSE(g.admit(msg(7, 2, data_msg::release, t0 + 2 * s), t0 + 4 * s)) << "a recorded RELEASE";
+  // Another session (another client, or the same rank relaunched) starts anew.
+  EXPECT_TRUE(g.admit(msg(8, 1, data_msg::release, t0 + 4 * s), t0 + 4 * s));
+  // Outside the window either way, whatever the session.
+  status old = g.admit(msg(9, 1, data_msg::query, t0), t0 + 301 * s);
+  EXPECT_FALSE(old);
+  EXPECT_NE(old.message().find("freshness window"), std::string::npos) << old.to_string();
+  EXPECT_FALSE(g.admit(msg(9, 1, data_msg::query, t0 + 400 * s), t0 + 5 * s)) << "from the future";
+  EXPECT_FALSE(g.admit(msg(0, 1, data_msg::query, t0 + 5 * s), t0 + 5 * s)) << "no session";
+  // Silent sessions are forgotten after a window; their messages are stale by then.
+  EXPECT_EQ(g.sessions(), 2u);
+  EXPECT_TRUE(g.admit(msg(10, 1, data_msg::query, t0 + 700 * s), t0 + 700 * s));
+  EXPECT_EQ(g.sessions(), 1u);
+  EXPECT_FALSE(g.admit(msg(7, 2, data_msg::release, t0 + 2 * s), t0 + 700 * s));
+}
 #endif
 
 // ---- commit by the last writer ----

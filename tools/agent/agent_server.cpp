@@ -116,6 +116,8 @@ struct agent_server::impl {
   uint64_t checkpoints CAIRN_GUARDED_BY(state_mu) = 0;  // versions held
   uint64_t cancelled CAIRN_GUARDED_BY(state_mu) = 0;   // transfers cancelled because their application was gone
   uint64_t refused = 0;     // messages without the application's seal (dispatch thread only)
+  uint64_t replayed = 0;    // sealed messages refused as replays or stale (dispatch thread only)
+  agents::replay_guard fresh;  // dispatch thread only
   // Transfers into the agent by mode (pull: modes pull and lend; push):
   // held, their bytes and seconds (READY to held), and those not held
   // (refused, failed, cancelled).
@@ -225,6 +227,8 @@ struct agent_server::impl {
     r.type = type;
     r.mode = req.mode;
     r.request = req.request;
+    r.session = req.session;
+    r.sent_ns = agents::wall_ns();
     r.run = req.run;
     r.name = req.name;
     r.rank = req.rank;
@@ -715,6 +719,7 @@ struct agent_server::impl {
       j = {{"bytes_in", bytes_in},         {"bytes_out", bytes_out},        {"checkpoints", checkpoints},
            {"memory_held", memory_held()}, {"memory_budget", cfg.memory_budget}, {"cancelled", cancelled},
            {"refused", refused},
+           {"replayed", replayed},
            {"endpoint", fabric::to_hex(ctx->name())}, {"provider", ctx->properties().provider}};
       for (const auto& [mode, c] : {std::pair<const char*, const transfer_counts*>{"pull", &pulls}, {"push", &pushes}}) {
         const std::string k(mode);
@@ -751,6 +756,16 @@ struct agent_server::impl {
     if (!m) {
       agent_log("ignoring a message: %s", m.error().to_string().c_str());
       return;
+    }
+    // Sealed, so from the application; unless someone recorded it and sends
+    // it again (without a key anyone can forge a message, so nothing to check).
+    if (!cfg.key.empty()) {
+      if (status st = fresh.admit(*m, agents::wall_ns()); !st) {
+        if (replayed++ == 0)
+          agent_log("dropped a sealed %s of run %s: %s; further ones are counted only (replayed in the stats file)",
+                    data_msg_name(m->type), m->run.c_str(), st.message().c_str());
+        return;
+      }
     }
     auto peer = ctx->insert_peer(m->reply_to);
     if (!peer) {
