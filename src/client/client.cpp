@@ -86,91 +86,6 @@ status check_name(const std::string& what, const std::string& name) {
   return {};
 }
 
-// Shared by the compare stage (engine threads) and the client (application thread).
-struct online_state {
-  cairn::mutex mu;
-  analytics::online_reference ref;
-  storage::storage_env* env = nullptr;
-  std::string my_store, my_scratch, my_run;
-  int64_t first_version CAIRN_GUARDED_BY(mu) = INT64_MAX;  // this rank's first divergent version
-  analytics::online_divergence first CAIRN_GUARDED_BY(mu);
-  int64_t compared CAIRN_GUARDED_BY(mu) = 0;
-  std::vector<std::pair<std::string, int64_t>> pending CAIRN_GUARDED_BY(mu);  // waiting for the reference
-  bool retrying CAIRN_GUARDED_BY(mu) = false;
-
-  void record(analytics::online_outcome o, const analytics::online_divergence& d, const std::string& name,
-              int64_t version) {
-    cairn::lock_guard lk(mu);
-    if (o == analytics::online_outcome::pending) {
-      pending.emplace_back(name, version);
-      return;
-    }
-    ++compared;
-    if (o == analytics::online_outcome::diverged && version < first_version) {
-      first_version = version;
-      first = d;
-    }
-  }
-
-  // Compares one version; errors (an unreadable reference) are warnings: the
-  // comparison is an observation and never fails the checkpoint.
-  void compare(const format::shard_header& h, std::span<const std::byte> image, const std::string& tree_image) {
-    std::optional<format::tree_file> tree;
-    if (!tree_image.empty()) {
-      auto t = format::decode_tree(std::as_bytes(std::span<const char>(tree_image.data(), tree_image.size())), "tree");
-      if (t) tree = std::move(t).value();
-    }
-    analytics::online_divergence d;
-    auto o = analytics::compare_with_reference(env, ref, h, image, tree ? &*tree : nullptr, &d);
-    if (!o) {
-      std::fprintf(stderr, "cairn: rank %u: warning: cannot compare '%s' version %lld with run '%s': %s\n", h.rank,
-                   h.name.c_str(), static_cast<long long>(h.version), ref.run.c_str(), o.error().message().c_str());
-      return;
-    }
-    record(*o, d, h.name, h.version);
-  }
-
-  // Retries the versions whose reference was missing, from this rank's files.
-  status retry(uint32_t rank) {
-    std::vector<std::pair<std::string, int64_t>> todo;
-    {
-      cairn::lock_guard lk(mu);
-      todo.swap(pending);
-    }
-    for (auto& [name, version] : todo) {
-      std::string path = format::shard_path(my_scratch, my_run, name, version, rank);
-      if (my_scratch.empty() || !env->exists(path)) path = format::shard_path(my_store, my_run, name, version, rank);
-      // Compressed (written by an agent) or not, verified.
-      auto s = format::read_shard_image(env, path);
-      if (!s) {
-        std::fprintf(stderr, "cairn: warning: version %lld of '%s' cannot be compared: %s\n",
-                     static_cast<long long>(version), name.c_str(), s.error().message().c_str());
-        continue;
-      }
-      auto tree = env->read_all(storage::join(storage::dirname_of(path), format::tree_file_name(rank)));
-      compare(s->header, {s->image.data(), s->header.file_size}, tree ? *tree : std::string());
-    }
-    cairn::lock_guard lk(mu);
-    retrying = false;
-    return {};
-  }
-};
-
-namespace {
-class compare_stage final : public engine::stage {
- public:
-  explicit compare_stage(std::shared_ptr<online_state> s) : s_(std::move(s)) {}
-  const char* name() const override { return "compare"; }
-  status run(engine::version_job& job) override {
-    s_->compare(job.header, {job.image->data(), job.header.file_size}, job.tree_image);
-    return {};
-  }
-
- private:
-  std::shared_ptr<online_state> s_;
-};
-}  // namespace
-
 namespace {
 // Agents mode (docs/design/agents.md, "Client"): hands the image to this
 // rank's agent; its completion is the PROTECTED level. A failure (no agent,
@@ -422,16 +337,14 @@ status client_impl::start() {
   if (!cfg_.reference_run.empty()) {
     if (cfg_.reference_run == cfg_.run)
       return {errc::invalid_argument, "reference_run '" + cfg_.reference_run + "' is this run itself; set CAIRN_RUN"};
-    online_ = std::make_shared<online_state>();
-    online_->env = env_;
-    online_->ref.run = cfg_.reference_run;
-    online_->ref.store = cfg_.reference_store.empty() ? cfg_.persistent : cfg_.reference_store;
-    online_->ref.scratch = cfg_.reference_store.empty() ? cfg_.scratch : "";
-    online_->ref.tol = {cfg_.compare_abs, cfg_.compare_rel, cfg_.compare_ulps};
-    online_->my_store = cfg_.persistent;
-    online_->my_scratch = cfg_.local_enabled ? cfg_.scratch : "";
-    online_->my_run = cfg_.run;
-    stages.add(std::make_unique<compare_stage>(online_), {image_done});
+    analytics::online_reference ref;
+    ref.run = cfg_.reference_run;
+    ref.store = cfg_.reference_store.empty() ? cfg_.persistent : cfg_.reference_store;
+    ref.scratch = cfg_.reference_store.empty() ? cfg_.scratch : "";
+    ref.tol = {cfg_.compare_abs, cfg_.compare_rel, cfg_.compare_ulps};
+    online_ = std::make_shared<analytics::online_tracker>(env_, std::move(ref), cfg_.persistent,
+                                                          cfg_.local_enabled ? cfg_.scratch : "", cfg_.run);
+    stages.add(analytics::make_compare_stage(online_), {image_done});
   }
   // The attempt tag of this execution's shards: rank 0 draws it, and the
   // run's identity records it.
@@ -1161,10 +1074,8 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
   v.push_back(all_have_slot == nullptr || cfg_.staging_policy == staging_policy::block || pool_.has_free() ? 1 : 0);
   int64_t my_first = INT64_MAX;
   if (online_) {
-    cairn::lock_guard lk(online_->mu);
-    my_first = online_->first_version;
-    if (!online_->pending.empty() && !online_->retrying) {
-      online_->retrying = true;
+    my_first = online_->state().first_version;
+    if (online_->claim_retry()) {
       auto st = online_;
       uint32_t me = static_cast<uint32_t>(rank());
       engine_->submit_task([st, me] { return st->retry(me); });
@@ -1317,11 +1228,7 @@ void client_impl::agree_level_failure(version_record& rec, unsigned level) {
 
 void client_impl::progress_divergence(int64_t global_first) {
   if (global_first == INT64_MAX || (divergence_ && divergence_->version <= global_first)) return;
-  analytics::online_divergence mine;
-  {
-    cairn::lock_guard lk(online_->mu);
-    mine = online_->first;
-  }
+  const analytics::online_divergence mine = online_->state().first;
   int64_t root = comm_->min(mine.version == global_first ? rank() : INT64_MAX);
   nlohmann::json j = {{"version", mine.version}, {"rank", mine.rank}, {"name", mine.name}, {"region", mine.region},
                       {"index", mine.index}, {"value", mine.value}, {"reference", mine.reference}, {"kind", mine.kind}};
@@ -1351,11 +1258,9 @@ status client_impl::divergence(cairn_divergence_t* info) {
   std::memset(info, 0, sizeof *info);
   info->version = -1;
   if (!online_) return {errc::invalid_argument, "cairn_divergence: no reference_run is configured"};
-  {
-    cairn::lock_guard lk(online_->mu);
-    info->compared = online_->compared;
-    info->pending = static_cast<int64_t>(online_->pending.size());
-  }
+  const auto state = online_->state();
+  info->compared = state.compared;
+  info->pending = state.pending;
   if (!divergence_) return {};
   const auto& d = *divergence_;
   info->diverged = 1;

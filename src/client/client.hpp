@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "analytics/online.hpp"
+#include "analytics/online_stage.hpp"
 #include "client/agents_link.hpp"
 #include "cairn.h"
 #include "cairn/status.hpp"
@@ -97,8 +97,6 @@ struct version_record {
   bool resolved() const { return ((global_done | global_failed) & wanted) == wanted; }
 };
 
-// Online comparison state shared by the compare stage and the client (client.cpp).
-struct online_state;
 class run_lease;
 
 // A region's block shape in row-major order (reversed for column-major regions).
@@ -479,7 +477,7 @@ class client_impl {
     std::vector<std::string> files;  // base names routed so far
   };
   std::optional<file_mode> files_;
-  std::shared_ptr<struct online_state> online_;  // shared with the compare stage; null when off
+  std::shared_ptr<analytics::online_tracker> online_;  // shared with the compare stage; null when off
   std::optional<analytics::online_divergence> divergence_;  // agreed by all ranks
   // Collective part of progress for the online comparison.
   void progress_divergence(int64_t global_first);
