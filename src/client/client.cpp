@@ -396,77 +396,23 @@ status client_impl::start() {
 //   errno=N, after=N, version=V, rank=R, file=NAME (a file of version V's directory, e.g. MANIFEST)
 // e.g. "level=persistent,action=kill,version=20,rank=1".
 status client_impl::install_fault() {
-  storage::fault_spec spec;
-  std::string level = "persistent";
-  std::string role;
-  int only_rank = -1;
-  std::string file;
-  auto bad = [&](const std::string& why) {
-    return status(errc::invalid_argument, "configuration key 'fault_inject': " + why);
-  };
-  std::string text = cfg_.fault_inject;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    std::string kv = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    pos = comma == std::string::npos ? text.size() + 1 : comma + 1;
-    auto eq = kv.find('=');
-    if (eq == std::string::npos) return bad("expected key=value, got '" + kv + "'");
-    std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
-    try {
-      if (k == "level") level = v;
-      else if (k == "action") spec.action = v;
-      else if (k == "kind") spec.kind = v;
-      else if (k == "errno") spec.err = std::stoi(v);
-      else if (k == "after") spec.after = std::stoi(v);
-      else if (k == "rank") only_rank = std::stoi(v);
-      else if (k == "role") role = v;
-      else if (k == "file") file = v;
-      else if (k == "version") {
-        kill_capture_version_ = std::stoll(v);
-        spec.path_part = "/" + format::version_dir_name(kill_capture_version_) + "/";
-      }
-      else return bad("unknown field '" + k + "'");
-    } catch (const std::exception&) {
-      return bad("bad number in '" + kv + "'");
-    }
-  }
-  if (!file.empty()) {
-    if (kill_capture_version_ < 0) return bad("file needs version");
-    spec.path_part += file;
-  }
-  if (level != "local" && level != "persistent" && level != "capture" && level != "transfer" && level != "redundancy")
-    return bad("level must be local, persistent, capture, transfer or redundancy");
-  if (spec.action != "error" && spec.action != "kill") return bad("action must be error or kill");
-  if (only_rank >= 0 && only_rank != rank()) {
-    kill_capture_version_ = -1;
-    return {};
-  }
-  if (level == "capture") {
-    if (spec.action != "kill" || kill_capture_version_ < 0) return bad("level=capture needs action=kill and a version");
-    return {};
-  }
-  if (level == "redundancy") {
+  CAIRN_ASSIGN_OR_RETURN(storage::fault_plan p, storage::parse_fault_plan(cfg_.fault_inject));
+  if (p.rank >= 0 && p.rank != rank()) return {};
+  if (p.level == "capture") {
+    kill_capture_version_ = p.version;
+  } else if (p.level == "redundancy") {
     // A rank killed in the middle of encoding a version (after `after` windows).
-    if (spec.action != "kill" || kill_capture_version_ < 0) return bad("level=redundancy needs action=kill and a version");
-    kill_redundancy_version_ = kill_capture_version_;
-    kill_redundancy_after_ = spec.after;
-    kill_capture_version_ = -1;
-    return {};
-  }
-  if (level == "transfer") {
+    kill_redundancy_version_ = p.version;
+    kill_redundancy_after_ = p.spec.after;
+  } else if (p.level == "transfer") {
     // aggregate_strategy = leaders: a sender killed once it announced its
     // image, or a leader killed in the middle of reading a sender's.
-    if (spec.action != "kill" || kill_capture_version_ < 0 || (role != "leader" && role != "sender"))
-      return bad("level=transfer needs action=kill, a version and role=leader or role=sender");
-    kill_transfer_ = {kill_capture_version_, role == "leader"};
-    kill_capture_version_ = -1;
-    return {};
+    kill_transfer_ = {p.version, p.role == "leader"};
+  } else {
+    p.spec.prefix = p.level == "local" ? cfg_.scratch : cfg_.persistent;
+    fault_env_ = storage::make_fault_env(storage::storage_env::posix(), p.spec);
+    env_ = fault_env_.get();
   }
-  kill_capture_version_ = -1;
-  spec.prefix = level == "local" ? cfg_.scratch : cfg_.persistent;
-  fault_env_ = storage::make_fault_env(storage::storage_env::posix(), spec);
-  env_ = fault_env_.get();
   return {};
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -186,6 +187,58 @@ std::unique_ptr<storage_env> make_rate_limited_env(storage_env* base, uint64_t b
 
 std::unique_ptr<storage_env> make_fault_env(storage_env* base, fault_spec spec) {
   return std::make_unique<fault_env>(base, std::move(spec));
+}
+
+result<fault_plan> parse_fault_plan(const std::string& text) {
+  fault_plan p;
+  std::string file;
+  auto bad = [](const std::string& why) {
+    return status(errc::invalid_argument, "configuration key 'fault_inject': " + why);
+  };
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string kv = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    pos = comma == std::string::npos ? text.size() + 1 : comma + 1;
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) return bad("expected key=value, got '" + kv + "'");
+    std::string k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    try {
+      if (k == "level") p.level = v;
+      else if (k == "action") p.spec.action = v;
+      else if (k == "kind") p.spec.kind = v;
+      else if (k == "errno") p.spec.err = std::stoi(v);
+      else if (k == "after") p.spec.after = std::stoi(v);
+      else if (k == "rank") p.rank = std::stoi(v);
+      else if (k == "role") p.role = v;
+      else if (k == "file") file = v;
+      else if (k == "version") p.version = std::stoll(v);
+      else return bad("unknown field '" + k + "'");
+    } catch (const std::exception&) {
+      return bad("bad number in '" + kv + "'");
+    }
+  }
+  if (p.version >= 0) {
+    // A version's directory, v<version:012> (format::version_dir_name; the
+    // format module sits above this one).
+    char dir[32];
+    std::snprintf(dir, sizeof dir, "/v%012lld/", static_cast<long long>(p.version));
+    p.spec.path_part = dir;
+  }
+  if (!file.empty()) {
+    if (p.version < 0) return bad("file needs version");
+    p.spec.path_part += file;
+  }
+  const std::string& l = p.level;
+  if (l != "local" && l != "persistent" && l != "capture" && l != "transfer" && l != "redundancy")
+    return bad("level must be local, persistent, capture, transfer or redundancy");
+  if (p.spec.action != "error" && p.spec.action != "kill") return bad("action must be error or kill");
+  const bool kill_point = l == "capture" || l == "redundancy" || l == "transfer";
+  if (kill_point && (p.spec.action != "kill" || p.version < 0))
+    return bad("level=" + l + " needs action=kill and a version");
+  if (l == "transfer" && p.role != "leader" && p.role != "sender")
+    return bad("level=transfer needs action=kill, a version and role=leader or role=sender");
+  return p;
 }
 
 }  // namespace cairn::storage

@@ -154,5 +154,29 @@ TEST_F(storage_test, geometry_of_a_local_directory_and_its_errors) {
   EXPECT_NE(st.message().find(g->fs), std::string::npos) << st.message();
 }
 
+// The fault_inject test hook, parsed in one place (the client only acts on it).
+TEST(fault_plan, parses_levels_and_refuses_what_cannot_run) {
+  auto p = parse_fault_plan("level=local,action=kill,kind=write,after=2,rank=1,version=7,file=shard.000001");
+  ASSERT_TRUE(p) << p.error().to_string();
+  EXPECT_EQ(p->level, "local");
+  EXPECT_EQ(p->rank, 1);
+  EXPECT_EQ(p->version, 7);
+  EXPECT_EQ(p->spec.action, "kill");
+  EXPECT_EQ(p->spec.kind, "write");
+  EXPECT_EQ(p->spec.after, 2);
+  EXPECT_EQ(p->spec.path_part, "/v000000000007/shard.000001");
+  auto t = parse_fault_plan("level=transfer,action=kill,version=3,role=leader");
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(t->role, "leader");
+  EXPECT_EQ(parse_fault_plan("action=error,errno=28")->spec.err, 28);  // persistent by default
+  for (const char* bad : {"level=capture,action=kill", "level=capture,action=error,version=1", "level=transfer,action=kill,version=1",
+                          "level=nowhere,action=kill", "action=explode", "file=x", "errno=x", "bogus=1", "level"}) {
+    auto r = parse_fault_plan(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().code(), errc::invalid_argument) << bad;
+    EXPECT_NE(r.error().message().find("fault_inject"), std::string::npos) << r.error().to_string();
+  }
+}
+
 }  // namespace
 }  // namespace cairn::storage
