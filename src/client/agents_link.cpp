@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <mutex>
 #include <set>
@@ -17,6 +18,10 @@
 #include "agents/protocol.hpp"
 #include "agents/wire.hpp"
 #include "cairn.h"
+#include "engine/stages.hpp"
+#include "format/commit.hpp"
+#include "format/layout.hpp"
+#include "format/tree.hpp"
 #include "util/clock.hpp"
 #include "util/hex.hpp"
 #include "util/json.hpp"
@@ -28,6 +33,81 @@
 #endif
 
 namespace cairn {
+
+namespace {
+// Agents mode (docs/design/agents.md, "Client"): hands the image to this
+// rank's agent; its completion is the PROTECTED level. A failure (no agent,
+// agent gone) is not the application's error: the level is marked failed and
+// the next stage writes the shard itself.
+class agents_stage final : public engine::stage {
+ public:
+  agents_stage(agents_data* data, storage::storage_env* env, std::string store)
+      : data_(data), env_(env), store_(std::move(store)) {}
+  const char* name() const override { return "agents"; }
+  unsigned level() const override { return CAIRN_LEVEL_PROTECTED; }
+  // The agents hold the lent regions: the application has its memory back.
+  unsigned completes(const engine::version_job& job) const override {
+    return CAIRN_LEVEL_PROTECTED | (job.lent.empty() ? 0u : CAIRN_LEVEL_CAPTURED);
+  }
+  bool latches() const override { return false; }
+  status run(engine::version_job& job) override {
+    if (!data_->has_agent()) return {errc::not_found, "no checkpoint agent serves this rank"};
+    CAIRN_RETURN_IF_ERROR(data_->checkpoint({job.image->data(), job.header.file_size}, job.header, job.lent));
+    if (!job.tree_image.empty()) {
+      // The agents keep shard images; the small hash tree goes beside the shard
+      // they will write (not durable: a missing tree only slows comparisons).
+      const auto& h = job.header;
+      const std::string dir = format::version_dir(store_, h.run, h.name, h.version);
+      status st = env_->make_dirs(dir);
+      if (st) st = env_->write_atomic(storage::join(dir, format::tree_file_name(h.rank)), job.tree_image, false);
+      if (!st) std::fprintf(stderr, "cairn: warning: hash tree of '%s' version %lld not written: %s\n", h.name.c_str(),
+                            static_cast<long long>(h.version), st.message().c_str());
+    }
+    return {};
+  }
+
+ private:
+  agents_data* data_;
+  storage::storage_env* env_;
+  std::string store_;
+};
+
+// Agents mode: a version the agent did not take is written to the persistent
+// level by the rank itself, and committed by whichever writer completes it.
+class agents_fallback_stage final : public engine::stage {
+ public:
+  agents_fallback_stage(storage::storage_env* env, std::string store, bool direct)
+      : env_(env), store_(std::move(store)), direct_(direct) {}
+  const char* name() const override { return "persistent (no agent)"; }
+  bool applies(const engine::version_job& job) const override {
+    return (job.failed & CAIRN_LEVEL_PROTECTED) != 0;  // set by the agents stage, on this thread
+  }
+  status run(engine::version_job& job) override {
+    const auto& h = job.header;
+    const double t0 = util::now_s();
+    CAIRN_RETURN_IF_ERROR(engine::write_shard_file(env_, format::shard_path(store_, h.run, h.name, h.version, h.rank),
+                                                   job.image->data(), h.file_size, direct_, true, job.tree_image));
+    job.persistent_s = util::now_s() - t0;
+    job.persistent_at = util::wall_s();
+    return format::commit_if_complete(env_, store_, h, program_invocation_short_name, "rank").take_status();
+  }
+
+ private:
+  storage::storage_env* env_;
+  std::string store_;
+  bool direct_;
+};
+}  // namespace
+
+std::unique_ptr<engine::stage> make_agents_stage(agents_data* data, storage::storage_env* env, std::string store) {
+  return std::make_unique<agents_stage>(data, env, std::move(store));
+}
+
+std::unique_ptr<engine::stage> make_agents_fallback_stage(storage::storage_env* env, std::string store,
+                                                          bool direct_io) {
+  return std::make_unique<agents_fallback_stage>(env, std::move(store), direct_io);
+}
+
 
 using nlohmann::json;
 

@@ -16,6 +16,7 @@
 #include "agents/net.hpp"
 #include "agents/placement.hpp"
 #include "cairn/status.hpp"
+#include "engine/engine.hpp"
 #include "engine/staging.hpp"
 #include "format/shard.hpp"
 #include "util/config.hpp"
@@ -150,6 +151,17 @@ class agents_data {
   virtual status release(size_t index, const std::string& run) = 0;
   virtual size_t agent_count() = 0;
 };
+
+// The agents' part of the stage graph (the client chains them: agents, then
+// unlend when regions are lent, then the fallback, then the node-local level).
+// The agents stage hands the image to this rank's agent; its completion is the
+// PROTECTED level (and CAPTURED for lent regions). A failure (no agent, agent
+// gone) is not the application's error: the level is marked failed, and the
+// fallback stage writes that version to `store` itself and commits it with
+// whichever writer completes it. `data` outlives the stages.
+std::unique_ptr<engine::stage> make_agents_stage(agents_data* data, storage::storage_env* env, std::string store);
+std::unique_ptr<engine::stage> make_agents_fallback_stage(storage::storage_env* env, std::string store,
+                                                          bool direct_io);
 
 }  // namespace cairn
 

@@ -86,71 +86,6 @@ status check_name(const std::string& what, const std::string& name) {
   return {};
 }
 
-namespace {
-// Agents mode (docs/design/agents.md, "Client"): hands the image to this
-// rank's agent; its completion is the PROTECTED level. A failure (no agent,
-// agent gone) is not the application's error: the level is marked failed and
-// the next stage writes the shard itself.
-class agents_stage final : public engine::stage {
- public:
-  agents_stage(agents_data* data, storage::storage_env* env, std::string store)
-      : data_(data), env_(env), store_(std::move(store)) {}
-  const char* name() const override { return "agents"; }
-  unsigned level() const override { return CAIRN_LEVEL_PROTECTED; }
-  // The agents hold the lent regions: the application has its memory back.
-  unsigned completes(const engine::version_job& job) const override {
-    return CAIRN_LEVEL_PROTECTED | (job.lent.empty() ? 0u : CAIRN_LEVEL_CAPTURED);
-  }
-  bool latches() const override { return false; }
-  status run(engine::version_job& job) override {
-    if (!data_->has_agent()) return {errc::not_found, "no checkpoint agent serves this rank"};
-    CAIRN_RETURN_IF_ERROR(data_->checkpoint({job.image->data(), job.header.file_size}, job.header, job.lent));
-    if (!job.tree_image.empty()) {
-      // The agents keep shard images; the small hash tree goes beside the shard
-      // they will write (not durable: a missing tree only slows comparisons).
-      const auto& h = job.header;
-      const std::string dir = format::version_dir(store_, h.run, h.name, h.version);
-      status st = env_->make_dirs(dir);
-      if (st) st = env_->write_atomic(storage::join(dir, format::tree_file_name(h.rank)), job.tree_image, false);
-      if (!st) std::fprintf(stderr, "cairn: warning: hash tree of '%s' version %lld not written: %s\n", h.name.c_str(),
-                            static_cast<long long>(h.version), st.message().c_str());
-    }
-    return {};
-  }
-
- private:
-  agents_data* data_;
-  storage::storage_env* env_;
-  std::string store_;
-};
-
-// Agents mode: a version the agent did not take is written to the persistent
-// level by the rank itself, and committed by whichever writer completes it.
-class agents_fallback_stage final : public engine::stage {
- public:
-  agents_fallback_stage(storage::storage_env* env, std::string store, bool direct)
-      : env_(env), store_(std::move(store)), direct_(direct) {}
-  const char* name() const override { return "persistent (no agent)"; }
-  bool applies(const engine::version_job& job) const override {
-    return (job.failed & CAIRN_LEVEL_PROTECTED) != 0;  // set by the agents stage, on this thread
-  }
-  status run(engine::version_job& job) override {
-    const auto& h = job.header;
-    const double t0 = util::now_s();
-    CAIRN_RETURN_IF_ERROR(engine::write_shard_file(env_, format::shard_path(store_, h.run, h.name, h.version, h.rank),
-                                                   job.image->data(), h.file_size, direct_, true, job.tree_image));
-    job.persistent_s = util::now_s() - t0;
-    job.persistent_at = util::wall_s();
-    return format::commit_if_complete(env_, store_, h, program_invocation_short_name, "rank").take_status();
-  }
-
- private:
-  storage::storage_env* env_;
-  std::string store_;
-  bool direct_;
-};
-}  // namespace
-
 client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
     : comm_(std::move(comm)), cfg_(std::move(cfg)), env_(storage::storage_env::posix()) {}
 
@@ -284,9 +219,9 @@ status client_impl::start() {
     CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
     // A chain: the fallback writes only what the agents did not take, and a
     // lent image is complete only after the agents stage (or unlend).
-    stages.add(std::make_unique<agents_stage>(agents_.get(), env_, cfg_.persistent));
+    stages.add(make_agents_stage(agents_.get(), env_, cfg_.persistent));
     if (cfg_.agents_lend) stages.add(engine::make_unlend_stage());
-    stages.add(std::make_unique<agents_fallback_stage>(flush_env, cfg_.persistent, cfg_.direct_io));
+    stages.add(make_agents_fallback_stage(flush_env, cfg_.persistent, cfg_.direct_io));
     if (cfg_.local_enabled) stages.add(engine::make_local_stage(env_, paths, recycler_));
   } else {
     size_t local = image_done;
