@@ -154,3 +154,36 @@ def test_failed_restart_falls_back_to_the_previous_dataset(heat, tmp_path):
     assert lines(again.stdout, "result ") == lines(ref.stdout, "result ")
     assert lines(again.stdout, "checkpoint ") == [l for l in lines(ref.stdout, "checkpoint ")
                                                   if int(l.split(".")[-1]) > 55]
+
+
+@pytest.fixture(scope="module")
+def fortran_ckpt(tmp_path_factory) -> Path:
+    """tests/compat/scr_ckpt.f90, built with mpif90 and only -I/-l flags
+    pointing at the drop-in (INCLUDE 'scrf.h', -lscrf -lscr)."""
+    if os.environ.get("CAIRN_TEST_SCR_FORTRAN") != "1":
+        pytest.fail("CAIRN_TEST_SCR_FORTRAN is not 1: the build has no Fortran (ctest sets it when it has)")
+    inc, lib = os.environ["CAIRN_TEST_SCR_INCLUDE"], os.environ["CAIRN_TEST_SCR_LIBDIR"]
+    out = tmp_path_factory.mktemp("fbin") / "scr_ckpt"
+    src = Path(__file__).resolve().parent / "scr_ckpt.f90"
+    cmd = ["mpif90", "-O2", "-Wall", f"-I{inc}", str(src), "-o", str(out), f"-L{lib}", f"-Wl,-rpath,{lib}",
+           "-lscrf", "-lscr"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    return out
+
+
+def test_a_fortran_application_checkpoints_and_restarts_from_the_prefix(fortran_ckpt, tmp_path):
+    """SCR's Fortran interface: three datasets, then, with the cache wiped as
+    after a lost node, a rerun restarts from the newest in the prefix, reads
+    back every value it wrote, and numbers its datasets on from there."""
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(NRANKS), str(fortran_ckpt), "3"]
+    first = harness.run_process(cmd, env(tmp_path), tmp_path)
+    assert first.rc == 0 and lines(first.stdout, "no restart"), first.describe()
+    assert lines(first.stdout, "checkpoint ") == [f"checkpoint ckpt_{i:05d}" for i in (1, 2, 3)], first.describe()
+    assert lines(first.stdout, "errors ") == ["errors 0"], first.describe()
+    subprocess.run(["rm", "-rf", str(tmp_path / "cache")], check=True)  # SCR_CACHE_BASE: the node-local level
+    again = harness.run_process(cmd, env(tmp_path), tmp_path)
+    assert again.rc == 0, again.describe()
+    assert lines(again.stdout, "restarted from ") == ["restarted from ckpt_00003"], again.describe()
+    assert lines(again.stdout, "errors ") == ["errors 0"], again.describe()
+    assert lines(again.stdout, "checkpoint ") == [f"checkpoint ckpt_{i:05d}" for i in (4, 5, 6)], again.describe()
