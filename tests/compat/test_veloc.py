@@ -210,3 +210,32 @@ def test_two_jobs_of_one_user_on_one_node_do_not_mix(heat, tmp_path, io):
         assert again.rc == 0, again.describe()
         assert len(lines(again.stdout, "restart from ")) == 1, again.describe()
         assert lines(again.stdout, "result ") == refs[which], f"{which}: {again.describe()}"
+
+
+@pytest.fixture(scope="module")
+def cpp(tmp_path_factory) -> Path:
+    """tests/compat/veloc_cpp.cpp, compiled as a VELOC C++ application would be:
+    mpicxx, -I, -L, -lveloc-client."""
+    inc, lib = os.environ["CAIRN_TEST_VELOC_INCLUDE"], os.environ["CAIRN_TEST_VELOC_LIBDIR"]
+    out = tmp_path_factory.mktemp("cppbin") / "veloc_cpp"
+    src = Path(__file__).resolve().parent / "veloc_cpp.cpp"
+    cmd = ["mpicxx", "-std=c++17", "-O2", "-Wall", "-Werror", f"-I{inc}", str(src), "-o", str(out), f"-L{lib}",
+           f"-Wl,-rpath,{lib}", "-lveloc-client"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    return out
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_cpp_api_restores_raw_and_serialized_regions_of_every_group(cpp, tmp_path, mode):
+    """veloc.hpp: raw and serialized regions in named groups and the default
+    group, an observer, checkpoint_wait; restored in the same process, and by
+    the next process with the node-local level wiped."""
+    cfg = write_config(tmp_path, mode)
+    mpirun = ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(NRANKS), str(cpp), str(cfg)]
+    r = run(mpirun + ["first"], tmp_path)
+    assert r.rc == 0 and "C++ test passed" in r.stdout and "FAIL" not in r.stdout, r.describe()
+    assert "another rank's checkpoint (target_rank) is not provided" in r.stderr, r.describe()
+    subprocess.run(["rm", "-rf", str(tmp_path / "scratch")], check=True)
+    again = run(mpirun + ["again"], tmp_path)
+    assert again.rc == 0 and "C++ test passed" in again.stdout and "FAIL" not in again.stdout, again.describe()
