@@ -8,8 +8,11 @@
 #   scripts/sanitize.sh [build dir]        default build-san
 #   scripts/sanitize.sh --build-only DIR   configure and build only (make test does this
 #                                          beside the main suite, then runs the rest)
-#   SANITIZE=thread scripts/sanitize.sh    the unit tests under TSan instead (no fuzzing;
-#                                          suppressions: tests/tsan.supp)
+#   SANITIZE=thread scripts/sanitize.sh    under TSan instead, the unit tests of the code that
+#                                          runs threads (engine, client, daemon, fabric and agents,
+#                                          redundancy, aggregation, storage envs, batch signals);
+#                                          the single-threaded decoders' tests run under ASan only.
+#                                          No fuzzing; suppressions: tests/tsan.supp
 #   FUZZ_SECONDS=600 scripts/sanitize.sh   a longer campaign (the corpus grows under the build dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,9 +36,20 @@ CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDeb
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DCAIRN_SANITIZE="$sanitize" -DCAIRN_BUILD_FUZZ=$fuzz -DCAIRN_ENABLE_MPI=OFF -DCAIRN_ENABLE_FORTRAN=OFF \
   -DCAIRN_BUILD_EXAMPLES=OFF -DCAIRN_BUILD_BENCH=OFF >/dev/null
+known=$(ninja -C "$dir" -t targets all 2>/dev/null | cut -d: -f1)
+has_target() { grep -qx "$1" <<<"$known"; }
 targets=(cairn_unit_tests)
 # cairn-agent has no unit test of its own: built for the thread-safety analysis.
-grep -q '^cairn_agent:' <(ninja -C "$dir" -t targets all 2>/dev/null) && targets+=(cairn_agent)
+has_target cairn_agent && targets+=(cairn_agent)
+tests=()
+if [ "$sanitize" = thread ]; then
+  targets=()
+  for t in engine_test client_test daemon_test agents_fabric_test agents_client_test agents_control_test \
+           redundancy_test aggregate_test storage_test batch_test util_test; do
+    has_target "$t" && targets+=("$t")
+  done
+  tests=(-R "^($(IFS='|'; echo "${targets[*]}"))\$")
+fi
 [ $fuzz = ON ] && targets+=(cairn_fuzzers)
 if ! cmake --build "$dir" -j "$jobs" --target "${targets[@]}" >"$dir/build.log" 2>&1; then
   tail -40 "$dir/build.log"
@@ -48,7 +62,7 @@ echo "sanitize: built in $(( $(date +%s) - start )) s"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
-ctest --test-dir "$dir" -L unit --output-on-failure -j "$jobs"
+ctest --test-dir "$dir" -L unit "${tests[@]}" --output-on-failure -j "$jobs"
 [ $fuzz = ON ] || exit 0
 seeds="$dir/fuzz-seeds"
 rm -rf "$seeds"
