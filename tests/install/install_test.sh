@@ -62,7 +62,8 @@ fi
 # -I<prefix>/include -L<prefix>/lib -lveloc-client / -lscr (as VELOC and SCR
 # applications are) link and run.
 if grep -q '^CAIRN_ENABLE_MPI:BOOL=ON' "$build/CMakeCache.txt"; then
-  for f in include/veloc.h include/scr.h lib/libveloc-client.so lib/libscr.so; do
+  for f in include/veloc.h include/veloc/defs.h include/veloc.hpp include/scr.h include/scrf.h \
+           lib/libveloc-client.so lib/libscr.so lib/libscrf.so; do
     [ -e "$prefix/$f" ] || { echo "install_test: missing $f in the installed tree" >&2; exit 1; }
   done
   # Linked as VELOC's and SCR's documentation says (-L and -rpath of the

@@ -29,19 +29,10 @@
 extern "C" {
 #endif
 
-#define VELOC_SUCCESS (0)
-#define VELOC_FAILURE (-1)
-
-/* Size of the buffers VELOC_Route_file writes into. */
-#define VELOC_MAX_NAME (1024)
-
-/* Modes of VELOC_Recover_selective and VELOC_Checkpoint_selective. */
-#define VELOC_RECOVER_ALL (0)
-#define VELOC_RECOVER_SOME (1)
-#define VELOC_RECOVER_REST (2)
-#define VELOC_CKPT_ALL (0)
-#define VELOC_CKPT_SOME (1)
-#define VELOC_CKPT_REST (2)
+/* VELOC_SUCCESS, VELOC_FAILURE, VELOC_MAX_NAME (the size of the buffers
+ * VELOC_Route_file writes into), the modes of VELOC_Recover_selective and
+ * VELOC_Checkpoint_selective, as VELOC defines them. */
+#include "veloc/defs.h"
 
 /* ---- init / finalize ------------------------------------------------------
  * VELOC_Init: collective over comm (MPI must be initialized). cfg_file: the
