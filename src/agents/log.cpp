@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
-#include <mutex>
 
 #include "util/clock.hpp"
 #include "util/mutex.hpp"

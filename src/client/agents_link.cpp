@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <mutex>
 #include <set>
 
 #include <nlohmann/json.hpp>

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include "util/mutex.hpp"
 
 namespace cairn::batch {

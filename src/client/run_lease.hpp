@@ -10,7 +10,6 @@
 #define CAIRN_CLIENT_RUN_LEASE_HPP
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 

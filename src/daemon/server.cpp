@@ -12,7 +12,6 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <optional>
 #include <nlohmann/json.hpp>

@@ -1,7 +1,6 @@
 #include "format/commit.hpp"
 
 #include <cstdio>
-#include <mutex>
 #include <set>
 
 #include "format/layout.hpp"

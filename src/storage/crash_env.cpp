@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cerrno>
 #include <map>
-#include <mutex>
 #include <random>
 #include <vector>
 

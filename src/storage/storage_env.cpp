@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <mutex>
 #include <thread>
 
 #include "storage/storage_env.hpp"

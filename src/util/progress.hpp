@@ -3,7 +3,6 @@
 #define CAIRN_UTIL_PROGRESS_HPP
 
 #include <cstdint>
-#include <mutex>
 #include "util/mutex.hpp"
 
 namespace cairn::util {
