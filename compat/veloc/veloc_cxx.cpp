@@ -169,9 +169,6 @@ class client_impl final : public client_t {
     return group == default_mem_group ? VELOC_Mem_protect(id, ptr, bytes, 1)
                                       : VELOC_Region_protect(id, ptr, bytes, 1, group.c_str());
   }
-  static int protect(const std::string& group, int id, const void* ptr, size_t bytes) {
-    return protect(group, id, const_cast<void*>(ptr), bytes);
-  }
   static int unprotect(const std::string& group, int id) {
     return group == default_mem_group ? VELOC_Mem_unprotect(id) : VELOC_Region_unprotect(id, group.c_str());
   }

@@ -52,6 +52,11 @@ online_tracker::summary online_tracker::state() const {
   return {first_version_, first_, compared_, static_cast<int64_t>(pending_.size())};
 }
 
+int64_t online_tracker::first_version() const {
+  cairn::lock_guard lk(mu_);
+  return first_version_;
+}
+
 bool online_tracker::claim_retry() {
   cairn::lock_guard lk(mu_);
   if (pending_.empty() || retrying_) return false;

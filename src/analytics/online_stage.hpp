@@ -46,6 +46,8 @@ class online_tracker {
     int64_t pending = 0;                // versions waiting for their reference
   };
   summary state() const CAIRN_EXCLUDES(mu_);
+  // state().first_version without copying the divergence (every progress round reads it).
+  int64_t first_version() const CAIRN_EXCLUDES(mu_);
 
   // Whether versions wait for their reference and no retry runs: the caller
   // then runs retry (once, on an engine task).

@@ -955,7 +955,7 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
   v.push_back(all_have_slot == nullptr || cfg_.staging_policy == staging_policy::block || pool_.has_free() ? 1 : 0);
   int64_t my_first = INT64_MAX;
   if (online_) {
-    my_first = online_->state().first_version;
+    my_first = online_->first_version();
     if (online_->claim_retry()) {
       auto st = online_;
       uint32_t me = static_cast<uint32_t>(rank());
