@@ -179,18 +179,10 @@ status client_impl::start() {
   const bool in_daemon = cfg_.engine_host == engine_host::daemon;
   const size_t image_done =
       in_daemon ? 0 : stages.add(engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs));
-  if (cfg_.agents_lend) {
-    // Lent regions are read by the agents once; anything that reads them
-    // later (after the application may have changed them) cannot be allowed.
-    std::string why;
-    if (cfg_.agents.empty()) why = "it needs remote checkpoint agents (set agents)";
-    else if (cfg_.agents_mode != agents_transfer::pull) why = "it needs agents_mode = pull (the agents read the regions)";
-    else if (cfg_.local_enabled) why = "the local level would read the regions after the agents (set local_enabled = false)";
-    else if (!cfg_.reference_run.empty()) why = "the online comparison would read the regions after the agents";
-    if (!why.empty()) return {errc::invalid_argument, "configuration key 'agents_lend': " + why};
-  }
   CAIRN_RETURN_IF_ERROR(resolve_layout());
   CAIRN_RETURN_IF_ERROR(check_daemon_config());
+  CAIRN_ASSIGN_OR_RETURN(levels_, make_levels(this));
+  for (const auto& l : levels_) level_writes_persistent_ |= l->writes_persistent();
   // Not with the leaders' aggregation: a leader may still read a sender's
   // node-local file when the sender retires it (removing it keeps an open
   // file intact; overwriting it in place would not).
@@ -207,22 +199,11 @@ status client_impl::start() {
     rate_env_ = storage::make_rate_limited_env(env_, cfg_.io_rate_limit);
     flush_env = rate_env_.get();
   }
-  if (aggregated() && !cfg_.agents.empty())
-    return {errc::invalid_argument, "persistent_layout = aggregated does not combine with agents (the agents write "
-                                    "the persistent level themselves, a file per rank): choose one"};
-  if (redundancy_on() && !cfg_.agents.empty())
-    return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " does not combine with checkpoint agents (both "
-                                    "are level L2): choose one"};
   if (in_daemon) {
     // start_daemon, below.
-  } else if (!cfg_.agents.empty()) {
-    CAIRN_ASSIGN_OR_RETURN(agents_, agents_data::create(cfg_));
-    // A chain: the fallback writes only what the agents did not take, and a
-    // lent image is complete only after the agents stage (or unlend).
-    stages.add(make_agents_stage(agents_.get(), env_, cfg_.persistent));
-    if (cfg_.agents_lend) stages.add(engine::make_unlend_stage());
-    stages.add(make_agents_fallback_stage(flush_env, cfg_.persistent, cfg_.direct_io));
-    if (cfg_.local_enabled) stages.add(engine::make_local_stage(env_, paths, recycler_));
+  } else if (level_writes_persistent_) {
+    graph_points g{&stages, image_done, paths, flush_env, recycler_};
+    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
   } else {
     size_t local = image_done;
     if (cfg_.local_enabled) local = stages.add(engine::make_local_stage(env_, paths, recycler_), {image_done});
@@ -306,7 +287,7 @@ status client_impl::start() {
   store_attempts_.clear();
   for (size_t at = 0, comma; (comma = known.find(',', at)) != std::string::npos; at = comma + 1)
     store_attempts_.insert(static_cast<uint32_t>(std::stoul(known.substr(at, comma - at))));
-  if (agents_) CAIRN_RETURN_IF_ERROR(start_agents());
+  for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->start());
   if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
   if (in_daemon) CAIRN_RETURN_IF_ERROR(start_daemon(paths, flush_env, &stages));
   int home = sched_getcpu();
@@ -563,19 +544,43 @@ status client_impl::protect(region r) {
       std::reverse(r.mem_start.begin(), r.mem_start.end());
     }
   }
-  // Lent memory stays registered while it stays protected (the registration
-  // cache); a region that moves or goes drops every registration.
-  if (auto it = regions_.find(r.name);
-      agents_ && it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
-    agents_->forget_lent();
+  if (auto it = regions_.find(r.name); it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
+    for (const auto& l : levels_) l->regions_changed();
   regions_[r.name] = std::move(r);
   if (!restart_first_ || restart_asked_) prepare_staging();
   return {};
 }
 
+result<int> client_impl::probe() {
+  if (finalized_) return status(errc::invalid_argument, "cairn_probe: handle already finalized");
+  int change = CAIRN_AGENTS_UNCHANGED;
+  for (const auto& l : levels_) {
+    CAIRN_ASSIGN_OR_RETURN(int c, l->probe());
+    if (c != CAIRN_AGENTS_UNCHANGED) change = c;
+  }
+  return change;
+}
+
+void client_impl::index_committed(const std::string& name, int64_t version) {
+  cairn::lock_guard lk(catalog_mu_);
+  if (!catalog_) return;
+  status st = catalog_->index_version(env_, cfg_.run, name, version);
+  if (!st) std::fprintf(stderr, "cairn: warning: catalog: %s\n", st.message().c_str());
+}
+
+std::vector<std::pair<std::string, int64_t>> client_impl::tracked_versions() const {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [key, rec] : records_) out.push_back(key);
+  return out;
+}
+
+uint32_t client_impl::node_count() const {
+  return run_info_.executions.empty() ? 1 : static_cast<uint32_t>(run_info_.executions.back().hosts.size());
+}
+
 status client_impl::unprotect(const std::string& name) {
   if (regions_.erase(name) == 0) return {errc::not_found, "region '" + name + "' is not protected"};
-  if (agents_) agents_->forget_lent();
+  for (const auto& l : levels_) l->regions_changed();
   return {};
 }
 
@@ -623,39 +628,8 @@ const client_impl::committed_floor& client_impl::floor_of(const std::string& nam
   const int64_t root = comm_->min(f.version == newest ? rank() : INT64_MAX);
   comm_->broadcast(&what, static_cast<int>(root));
   f.version = newest;
-  // Agent memory: the newest version every rank's agents hold from one
-  // execution (what a restart would have used).
-  if (agents_ && (agent_holdings_.count(name) || agents_view_.returning)) {
-    auto it = agent_holdings_.find(name);
-    // What restart_test learnt, or a query now (an agent that does not
-    // answer holds nothing this check can see; the restart reported it).
-    std::vector<agent_holding> held = it != agent_holdings_.end()
-                                          ? it->second.holdings
-                                          : agents_->held(cfg_.run, name, static_cast<uint32_t>(rank()), 0).holdings;
-    std::set<int64_t> excluded;
-    int64_t cap = INT64_MAX;
-    for (;;) {
-      const agent_holding* mine = nullptr;
-      for (const auto& h : held)
-        if (h.version <= cap && !excluded.count(h.version) && (!mine || h.version > mine->version)) mine = &h;
-      int64_t g = comm_->min(mine ? mine->version : -1);
-      if (g < 0 || g <= f.version) break;
-      cap = g;
-      // Every rank holds g, from the same execution?
-      uint32_t a = 0;
-      for (const auto& h : held)
-        if (h.version == g) a = h.attempt;
-      std::vector<int64_t> v = {mine && mine->version == g ? 1 : 0, a, -static_cast<int64_t>(a)};
-      comm_->allreduce_min(v);
-      if (v[0] == 0) continue;  // some rank holds only newer versions: look at g again with them
-      if (v[1] == -v[2] && v[1] != 0) {
-        f.version = g;
-        what = "version " + std::to_string(g) + " held in the memory of its checkpoint agents";
-        break;
-      }
-      excluded.insert(g);
-    }
-  }
+  // What the levels that commit themselves hold (agent memory).
+  for (const auto& l : levels_) f.version = l->committed_floor(name, f.version, &what);
   if (f.version >= 0) f.what = what + " from an earlier execution";
   return floors_.emplace(name, std::move(f)).first->second;
 }
@@ -799,7 +773,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
 
   // Whether this version goes to the persistent level (the same on every rank).
-  const bool to_persistent = !agents_ && ((count_[name] + 1) % cfg_.persistent_interval == 0 || !cfg_.local_enabled);
+  const bool to_persistent = !level_writes_persistent_ && ((count_[name] + 1) % cfg_.persistent_interval == 0 || !cfg_.local_enabled);
   // Aggregated: every rank's size, node and load ride on the collective below.
   const bool plan_it = aggregated() && to_persistent;
   plan_record my_record;
@@ -842,8 +816,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   unsigned wanted = CAIRN_LEVEL_CAPTURED;
   if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
   if (redundancy_on() && count_[name] % cfg_.redundancy_interval == 0) wanted |= CAIRN_LEVEL_PROTECTED;
-  if (agents_) wanted |= CAIRN_LEVEL_PROTECTED;  // the agents (or the fallback) write the persistent level
-  else if (to_persistent) wanted |= CAIRN_LEVEL_PERSISTENT;
+  for (const auto& l : levels_) wanted |= l->wants(count_[name]);
+  if (to_persistent) wanted |= CAIRN_LEVEL_PERSISTENT;
   job->header = std::move(h);
   job->image = slot;
   job->pool = &pool_;
@@ -853,8 +827,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   double t0 = util::now_s();
   std::byte* img = slot->data();
   const auto& regions = job->header.regions;
-  // agents_lend: contiguous regions stay where they are; the agents read them.
-  const bool lend = cfg_.agents_lend && agents_ && agents_->has_agent();
+  // Lent: contiguous regions stay where they are; a level reads them.
+  const bool lend = std::any_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->lends(); });
   if (lend) job->lent.assign(regs.size(), nullptr);
   // The copy goes 16 MiB at a time (non-temporal stores: no slower in
   // pieces); with `stream` the persistent write follows it piece by piece
@@ -889,19 +863,18 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   stats_dirty_ = true;
   if (near_deadline()) deadline_checkpointed_ = true;  // agreed: the same on every rank
 
-  ++checkpoints_taken_;
-  last_image_bytes_ = job->header.file_size;
   // A lent version is captured once the agents hold it (or it was copied).
   job->done = job->lent.empty() ? CAIRN_LEVEL_CAPTURED : 0;
   last_version_[name] = version;
 
-  auto rec = std::make_unique<version_record>();
+  auto owned = std::make_unique<version_record>();
+  version_record* rec = owned.get();
   rec->name = name;
   rec->version = version;
   rec->job = job;
   rec->wanted = wanted;
-  pending_.push_back(rec.get());
-  records_[{name, version}] = std::move(rec);
+  pending_.push_back(rec);
+  records_[{name, version}] = std::move(owned);
   // Forget old resolved records so a long run does not grow without bound.
   while (records_.size() > 256) {
     auto it = std::find_if(records_.begin(), records_.end(), [](auto& kv) { return kv.second->resolved(); });
@@ -914,17 +887,11 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   if (daemon_) daemon_->submit(*job);
   if (stream) engine_->captured(*job);
   else engine_->submit(job);
-  if (agents_) schedule_agents_retention(name);
-  if (agents_ && cfg_.agents_blocking) {
-    // Blocking agents mode: return once the agent holds the version (or it
-    // was written by this rank instead).
-    engine_->wait_levels(*job, CAIRN_LEVEL_PROTECTED);
-  }
+  for (const auto& l : levels_) l->submitted(*rec);
   if (cfg_.mode == engine_mode::sync) {
     // The baseline: the application waits for every level of this version.
-    version_record* r = find(name, version);
     for (unsigned level : kLevels)
-      if (r->wanted & level) CAIRN_RETURN_IF_ERROR(wait_record(*r, level));
+      if (rec->wanted & level) CAIRN_RETURN_IF_ERROR(wait_record(*rec, level));
   }
   if (earlier_failed) {
     // Every rank is here (the flag was agreed): the failure of some rank,
@@ -1364,21 +1331,6 @@ status client_impl::remove_persistent_below(const std::string& name, int64_t thr
   return {};
 }
 
-void client_impl::schedule_agents_retention(const std::string& name) {
-  if (rank() != 0 || cfg_.keep_persistent <= 0) return;
-  const size_t keep = static_cast<size_t>(cfg_.keep_persistent);
-  engine_->submit_task([this, name, keep]() -> status {
-    // The agents commit in the background: what is committed now decides.
-    // Every writer writes versions in order, so none still writes a version
-    // older than a committed one.
-    std::vector<int64_t> committed;
-    for (int64_t v : format::list_versions(env_, cfg_.persistent, cfg_.run, name))
-      if (committed_by_agents(name, v)) committed.push_back(v);
-    if (committed.size() <= keep) return {};
-    return remove_persistent_below(name, committed[committed.size() - keep]);
-  });
-}
-
 result<unsigned> client_impl::test(const std::string& name, int64_t version) {
   // Alone, progress is local and cheap: let a polling application see commits.
   if (size() == 1 && !finalized_) CAIRN_RETURN_IF_ERROR(progress(false));
@@ -1393,9 +1345,7 @@ result<unsigned> client_impl::test(const std::string& name, int64_t version) {
   engine_->levels(*rec->job, &done, &failed, &fin, &e);
   unsigned levels = (done & (CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_LOCAL)) | (rec->global_done & CAIRN_LEVEL_PERSISTENT) |
                     (rec->global_done & CAIRN_LEVEL_PROTECTED);
-  // Agents mode: the MANIFEST is looked for until it is seen once.
-  if (agents_ && !rec->agents_committed) rec->agents_committed = committed_by_agents(name, version);
-  if (rec->agents_committed) levels |= CAIRN_LEVEL_PERSISTENT;
+  for (const auto& l : levels_) levels |= l->reached(*rec);
   if (!e.is_ok()) return e;
   // A version the agents did not take is not an error (the rank wrote it
   // itself): the missing PROTECTED bit says so; cairn_wait reports why.
@@ -1458,27 +1408,8 @@ status client_impl::wait(const std::string& name, int64_t version, unsigned leve
     status mine = (done & CAIRN_LEVEL_CAPTURED) ? status() : !e.is_ok() ? e : status(errc::cancelled, "not captured");
     return agree(mine);
   }
-  if (agents_ && level == CAIRN_LEVEL_PERSISTENT) {
-    // The agents write and commit in the background (or this rank did, when
-    // its agent did not take the version): wait for the commit.
-    const double limit = std::max(60.0, 4 * cfg_.agents_timeout);
-    const double deadline = util::now_s() + limit;
-    (void)wait_record(*rec, CAIRN_LEVEL_PROTECTED);  // held, or written by this rank
-    for (;;) {
-      // Ranks agree on every round, so they make the same collective calls.
-      std::vector<int64_t> v = {committed_by_agents(name, version) ? 1 : 0, util::now_s() < deadline ? 1 : 0};
-      comm_->allreduce_min(v);
-      if (v[0]) return {};
-      if (!v[1])
-        return {errc::io_error, "checkpoint '" + name + "' version " + std::to_string(version) +
-                                    ": not committed at the persistent level within " +
-                                    std::to_string(static_cast<int>(limit)) +
-                                    " s (see the agents' logs and 'cairn agents status')"};
-      CAIRN_RETURN_IF_ERROR(progress(true));
-      struct timespec ts {0, 20 * 1000 * 1000};
-      nanosleep(&ts, nullptr);
-    }
-  }
+  for (const auto& l : levels_)
+    if (auto own = l->wait(*rec, level)) return *own;
   if (!(rec->wanted & level)) {
     return {errc::not_found, std::string("checkpoint '") + name + "' version " + std::to_string(version) +
                                  " is not scheduled for the " + level_name(level) +
@@ -1510,8 +1441,8 @@ status client_impl::finalize(bool wait_for_pending) {
     engine_->shutdown(false);
   }
   finish_daemon();
-  if (agents_) {
-    status st = finish_agents();
+  for (const auto& l : levels_) {
+    status st = l->finish(wait_for_pending);
     if (!st && first.is_ok()) first = st;
   }
   if (wait_for_pending && first.is_ok()) drop_local_versions();

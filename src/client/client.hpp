@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "analytics/online_stage.hpp"
-#include "client/agents_link.hpp"
+#include "client/levels.hpp"
 #include "cairn.h"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
@@ -80,7 +80,7 @@ struct version_record {
   unsigned global_failed = 0;
   bool shards_durable = false;  // every rank's shard is durable; manifest commit started
   bool collective_done = false;  // mpiio: the collective write was made (or given up)
-  bool agents_committed = false;  // agents mode: this rank saw the MANIFEST (it stays)
+  bool committed_seen = false;  // a level that commits itself: this rank saw the MANIFEST (it stays)
   std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
   // A level failed and cairn_checkpoint has reported it (CAIRN_EEARLIER):
   // finalize does not report it again.
@@ -104,16 +104,18 @@ std::vector<uint64_t> row_major_dims(const region& r);
 // Checks a region or checkpoint name (1..255 bytes, no '/').
 status check_name(const std::string& what, const std::string& name);
 
-class client_impl {
+// The client is the host of its levels (level.hpp): they reach it through
+// level_host alone.
+class client_impl final : private level_host {
  public:
   // Takes ownership of comm. Collective.
   static result<std::unique_ptr<client_impl>> create(std::unique_ptr<comm::communicator> comm,
                                                      const std::string& config_path);
   ~client_impl();
 
-  int rank() const { return comm_->rank(); }
-  int size() const { return comm_->size(); }
-  const config& cfg() const { return cfg_; }
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
+  const config& cfg() const override { return cfg_; }
 
   status protect(region r);
   status unprotect(const std::string& name);
@@ -165,6 +167,20 @@ class client_impl {
   result<uint64_t> restart_region_size(const std::string& region) const;
 
  private:
+  // level_host (level.hpp).
+  comm::communicator& comm() override { return *comm_; }
+  storage::storage_env* env() override { return env_; }
+  engine::engine& engine() override { return *engine_; }
+  status progress_round() override { return progress(true); }
+  status wait_level(version_record& rec, unsigned level) override { return wait_record(rec, level); }
+  void index_committed(const std::string& name, int64_t version) override;
+  const std::map<std::string, int64_t>& newest_versions() const override { return last_version_; }
+  std::vector<std::pair<std::string, int64_t>> tracked_versions() const override;
+  uint32_t node_count() const override;
+  // The levels this client's configuration registers (levels.cpp), in order.
+  std::vector<std::unique_ptr<level>> levels_;
+  // Whether some level writes the persistent level itself (level::writes_persistent).
+  bool level_writes_persistent_ = false;
   // Drops the restart image (a mapped one is unmapped by an engine task).
   void release_restart_image();
   // Collective, after `version` was restored: when it was never committed
@@ -230,7 +246,7 @@ class client_impl {
   status progress(bool consume_error, bool* all_have_slot = nullptr, const status* mine = nullptr,
                   const plan_record* record = nullptr, std::vector<plan_record>* records = nullptr);
   // Exchanges the message of the lowest rank with `failing` set. Collective.
-  std::string exchange_message(bool failing, const std::string& mine);
+  std::string exchange_message(bool failing, const std::string& mine) override;
   void on_durable(version_record& rec);
   // A version's manifest without its shards (what the commit stage and
   // on_durable fill in). Thread-safe: reads what start() set.
@@ -250,7 +266,7 @@ class client_impl {
   void adopt_local_versions(const std::string& name, int64_t restored);
   void schedule_retention(const std::string& name, unsigned level);
   // Rank 0, engine task: deletes the persistent versions of `name` below `threshold`.
-  status remove_persistent_below(const std::string& name, int64_t threshold);
+  status remove_persistent_below(const std::string& name, int64_t threshold) override;
   // Engine task: this rank's node-local shards of `name` below `threshold` retired.
   status remove_local_below(const std::string& name, int64_t threshold);
   // Retention tasks: one queued per (name, level) with the newest threshold;
@@ -261,26 +277,10 @@ class client_impl {
     cairn::mutex run_mu;  // held by the running task
   };
   std::shared_ptr<retention_queue> retention_ = std::make_shared<retention_queue>();
-  // Agents mode: keep_persistent applied to what the agents committed so far.
-  void schedule_agents_retention(const std::string& name);
   // Blocks until this rank can contribute a final state for rec's level.
   void wait_local(version_record& rec, unsigned level);
   status wait_record(version_record& rec, unsigned level);
   version_record* find(const std::string& name, int64_t version);
-
-  // Agents (docs/design/agents.md, "Client"). Collective: registers with the
-  // controller (rank 0), agrees on the agents, connects to this rank's one.
-  status start_agents();
-  // Collective: rank 0 reports progress (checkpoints, checkpoint size,
-  // measured transfer and reconfiguration times) so that the controller's
-  // decisions use them, and gets the application's agents back (rank 0's
-  // result; the other ranks get their current view).
-  result<agents_view> report_agents_progress();
-  // Collective, at finalize: releases (without agents_persist) and unregisters.
-  status finish_agents();
-  bool agents_on() const { return agents_ != nullptr; }
-  // Agents mode: the version's MANIFEST exists (the agents committed it).
-  bool committed_by_agents(const std::string& name, int64_t version);
 
   // Restart: loads and verifies this rank's shard of (name, version) into
   // restart_ from the fastest intact level (a node-local shard verified where
@@ -291,11 +291,6 @@ class client_impl {
   // Collective: agree on the newest version all ranks can load intact.
   result<int64_t> agree_restartable(const std::string& name, int64_t max_version);
   std::vector<int64_t> local_candidates(const std::string& name);
-  // Collective, when some rank's agents did not answer a restart: true when
-  // the controller no longer lists any of them where this job knew them
-  // (their node is gone: their memory with it), after a warning; false when
-  // some may still come back (or the controller cannot say).
-  bool forget_lost_agents(const std::string& name);
   // Collective: restart_test's answer when no version can be restored:
   // not_found when none exists, unusable when some exist that this job
   // cannot use (another rank count, damaged copies), with what to do.
@@ -316,7 +311,7 @@ class client_impl {
   // Collective: cairn_restart of a version planned by plan_reshard.
   status restart_resharded(const std::string& name, int64_t version);
   // Collective: every rank's status combined; the lowest failing rank's message wins.
-  status agree(status mine);
+  status agree(status mine) override;
   // Collective: the second half of agree() once the ranks agreed on `code` (< 0).
   status agreed_failure(int64_t code, const status& mine);
 
@@ -481,23 +476,14 @@ class client_impl {
   // Collective part of progress for the online comparison.
   void progress_divergence(int64_t global_first);
   bool finalized_ = false;
-  bool stream_capture_ = false;
-  std::atomic<bool> more_slots_queued_{false};  // an engine task makes the staging slots a capture did not  // the persistent write follows the capture (engine::submit(job, true))
-  // Agents: null when the configuration key 'agents' is empty.
-  std::unique_ptr<agents_data> agents_;
-  std::optional<agents_control> control_;  // rank 0 only
-  agents_view agents_view_;                // the same on every rank
-  uint64_t checkpoints_taken_ = 0;
-  uint64_t last_image_bytes_ = 0;  // this rank's last shard image
-  double last_probe_s_ = 0;        // duration of the last probe that changed the agents
+  bool stream_capture_ = false;  // the persistent write follows the capture (engine::submit(job, true))
+  std::atomic<bool> more_slots_queued_{false};  // an engine task makes the staging slots a capture did not
   // This execution's shard attempt tag (format::shard_header::attempt), the
   // same on every rank.
   uint32_t attempt_ = 0;
   // The attempts of the run's executions in this store (RUN), on every rank;
   // empty when an execution predates the record (no check then).
   std::set<uint32_t> store_attempts_;
-  // Restart: versions the agents hold for this rank, per checkpoint name.
-  std::map<std::string, agents_holdings> agent_holdings_;
   format::run_info run_info_;  // rank 0 only
   std::unique_ptr<run_lease> lease_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)

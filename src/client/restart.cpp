@@ -63,21 +63,7 @@ std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
   }
   for (int64_t v : format::list_versions(env_, cfg_.persistent, cfg_.run, name))
     if (env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, v))) out.insert(v);
-  if (agents_) {
-    // What the agents hold in memory, committed or not yet written. Only a
-    // returning application's agents can hold its versions: the others are
-    // asked once, and their silence means nothing.
-    auto& held = agent_holdings_[name];
-    held = agents_->held(cfg_.run, name, me, agents_view_.returning ? cfg_.agents_restart_wait : 0);
-    if (!agents_view_.returning || cfg_.agents_allow_missing) {
-      if (agents_view_.returning)
-        for (const auto& u : held.unreachable)
-          std::fprintf(stderr, "cairn: rank %u: warning: restarting without %s (agents_allow_missing = true)\n", me,
-                       u.describe().c_str());
-      held.unreachable.clear();
-    }
-    for (const auto& h : held.holdings) out.insert(h.version);
-  }
+  for (const auto& l : levels_) l->candidates(name, &out);
   return {out.begin(), out.end()};
 }
 
@@ -124,35 +110,16 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
     }
   }
   if (!others) return {errc::not_found, "no node-local copy"};
-  if (agents_) {
-    // Agent memory next: faster than the persistent level, and it may hold
-    // versions not written yet.
-    if (!agent_holdings_.count(name)) agent_holdings_[name] = agents_->held(cfg_.run, name, me, 0);
-    std::vector<agent_holding> copies;
-    for (const auto& h : agent_holdings_[name].holdings)
-      if (h.version == version) copies.push_back(h);
-    for (const auto& h : copies) {
-      restart_ = format::shard_image();
-      auto got = agents_->restore(h, cfg_.run, name, me, &restart_.image);
-      status st = got ? status() : got.error();
-      if (st && (got->rank != me || got->name != name || got->version != version || got->run != cfg_.run))
-        st = status(errc::corruption, "the agent returned another shard (run '" + got->run + "', '" + got->name +
-                                          "' version " + std::to_string(got->version) + " rank " +
-                                          std::to_string(got->rank) + ")");
-      else if (st && got->nranks != n)
-        st = status(errc::invalid_argument, "agent copy written by " + std::to_string(got->nranks) +
-                                                " ranks; this job has " + std::to_string(n));
-      if (st) {
-        restart_.header = std::move(got).value();
-        restart_name_ = name;
-        restart_version_ = version;
-        return {};
-      }
-      std::fprintf(stderr, "cairn: rank %d: agent copy of '%s' version %lld unusable: %s\n", rank(), name.c_str(),
-                   static_cast<long long>(version), st.message().c_str());
-      why += (why.empty() ? "" : "; ") + std::string("agents: ") + st.message();
-      if (worst.is_ok()) worst = st;
+  // The levels that hold copies of their own (agent memory) next: faster
+  // than the persistent level, and they may hold versions not written yet.
+  for (const auto& l : levels_) {
+    status st = l->load(name, version, &restart_, &why);
+    if (st) {
+      restart_name_ = name;
+      restart_version_ = version;
+      return {};
     }
+    if (st.code() != errc::not_found && worst.is_ok()) worst = st;
   }
   if (env_->exists(mpath)) {
     auto m = committed ? result<format::manifest>(*committed) : format::read_manifest(env_, mpath);
@@ -529,55 +496,12 @@ status client_impl::restart_resharded(const std::string& name, int64_t version) 
   return {};
 }
 
-bool client_impl::forget_lost_agents(const std::string& name) {
-  // The controller's current view: a silent agent it no longer lists where
-  // this job knew it (its node died or left, and it was moved or dropped)
-  // took its memory with it: nothing of it can be waited for.
-  std::string text;
-  if (rank() == 0) {
-    auto v = control_->fetch(agents_view_.app);
-    if (v) text = v->encode();
-  }
-  comm_->broadcast(&text, 0);
-  auto current = agents_view::decode(text);
-  auto& silent = agent_holdings_[name].unreachable;
-  bool all_lost = current.is_ok();
-  for (const auto& u : silent) {
-    bool listed = false;
-    if (current)
-      for (const auto& a : current->agents)
-        listed |= a.id == u.agent.id && a.node == u.agent.node && a.endpoint == u.agent.endpoint;
-    all_lost &= !listed;
-  }
-  if (comm_->min(all_lost ? 1 : 0) == 0) return false;
-  for (const auto& u : silent)
-    std::fprintf(stderr, "cairn: rank %d: warning: %s, and the controller no longer has it there: what it held is "
-                         "lost with it; restarting from the other levels\n", rank(), u.describe().c_str());
-  silent.clear();
-  return true;
-}
-
 result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t max_version) {
   std::vector<int64_t> cands = local_candidates(name);
   // A bound (cairn_restart_test_max): versions above it do not exist for
   // this question, so none below it is "not found", not "unusable".
   if (max_version >= 0) cands.erase(std::upper_bound(cands.begin(), cands.end(), max_version), cands.end());
-  // Agents that may hold the newest versions and did not answer: restarting
-  // from an older level would silently forget them.
-  if (comm_->min(agent_holdings_.count(name) && !agent_holdings_[name].unreachable.empty() ? 0 : 1) == 0 &&
-      !forget_lost_agents(name)) {
-    const auto& silent_list = agent_holdings_[name].unreachable;
-    const bool silent = !silent_list.empty();
-    std::string list;
-    for (const auto& u : silent_list) list += (list.empty() ? "" : "; ") + u.describe();
-    return status(errc::unusable,
-                  "run '" + cfg_.run + "' is known to the agents controller, but checkpoint agents that may hold "
-                  "its newest versions of '" + name + "' in memory did not answer within agents_restart_wait = " +
-                      std::to_string(static_cast<int>(cfg_.agents_restart_wait)) + " s (" +
-                      exchange_message(silent, list) +
-                      "); restart when they answer (see 'cairn agents status'), or set agents_allow_missing = true "
-                      "to restart from what the other levels hold");
-  }
+  for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->restart_allowed(name));
   std::set<int64_t> excluded;
   int64_t cap = max_version >= 0 ? max_version : INT64_MAX;
   status newest_failure;  // why the newest version some rank has was rejected
@@ -659,9 +583,11 @@ status client_impl::nothing_restartable(const std::string& name, const std::vect
   std::vector<int64_t> ev = {committed ? 0 : 1, other_shape.empty() ? 1 : 0};
   comm_->allreduce_min(ev);
   const std::string shape = ev[1] == 0 ? exchange_message(!other_shape.empty(), other_shape) : std::string();
+  std::string looked = (cfg_.local_enabled ? cfg_.scratch + ", " : std::string()) + cfg_.persistent;
+  for (const auto& l : levels_)
+    if (!l->where().empty()) looked += " and " + l->where();
   std::string msg = "no restartable version of checkpoint '" + name + "' in run '" + cfg_.run + "' (looked in " +
-                    (cfg_.local_enabled ? cfg_.scratch + ", " : std::string()) + cfg_.persistent +
-                    (agents_ ? " and the agents' memory" : "") + ")";
+                    looked + ")";
   if (ev[0] == 1 && ev[1] == 1) {
     if (!newest_failure.is_ok()) msg += "; newest rejected: " + newest_failure.message();
     return {errc::not_found, msg};
@@ -762,8 +688,10 @@ status client_impl::restore(const std::string& name, int64_t version) {
 
 bool client_impl::commit_restored(const std::string& name, int64_t version) {
   // Only what the node-local level held of this job's shape (file per
-  // process; agents keep their own versions).
-  if (agents_ || !cfg_.local_enabled || !engine_) return false;
+  // process; a level that keeps its own copies keeps what it restored).
+  if (!cfg_.local_enabled || !engine_ ||
+      std::any_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->keeps_restored(); }))
+    return false;
   int64_t committed = 1;
   if (rank() == 0) committed = env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, version)) ? 1 : 0;
   if (comm_->min(committed) == 1) return false;

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <set>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 #include <vector>
 
@@ -701,6 +702,103 @@ TEST_F(client_test, online_comparison_waits_for_a_reference_that_is_still_runnin
   EXPECT_STREQ(d.value, "2");
   EXPECT_STREQ(d.reference, "2.5");
   ASSERT_TRUE(c.finalize(true));
+}
+
+}  // namespace
+}  // namespace cairn
+
+// ---- the levels' registration (client/levels.hpp) ---------------------------
+
+namespace cairn {
+namespace {
+
+// A level_host with a configuration and nothing else: what the levels'
+// factories look at (they run no collective).
+class config_host final : public level_host {
+ public:
+  explicit config_host(config c) : cfg_(std::move(c)) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  comm::communicator& comm() override { std::abort(); }
+  const config& cfg() const override { return cfg_; }
+  storage::storage_env* env() override { return storage::storage_env::posix(); }
+  engine::engine& engine() override { std::abort(); }
+  status agree(status mine) override { return mine; }
+  std::string exchange_message(bool, const std::string& mine) override { return mine; }
+  status progress_round() override { return {}; }
+  status wait_level(version_record&, unsigned) override { return {}; }
+  status remove_persistent_below(const std::string&, int64_t) override { return {}; }
+  void index_committed(const std::string&, int64_t) override {}
+  const std::map<std::string, int64_t>& newest_versions() const override { return newest_; }
+  std::vector<std::pair<std::string, int64_t>> tracked_versions() const override { return {}; }
+  uint32_t node_count() const override { return 1; }
+
+ private:
+  config cfg_;
+  std::map<std::string, int64_t> newest_;
+};
+
+result<std::vector<std::unique_ptr<level>>> levels_of(const std::map<std::string, std::string>& values) {
+  auto c = config::from_values(values);
+  EXPECT_TRUE(c) << c.error().to_string();
+  config_host host(std::move(c).value());
+  return make_levels(&host);
+}
+
+TEST(Levels, TheDefaultConfigurationRegistersNone) {
+  auto l = levels_of({});
+  ASSERT_TRUE(l) << l.error().to_string();
+  EXPECT_TRUE(l->empty());
+}
+
+TEST(Levels, AgentsRefuseWhatTheyDoNotCombineWith) {
+  for (const auto& [key, value, says] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"persistent_layout", "aggregated", "does not combine with agents"},
+           {"redundancy", "xor", "does not combine with checkpoint agents"}}) {
+    auto l = levels_of({{"agents", "127.0.0.1:1"}, {key, value}});
+    ASSERT_FALSE(l) << key;
+    EXPECT_EQ(l.error().code(), errc::invalid_argument);
+    EXPECT_NE(l.error().message().find(says), std::string::npos) << l.error().message();
+  }
+  // Lending needs agents that read the regions, and nothing reading them after.
+  auto l = levels_of({{"agents_lend", "true"}});
+  ASSERT_FALSE(l);
+  EXPECT_NE(l.error().message().find("agents_lend"), std::string::npos) << l.error().message();
+}
+
+TEST(Levels, TheAgentsWriteAndKeepTheirVersions) {
+  auto l = levels_of({{"agents", "127.0.0.1:1"}});
+  ASSERT_TRUE(l) << l.error().to_string();
+  ASSERT_EQ(l->size(), 1u);
+  const level& agents = *l->front();
+  EXPECT_TRUE(agents.writes_persistent());
+  EXPECT_TRUE(agents.keeps_restored());
+  EXPECT_EQ(agents.wants(1), unsigned{CAIRN_LEVEL_PROTECTED});
+  EXPECT_EQ(agents.where(), "the agents' memory");
+}
+
+// A level that overrides nothing changes nothing the client asks.
+TEST(Levels, DefaultHooksChangeNothing) {
+  struct plain final : level {};
+  plain p;
+  EXPECT_FALSE(p.writes_persistent());
+  EXPECT_EQ(p.wants(7), 0u);
+  EXPECT_FALSE(p.lends());
+  std::string what;
+  EXPECT_EQ(p.committed_floor("x", 4, &what), 4);
+  std::set<int64_t> cands;
+  p.candidates("x", &cands);
+  EXPECT_TRUE(cands.empty());
+  format::shard_image img;
+  std::string why;
+  EXPECT_EQ(p.load("x", 1, &img, &why).code(), errc::not_found);
+  version_record rec;
+  EXPECT_FALSE(p.wait(rec, CAIRN_LEVEL_PERSISTENT).has_value());
+  EXPECT_EQ(p.reached(rec), 0u);
+  auto change = p.probe();
+  ASSERT_TRUE(change);
+  EXPECT_EQ(*change, CAIRN_AGENTS_UNCHANGED);
 }
 
 }  // namespace

@@ -1,0 +1,151 @@
+// level: one way a version leaves the process, behind one interface
+// (docs/design/levels.md). The client captures, agrees and commits; each
+// level adds its stages to the graph at init and answers the client at fixed
+// points of capture, test, wait, restart and finalize. Every hook has a
+// default that does nothing, so a level implements only what it changes.
+// A level is created by its registration in levels.cpp and lives as long as
+// its client; hooks run on the application thread (the stages it adds run on
+// the engine's), in the same order on every rank where they are collective.
+#ifndef CAIRN_CLIENT_LEVEL_HPP
+#define CAIRN_CLIENT_LEVEL_HPP
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cairn.h"
+#include "cairn/status.hpp"
+#include "comm/comm.hpp"
+#include "engine/engine.hpp"
+#include "engine/recycler.hpp"
+#include "engine/stages.hpp"
+#include "format/shard_io.hpp"
+#include "storage/storage_env.hpp"
+#include "util/config.hpp"
+
+namespace cairn {
+
+struct version_record;
+
+// What a level may use of its client.
+class level_host {
+ public:
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual comm::communicator& comm() = 0;
+  virtual const config& cfg() const = 0;
+  virtual storage::storage_env* env() = 0;
+  virtual engine::engine& engine() = 0;
+  // Collective: every rank's status combined; the lowest failing rank's message wins.
+  virtual status agree(status mine) = 0;
+  // Collective: the message of the lowest rank with `failing` set.
+  virtual std::string exchange_message(bool failing, const std::string& mine) = 0;
+  // Collective: one progress round; returns a background error of some rank.
+  virtual status progress_round() = 0;
+  // Collective: until every rank agreed that rec reached `level` (or failed there).
+  virtual status wait_level(version_record& rec, unsigned level) = 0;
+  // Rank 0, from an engine task: deletes the persistent versions of `name` below `threshold`.
+  virtual status remove_persistent_below(const std::string& name, int64_t threshold) = 0;
+  // Rank 0: the catalog learns of a version committed by someone else.
+  virtual void index_committed(const std::string& name, int64_t version) = 0;
+  // The newest version this execution took, per checkpoint name.
+  virtual const std::map<std::string, int64_t>& newest_versions() const = 0;
+  // The versions this execution took that the client still tracks.
+  virtual std::vector<std::pair<std::string, int64_t>> tracked_versions() const = 0;
+  // Rank 0: the hosts of this execution (RUN); 1 elsewhere.
+  virtual uint32_t node_count() const = 0;
+
+ protected:
+  ~level_host() = default;
+};
+
+// Where a level's stages attach in the graph (level::add_stages).
+struct graph_points {
+  engine::stage_graph* graph = nullptr;
+  size_t image_done = 0;  // the checksum pass: the image is complete
+  engine::level_paths paths;
+  storage::storage_env* flush_env = nullptr;  // the persistent level's writers write through it (io_rate_limit)
+  std::shared_ptr<engine::local_recycler> recycler;  // the node-local level's reused files (may be null)
+};
+
+class level {
+ public:
+  virtual ~level() = default;
+
+  // ---- init (collective, in registration order) --------------------------
+  // Whether this level writes the persistent level itself (and commits it):
+  // the client then adds neither the persistent writers nor the commit stage.
+  virtual bool writes_persistent() const { return false; }
+  // Adds this level's stages to the graph.
+  virtual status add_stages(graph_points&) { return {}; }
+  // Once the run's identity is known (RUN written, attempt drawn).
+  virtual status start() { return {}; }
+
+  // ---- capture -----------------------------------------------------------
+  // The protected regions changed (moved, resized or removed).
+  virtual void regions_changed() {}
+  // Collective, at the first capture of `name`: the newest version above
+  // `floor` that this level holds for every rank from one execution (a
+  // version the next checkpoint must not replace), with `what` describing it.
+  virtual int64_t committed_floor(const std::string& name, int64_t floor, std::string* what) {
+    (void)name, (void)what;
+    return floor;
+  }
+  // The levels a version (the count-th of its name) wants of this level.
+  virtual unsigned wants(uint64_t count) const {
+    (void)count;
+    return 0;
+  }
+  // Whether contiguous regions may be lent (read in place by the level).
+  virtual bool lends() { return false; }
+  // The version was submitted to the engine (before cairn_checkpoint returns).
+  virtual void submitted(version_record&) {}
+
+  // ---- test and wait -----------------------------------------------------
+  // Levels rec reached that this level learns of outside the progress rounds.
+  virtual unsigned reached(version_record&) { return 0; }
+  // Collective: this level's own wait for `level`; nullopt: the client's.
+  virtual std::optional<status> wait(version_record&, unsigned level) {
+    (void)level;
+    return std::nullopt;
+  }
+
+  // ---- restart -----------------------------------------------------------
+  // Local: versions of `name` this level may restore on this rank.
+  virtual void candidates(const std::string& name, std::set<int64_t>* out) { (void)name, (void)out; }
+  // Collective, once candidates are known: unusable when restarting now
+  // would silently skip versions this level may hold.
+  virtual status restart_allowed(const std::string& name) {
+    (void)name;
+    return {};
+  }
+  // Local: loads and verifies this rank's shard of (name, version) into
+  // *out; not_found when this level has none; `why` gathers the failures.
+  virtual status load(const std::string& name, int64_t version, format::shard_image* out, std::string* why) {
+    (void)name, (void)version, (void)out, (void)why;
+    return {errc::not_found, "not held"};
+  }
+  // Where restart looked, for messages ("" : nowhere beyond the stores).
+  virtual std::string where() const { return {}; }
+  // Whether versions restored from this level's copies are kept by it (the
+  // client then does not commit a restored, uncommitted version itself).
+  virtual bool keeps_restored() const { return false; }
+
+  // ---- finalize ----------------------------------------------------------
+  // Collective: `waited` is false when the application abandons its versions.
+  virtual status finish(bool waited) {
+    (void)waited;
+    return {};
+  }
+  // Collective (cairn_probe): CAIRN_AGENTS_*.
+  virtual result<int> probe() { return CAIRN_AGENTS_UNCHANGED; }
+};
+
+}  // namespace cairn
+
+#endif

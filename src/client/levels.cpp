@@ -1,0 +1,16 @@
+// The registration of the levels (level.hpp, docs/design/levels.md): the one
+// place that knows which levels exist and in which order they are asked.
+#include "client/levels.hpp"
+
+#include "client/agents_level.hpp"
+
+namespace cairn {
+
+result<std::vector<std::unique_ptr<level>>> make_levels(level_host* host) {
+  std::vector<std::unique_ptr<level>> out;
+  CAIRN_ASSIGN_OR_RETURN(auto agents, agents_level::create(host));
+  if (agents) out.push_back(std::move(agents));
+  return out;
+}
+
+}  // namespace cairn
