@@ -202,14 +202,13 @@ status client_impl::start() {
   if (in_daemon) {
     // start_daemon, below.
   } else if (level_writes_persistent_) {
-    graph_points g{&stages, image_done, paths, flush_env, recycler_};
+    graph_points g{&stages, image_done, image_done, paths, flush_env, recycler_};
     for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
   } else {
-    size_t local = image_done;
-    if (cfg_.local_enabled) local = stages.add(engine::make_local_stage(env_, paths, recycler_), {image_done});
-    // Redundancy encodes from the image but follows the local level: a
-    // protected version's shards are on their nodes (rebuild reads them).
-    if (redundancy_on()) CAIRN_RETURN_IF_ERROR(start_redundancy(paths, &stages, local));
+    graph_points g{&stages, image_done, image_done, paths, flush_env, recycler_};
+    if (cfg_.local_enabled) g.local = stages.add(engine::make_local_stage(env_, paths, recycler_), {image_done});
+    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
+    const size_t local = g.local;
     if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
 #ifdef CAIRN_HAVE_FABRIC
       aggregate::data_plane_options o;
@@ -317,9 +316,7 @@ status client_impl::install_fault() {
   if (p.level == "capture") {
     kill_capture_version_ = p.version;
   } else if (p.level == "redundancy") {
-    // A rank killed in the middle of encoding a version (after `after` windows).
-    kill_redundancy_version_ = p.version;
-    kill_redundancy_after_ = p.spec.after;
+    // redundancy_level::create's.
   } else if (p.level == "transfer") {
     // aggregate_strategy = leaders: a sender killed once it announced its
     // image, or a leader killed in the middle of reading a sender's.
@@ -815,7 +812,6 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   ++count_[name];
   unsigned wanted = CAIRN_LEVEL_CAPTURED;
   if (cfg_.local_enabled) wanted |= CAIRN_LEVEL_LOCAL;
-  if (redundancy_on() && count_[name] % cfg_.redundancy_interval == 0) wanted |= CAIRN_LEVEL_PROTECTED;
   for (const auto& l : levels_) wanted |= l->wants(count_[name]);
   if (to_persistent) wanted |= CAIRN_LEVEL_PERSISTENT;
   job->header = std::move(h);
@@ -1207,24 +1203,17 @@ format::manifest client_impl::describe_version(const engine::version_job& job) c
   if (job.plan) describe_container(*job.plan, &m);
   // The scheme this version was encoded with, whether or not its sets are
   // complete yet (the levels are agreed independently).
-  if ((job.wanted & CAIRN_LEVEL_PROTECTED) && redundancy_on()) m.redundancy = redundancy_record_;
+  for (const auto& l : levels_) l->describe(job, &m);
   return m;
 }
 
 void client_impl::on_level_complete(version_record& rec, unsigned level) {
   rec.global_done |= level;
   count_level(rec, level, false);
+  for (const auto& l : levels_) l->on_level_complete(rec, level);
   if (level == CAIRN_LEVEL_PROTECTED) {
-    // The agents keep their own versions; redundancy's live beside the
-    // node-local shards, which retention may now remove below this one.
-    if (redundancy_on()) {
-      rec.protected_at = util::wall_s();
-      record_runtime_level(rec, CAIRN_LEVEL_PROTECTED, rec.protected_at,
-                           std::max(0.0, rec.protected_at - rec.job->captured_at));
-      auto [it, fresh] = newest_protected_.emplace(rec.name, rec.version);
-      if (!fresh) it->second = std::max(it->second, rec.version);
-      schedule_retention(rec.name, CAIRN_LEVEL_LOCAL);
-    }
+    // A level may keep node-local versions until a newer one is protected.
+    schedule_retention(rec.name, CAIRN_LEVEL_LOCAL);
     return;
   }
   if (level == CAIRN_LEVEL_LOCAL) {
@@ -1260,12 +1249,8 @@ void client_impl::schedule_retention(const std::string& name, unsigned level) {
   // Versions older than the keep-th newest version complete on every rank go.
   int64_t threshold = list[list.size() - static_cast<size_t>(keep)];
   list.erase(list.begin(), list.end() - keep);
-  if (level == CAIRN_LEVEL_LOCAL && redundancy_on()) {
-    // Never below the newest protected version: a node lost while a newer
-    // one is encoded still has a version to rebuild.
-    auto it = newest_protected_.find(name);
-    threshold = std::min(threshold, it == newest_protected_.end() ? INT64_MIN : it->second);
-  }
+  if (level == CAIRN_LEVEL_LOCAL)
+    for (const auto& l : levels_) threshold = std::min(threshold, l->keep_local_from(name));
   if (level != CAIRN_LEVEL_LOCAL && rank() != 0) return;  // rank 0 retires the persistent level
   // One queued task per name and level, run before stage work that comes
   // later (retention keeps pace with back-to-back checkpoints instead of

@@ -31,7 +31,6 @@
 #include "format/shard_io.hpp"
 #include "history/catalog.hpp"
 #include "history/metrics.hpp"
-#include "redundancy/sets.hpp"
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
 #include "util/mutex.hpp"
@@ -177,6 +176,7 @@ class client_impl final : private level_host {
   const std::map<std::string, int64_t>& newest_versions() const override { return last_version_; }
   std::vector<std::pair<std::string, int64_t>> tracked_versions() const override;
   uint32_t node_count() const override;
+  const std::string& node() const override { return node_; }
   // The levels this client's configuration registers (levels.cpp), in order.
   std::vector<std::unique_ptr<level>> levels_;
   // Whether some level writes the persistent level itself (level::writes_persistent).
@@ -259,7 +259,7 @@ class client_impl final : private level_host {
   // `at` (seconds since its capture: `took`), for a level that completes
   // after the manifest commit started (redundancy sets; the local level,
   // which runs beside the persistent one and may finish after it).
-  void record_runtime_level(const version_record& rec, unsigned level, double at, double took);
+  void record_runtime_level(const version_record& rec, unsigned level, double at, double took) override;
   // After a restart of `name` from `restored`: the node-local versions up to
   // it that an earlier execution left on this rank count for keep_local as
   // this execution's own (retention holds across a restart).
@@ -360,12 +360,6 @@ class client_impl final : private level_host {
   // at init.
   bool aggregated() const { return cfg_.persistent_layout == persistent_layout::aggregated; }
   status start_aggregation();
-  // Node-loss redundancy (client_redundancy.cpp, docs/design/redundancy.md).
-  // Collective: forms this rank's set, opens and introduces the data plane,
-  // adds the stage to the graph after stage `after` (stages null: keeps the
-  // set in redundancy_set_ for the node daemon instead).
-  status start_redundancy(const engine::level_paths& paths, engine::stage_graph* stages, size_t after);
-  bool redundancy_on() const { return cfg_.redundancy != "none"; }
   // engine_host = daemon (client_daemon.cpp, docs/design/daemon.md). Local:
   // invalid_argument for what the daemon does not run.
   status check_daemon_config() const;
@@ -382,14 +376,6 @@ class client_impl final : private level_host {
   void drop_local_versions();
   std::shared_ptr<daemon::link> daemon_;
   pid_t daemon_pid_ = 0;  // the node's first rank: the daemon it started
-  // Collective: every version some rank holds at the node-local level (a
-  // lost rank may get it rebuilt).
-  std::vector<int64_t> redundancy_candidates(const std::string& name);
-  // Collective, when some rank's node-local shard of (name, version) is
-  // missing or corrupt (`mine`: this rank's verified into restart_): lost
-  // ranks rebuild theirs from their set's survivors into the node-local
-  // directory and load it. Returns this rank's outcome.
-  status rebuild_from_redundancy(const std::string& name, int64_t version, bool mine);
   // Collective: persistent_layout = auto becomes aggregated on CephFS and
   // Lustre (rank 0 detects), file per process elsewhere; invalid_argument on
   // every rank when ranks would lay the level out differently.
@@ -412,18 +398,11 @@ class client_impl final : private level_host {
   std::string fs_name_;
   uint32_t aggregate_files_ = 1;
   std::shared_ptr<aggregate::data_plane> plane_;  // aggregate_strategy = leaders (libfabric builds)
-  std::shared_ptr<fabric::mailbox> redundancy_plane_;  // redundancy != none
   // Collective at its first call (init): the key that seals this job's
   // data-plane messages (fabric/mailbox.hpp), drawn by rank 0 and broadcast
   // over the job's communicator. libfabric builds.
-  result<std::string> plane_key();
+  result<std::string> plane_key() override;
   std::string plane_key_;
-  std::string redundancy_scheme_;                        // e.g. "xor(k=4, m=1)"
-  redundancy::set_info redundancy_set_;                  // engine_host = daemon: this rank's set
-  format::redundancy_info redundancy_record_;            // what protected versions' manifests record
-  std::map<std::string, int64_t> newest_protected_;      // per name: local retention keeps it and above
-  int64_t kill_redundancy_version_ = -1;                 // test hook (fault_inject level=redundancy)
-  int kill_redundancy_after_ = 0;
   engine::staging_pool pool_;
   cairn::mutex staging_mu_;
   std::pair<uint64_t, int> staging_wanted_ CAIRN_GUARDED_BY(staging_mu_);  // prepare_staging's newest layout

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "client/client.hpp"
+#include "client/redundancy_level.hpp"
 #include "daemon/link.hpp"
 #include "util/clock.hpp"
 #include "util/hash.hpp"
@@ -142,18 +143,12 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   // Redundancy: this rank's own plane and set (the rebuild at restart uses
   // them), then the daemons' endpoints, over which the daemons encode.
   nlohmann::json start = {{"redundancy", nullptr}};
-  if (redundancy_on()) {
-    CAIRN_RETURN_IF_ERROR(start_redundancy(paths, nullptr, 0));
+  redundancy_level* redundancy = nullptr;
+  for (const auto& lv : levels_)
+    if (auto* r = dynamic_cast<redundancy_level*>(lv.get())) redundancy = r;
+  if (redundancy) {
     const auto peers = comm::allgather_lines(*comm_, util::hex_encode(daemon_->plane_name()));
-    auto key = plane_key();  // the one start_redundancy agreed on
-    if (!key) return key.take_status();
-    const auto& set = redundancy_set_;
-    const auto& rec = redundancy_record_;  // what a protected version's MANIFEST records: the daemon commits it
-    start["redundancy"] = {{"scheme", cfg_.redundancy}, {"k", set.geo.k},         {"m", set.geo.m},
-                           {"members", set.members},    {"nodes", set.nodes},     {"position", set.position},
-                           {"peers", peers},            {"key", util::hex_encode(*key)},
-                           {"record", {{"scheme", rec.scheme}, {"description", rec.description}, {"k", rec.k},
-                                       {"m", rec.m}, {"sets", rec.sets}}}};
+    CAIRN_ASSIGN_OR_RETURN(start["redundancy"], redundancy->for_daemon(peers));
   }
   CAIRN_RETURN_IF_ERROR(agree(daemon_->start(start.dump())));
   pool_.set_shared(true);
@@ -165,7 +160,7 @@ status client_impl::start_daemon(const engine::level_paths& paths, storage::stor
   size_t local = image;
   if (cfg_.local_enabled)
     local = stages->add(daemon::make_level_proxy(daemon_, engine::make_local_stage(env_, paths)), {image});
-  if (redundancy_on())
+  if (redundancy)
     stages->add(daemon::make_level_proxy(
                     daemon_, daemon::make_unreachable_stage(
                                  "redundancy", CAIRN_LEVEL_PROTECTED,

@@ -24,6 +24,7 @@
 #include "engine/engine.hpp"
 #include "engine/recycler.hpp"
 #include "engine/stages.hpp"
+#include "format/manifest.hpp"
 #include "format/shard_io.hpp"
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
@@ -59,6 +60,14 @@ class level_host {
   virtual std::vector<std::pair<std::string, int64_t>> tracked_versions() const = 0;
   // Rank 0: the hosts of this execution (RUN); 1 elsewhere.
   virtual uint32_t node_count() const = 0;
+  // This rank's node (failure domain; ranks_per_node emulates nodes).
+  virtual const std::string& node() const = 0;
+  // Collective at its first call (init): the key that seals this job's
+  // data-plane messages (fabric/mailbox.hpp). libfabric builds.
+  virtual result<std::string> plane_key() = 0;
+  // Rank 0: the catalog's event of rec reaching `level` at `at`, `took`
+  // seconds after its capture (an engine task).
+  virtual void record_runtime_level(const version_record& rec, unsigned level, double at, double took) = 0;
 
  protected:
   ~level_host() = default;
@@ -68,6 +77,7 @@ class level_host {
 struct graph_points {
   engine::stage_graph* graph = nullptr;
   size_t image_done = 0;  // the checksum pass: the image is complete
+  size_t local = 0;       // the node-local level's stage (image_done when it is off)
   engine::level_paths paths;
   storage::storage_env* flush_env = nullptr;  // the persistent level's writers write through it (io_rate_limit)
   std::shared_ptr<engine::local_recycler> recycler;  // the node-local level's reused files (may be null)
@@ -105,6 +115,16 @@ class level {
   virtual bool lends() { return false; }
   // The version was submitted to the engine (before cairn_checkpoint returns).
   virtual void submitted(version_record&) {}
+  // The manifest's part of this level for a version (an engine thread: reads
+  // only what init set).
+  virtual void describe(const engine::version_job& job, format::manifest* m) const { (void)job, (void)m; }
+  // Collective (the progress round's result): every rank's rec reached `level`.
+  virtual void on_level_complete(version_record& rec, unsigned level) { (void)rec, (void)level; }
+  // Node-local retention keeps every version of `name` at or above this one.
+  virtual int64_t keep_local_from(const std::string& name) const {
+    (void)name;
+    return INT64_MAX;
+  }
 
   // ---- test and wait -----------------------------------------------------
   // Levels rec reached that this level learns of outside the progress rounds.
@@ -116,7 +136,7 @@ class level {
   }
 
   // ---- restart -----------------------------------------------------------
-  // Local: versions of `name` this level may restore on this rank.
+  // Collective: versions of `name` this level may restore on this rank.
   virtual void candidates(const std::string& name, std::set<int64_t>* out) { (void)name, (void)out; }
   // Collective, once candidates are known: unusable when restarting now
   // would silently skip versions this level may hold.
@@ -129,6 +149,16 @@ class level {
   virtual status load(const std::string& name, int64_t version, format::shard_image* out, std::string* why) {
     (void)name, (void)version, (void)out, (void)why;
     return {errc::not_found, "not held"};
+  }
+  // Whether rebuild can restore lost node-local shards.
+  virtual bool rebuilds() const { return false; }
+  // Collective, when some rank's node-local shard of (name, version) is
+  // missing or corrupt: `mine` is this rank's verified image, or null; a
+  // rank without rebuilds its shard from the survivors into the node-local
+  // level. Returns this rank's outcome.
+  virtual status rebuild(const std::string& name, int64_t version, const format::shard_image* mine) {
+    (void)name, (void)version;
+    return mine ? status() : status(errc::not_supported, "no rebuild");
   }
   // Where restart looked, for messages ("" : nowhere beyond the stores).
   virtual std::string where() const { return {}; }

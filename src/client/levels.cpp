@@ -3,11 +3,14 @@
 #include "client/levels.hpp"
 
 #include "client/agents_level.hpp"
+#include "client/redundancy_level.hpp"
 
 namespace cairn {
 
 result<std::vector<std::unique_ptr<level>>> make_levels(level_host* host) {
   std::vector<std::unique_ptr<level>> out;
+  CAIRN_ASSIGN_OR_RETURN(auto redundancy, redundancy_level::create(host));
+  if (redundancy) out.push_back(std::move(redundancy));
   CAIRN_ASSIGN_OR_RETURN(auto agents, agents_level::create(host));
   if (agents) out.push_back(std::move(agents));
   return out;

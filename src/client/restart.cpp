@@ -55,8 +55,6 @@ status read_verified(result<std::unique_ptr<storage::readable_file>> file, const
 std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
   const uint32_t me = static_cast<uint32_t>(rank());
   std::set<int64_t> out;
-  if (redundancy_on())
-    for (int64_t v : redundancy_candidates(name)) out.insert(v);
   if (cfg_.local_enabled) {
     for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name))
       if (env_->exists(format::shard_path(cfg_.scratch, cfg_.run, name, v, me))) out.insert(v);
@@ -502,6 +500,9 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
   // this question, so none below it is "not found", not "unusable".
   if (max_version >= 0) cands.erase(std::upper_bound(cands.begin(), cands.end(), max_version), cands.end());
   for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->restart_allowed(name));
+  level* rebuilder = nullptr;  // a level that rebuilds lost node-local shards
+  for (const auto& l : levels_)
+    if (l->rebuilds()) rebuilder = l.get();
   std::set<int64_t> excluded;
   int64_t cap = max_version >= 0 ? max_version : INT64_MAX;
   status newest_failure;  // why the newest version some rank has was rejected
@@ -527,14 +528,15 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
         restart_version_ = g;
         return g;
       }
-    } else if (redundancy_on()) {
+    } else if (rebuilder) {
       // The node-local shard; where some rank's is missing or corrupt, its
       // set's survivors rebuild it; failing that, the other levels.
       status mine = load_shard(name, g, true, false);
       if (comm_->min(mine ? 1 : 0) == 0) {
         const bool had = mine.is_ok();
-        status rebuilt = rebuild_from_redundancy(name, g, had);
-        if (!had) mine = rebuilt ? rebuilt : load_shard(name, g, false, true);
+        status rebuilt = rebuilder->rebuild(name, g, had ? &restart_ : nullptr);
+        if (!had && rebuilt) mine = load_shard(name, g, true, false);
+        if (!had && !mine) mine = load_shard(name, g, false, true);
       }
       st = agree(mine);
     } else {

@@ -732,50 +732,96 @@ class config_host final : public level_host {
   const std::map<std::string, int64_t>& newest_versions() const override { return newest_; }
   std::vector<std::pair<std::string, int64_t>> tracked_versions() const override { return {}; }
   uint32_t node_count() const override { return 1; }
+  const std::string& node() const override { return node_; }
+  result<std::string> plane_key() override { return std::string(32, 'k'); }
+  void record_runtime_level(const version_record&, unsigned, double, double) override {}
 
  private:
+  std::string node_ = "node0";
   config cfg_;
   std::map<std::string, int64_t> newest_;
 };
 
-result<std::vector<std::unique_ptr<level>>> levels_of(const std::map<std::string, std::string>& values) {
+// The levels a configuration registers, with the host they keep a pointer to.
+struct registered {
+  std::unique_ptr<config_host> host;
+  result<std::vector<std::unique_ptr<level>>> levels = std::vector<std::unique_ptr<level>>();
+};
+
+registered levels_of(const std::map<std::string, std::string>& values) {
   auto c = config::from_values(values);
   EXPECT_TRUE(c) << c.error().to_string();
-  config_host host(std::move(c).value());
-  return make_levels(&host);
+  registered r;
+  r.host = std::make_unique<config_host>(std::move(c).value());
+  r.levels = make_levels(r.host.get());
+  return r;
 }
 
 TEST(Levels, TheDefaultConfigurationRegistersNone) {
-  auto l = levels_of({});
-  ASSERT_TRUE(l) << l.error().to_string();
-  EXPECT_TRUE(l->empty());
+  auto r = levels_of({});
+  ASSERT_TRUE(r.levels) << r.levels.error().to_string();
+  EXPECT_TRUE(r.levels->empty());
 }
 
-TEST(Levels, AgentsRefuseWhatTheyDoNotCombineWith) {
-  for (const auto& [key, value, says] :
-       std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"persistent_layout", "aggregated", "does not combine with agents"},
-           {"redundancy", "xor", "does not combine with checkpoint agents"}}) {
-    auto l = levels_of({{"agents", "127.0.0.1:1"}, {key, value}});
-    ASSERT_FALSE(l) << key;
-    EXPECT_EQ(l.error().code(), errc::invalid_argument);
-    EXPECT_NE(l.error().message().find(says), std::string::npos) << l.error().message();
+// Configurations that do not go together are refused by the levels'
+// factories, naming the keys.
+TEST(Levels, LevelsRefuseWhatTheyDoNotCombineWith) {
+  for (const auto& [values, says] : std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"agents", "127.0.0.1:1"}, {"persistent_layout", "aggregated"}}, "does not combine with agents"},
+           {{{"agents", "127.0.0.1:1"}, {"redundancy", "xor"}}, "does not combine with checkpoint agents"},
+           {{{"agents_lend", "true"}}, "agents_lend"},
+           {{{"redundancy", "xor"}, {"local_enabled", "false"}}, "protects the node-local level"}}) {
+    auto r = levels_of(values);
+    ASSERT_FALSE(r.levels) << says;
+    EXPECT_EQ(r.levels.error().code(), errc::invalid_argument);
+    EXPECT_NE(r.levels.error().message().find(says), std::string::npos) << r.levels.error().message();
   }
-  // Lending needs agents that read the regions, and nothing reading them after.
-  auto l = levels_of({{"agents_lend", "true"}});
-  ASSERT_FALSE(l);
-  EXPECT_NE(l.error().message().find("agents_lend"), std::string::npos) << l.error().message();
 }
 
 TEST(Levels, TheAgentsWriteAndKeepTheirVersions) {
-  auto l = levels_of({{"agents", "127.0.0.1:1"}});
-  ASSERT_TRUE(l) << l.error().to_string();
-  ASSERT_EQ(l->size(), 1u);
-  const level& agents = *l->front();
+  auto r = levels_of({{"agents", "127.0.0.1:1"}});
+  ASSERT_TRUE(r.levels) << r.levels.error().to_string();
+  ASSERT_EQ(r.levels->size(), 1u);
+  const level& agents = *r.levels->front();
   EXPECT_TRUE(agents.writes_persistent());
   EXPECT_TRUE(agents.keeps_restored());
   EXPECT_EQ(agents.wants(1), unsigned{CAIRN_LEVEL_PROTECTED});
   EXPECT_EQ(agents.where(), "the agents' memory");
+}
+
+// Redundancy protects every redundancy_interval-th version, records its
+// scheme in the protected versions' manifests, and keeps node-local
+// versions from the newest protected one.
+TEST(Levels, RedundancyProtectsEveryIntervalAndKeepsTheNewestProtected) {
+  auto r = levels_of({{"redundancy", "xor"}, {"redundancy_interval", "3"}});
+  ASSERT_TRUE(r.levels) << r.levels.error().to_string();
+  ASSERT_EQ(r.levels->size(), 1u);
+  level& red = *r.levels->front();
+  EXPECT_FALSE(red.writes_persistent());
+  EXPECT_TRUE(red.rebuilds());
+  EXPECT_EQ(red.wants(1), 0u);
+  EXPECT_EQ(red.wants(3), unsigned{CAIRN_LEVEL_PROTECTED});
+  EXPECT_EQ(red.wants(6), unsigned{CAIRN_LEVEL_PROTECTED});
+  engine::version_job job;
+  format::manifest m;
+  job.wanted = CAIRN_LEVEL_PERSISTENT;
+  red.describe(job, &m);
+  EXPECT_FALSE(m.redundancy.has_value());
+  job.wanted |= CAIRN_LEVEL_PROTECTED;
+  red.describe(job, &m);
+  EXPECT_TRUE(m.redundancy.has_value());
+  // Nothing protected yet: node-local retention keeps nothing back for it.
+  EXPECT_EQ(red.keep_local_from("x"), INT64_MIN);
+  version_record rec;
+  rec.name = "x";
+  rec.version = 6;
+  rec.job = std::make_shared<engine::version_job>();
+  red.on_level_complete(rec, CAIRN_LEVEL_LOCAL);
+  EXPECT_EQ(red.keep_local_from("x"), INT64_MIN);
+  red.on_level_complete(rec, CAIRN_LEVEL_PROTECTED);
+  EXPECT_EQ(red.keep_local_from("x"), 6);
+  EXPECT_GT(rec.protected_at, 0);
+  EXPECT_EQ(red.keep_local_from("y"), INT64_MIN);
 }
 
 // A level that overrides nothing changes nothing the client asks.

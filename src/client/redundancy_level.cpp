@@ -1,21 +1,19 @@
-// The client's part of node-loss redundancy (docs/design/redundancy.md): the
-// sets formed at init and the data plane introduced with MPI (the stage that
-// encodes is src/redundancy/stage.cpp, on engine threads, without MPI), and
-// the rebuild of lost node-local shards at restart, on the application thread.
+// Node-loss redundancy as a level: see redundancy_level.hpp.
+#include "client/redundancy_level.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "client/client.hpp"
 #include "format/layout.hpp"
 #include "redundancy/codec.hpp"
 #include "redundancy/parity_file.hpp"
-#include "redundancy/sets.hpp"
+#include "util/clock.hpp"
 #include "util/hash.hpp"
+#include "util/hex.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "fabric/transfer.hpp"
 #include "redundancy/stage.hpp"
@@ -23,50 +21,112 @@
 
 namespace cairn {
 
-std::vector<int64_t> client_impl::redundancy_candidates(const std::string& name) {
-  std::string mine;
-  if (cfg_.local_enabled)
-    for (int64_t v : format::list_versions(env_, cfg_.scratch, cfg_.run, name)) mine += std::to_string(v) + " ";
-  std::set<int64_t> all;
-  for (const auto& line : comm::allgather_lines(*comm_, mine)) {
-    std::istringstream in(line);
-    for (int64_t v; in >> v;) all.insert(v);
+result<std::unique_ptr<redundancy_level>> redundancy_level::create(level_host* host) {
+  const config& cfg = host->cfg();
+  if (cfg.redundancy == "none") return std::unique_ptr<redundancy_level>();
+#ifndef CAIRN_HAVE_FABRIC
+  return status(errc::not_supported, "redundancy = " + cfg.redundancy + " needs the libfabric data plane, which "
+                                     "this build of cairn lacks (rebuild with libfabric, or set redundancy = none)");
+#else
+  CAIRN_ASSIGN_OR_RETURN(auto kind, redundancy::parse_scheme(cfg.redundancy));
+  if (!cfg.local_enabled)
+    return status(errc::invalid_argument, "redundancy = " + cfg.redundancy + " protects the node-local level, which "
+                                          "is off: set local_enabled = true or redundancy = none");
+  std::unique_ptr<redundancy_level> l(new redundancy_level(host, kind));
+  if (!cfg.fault_inject.empty()) {
+    // A rank killed in the middle of encoding a version (after `after` windows).
+    CAIRN_ASSIGN_OR_RETURN(storage::fault_plan p, storage::parse_fault_plan(cfg.fault_inject));
+    if (p.level == "redundancy" && (p.rank < 0 || p.rank == host->rank())) {
+      l->kill_version_ = p.version;
+      l->kill_after_ = p.spec.after;
+    }
   }
-  return {all.begin(), all.end()};
+  return l;
+#endif
+}
+
+unsigned redundancy_level::wants(uint64_t count) const {
+  return count % static_cast<uint64_t>(cfg_.redundancy_interval) == 0 ? CAIRN_LEVEL_PROTECTED : 0u;
+}
+
+void redundancy_level::describe(const engine::version_job& job, format::manifest* m) const {
+  if (job.wanted & CAIRN_LEVEL_PROTECTED) m->redundancy = record_;
+}
+
+void redundancy_level::on_level_complete(version_record& rec, unsigned level) {
+  if (level != CAIRN_LEVEL_PROTECTED) return;
+  // The protected version lives beside the node-local shards, which
+  // retention may now remove below it.
+  rec.protected_at = util::wall_s();
+  host_->record_runtime_level(rec, CAIRN_LEVEL_PROTECTED, rec.protected_at,
+                              std::max(0.0, rec.protected_at - rec.job->captured_at));
+  auto [it, fresh] = newest_protected_.emplace(rec.name, rec.version);
+  if (!fresh) it->second = std::max(it->second, rec.version);
+}
+
+// Never below the newest protected version: a node lost while a newer one
+// is encoded still has a version to rebuild.
+int64_t redundancy_level::keep_local_from(const std::string& name) const {
+  auto it = newest_protected_.find(name);
+  return it == newest_protected_.end() ? INT64_MIN : it->second;
+}
+
+// Every version some rank holds at the node-local level (a lost rank may get it rebuilt).
+void redundancy_level::candidates(const std::string& name, std::set<int64_t>* out) {
+  std::string mine;
+  for (int64_t v : format::list_versions(host_->env(), cfg_.scratch, cfg_.run, name)) mine += std::to_string(v) + " ";
+  for (const auto& line : comm::allgather_lines(host_->comm(), mine)) {
+    std::istringstream in(line);
+    for (int64_t v; in >> v;) out->insert(v);
+  }
 }
 
 #ifndef CAIRN_HAVE_FABRIC
 
-status client_impl::start_redundancy(const engine::level_paths&, engine::stage_graph*, size_t) {
-  return {errc::not_supported, "redundancy = " + cfg_.redundancy + " needs the libfabric data plane, which this build "
-                               "of cairn lacks (rebuild with libfabric, or set redundancy = none)"};
+status redundancy_level::add_stages(graph_points&) { return {errc::not_supported, "no redundancy in this build"}; }
+result<nlohmann::json> redundancy_level::for_daemon(const std::vector<std::string>&) {
+  return status(errc::not_supported, "no redundancy in this build");
 }
-
-status client_impl::rebuild_from_redundancy(const std::string&, int64_t, bool mine) {
+status redundancy_level::rebuild(const std::string&, int64_t, const format::shard_image* mine) {
   return mine ? status() : status(errc::not_supported, "no redundancy in this build");
 }
 
 #else
 
-status client_impl::start_redundancy(const engine::level_paths& paths, engine::stage_graph* stages,
-                                     size_t after) {
-  CAIRN_ASSIGN_OR_RETURN(auto kind, redundancy::parse_scheme(cfg_.redundancy));
-  if (!cfg_.local_enabled)
-    return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " protects the node-local level, which is off: "
-                                    "set local_enabled = true or redundancy = none"};
-  if (!cfg_.agents.empty())
-    return {errc::invalid_argument, "redundancy = " + cfg_.redundancy + " does not combine with checkpoint agents (both "
-                                    "are level L2): choose one"};
+status redundancy_level::add_stages(graph_points& g) {
+  redundancy::set_info mine;
+  CAIRN_RETURN_IF_ERROR(form_set(&mine));
+  // Encodes from the image but follows the local level: a protected
+  // version's shards are on their nodes (rebuild reads them).
+  g.graph->add(redundancy::make_stage(host_->env(), g.paths, std::move(mine), plane_, {kill_version_, kill_after_}),
+               {g.local});
+  return {};
+}
+
+result<nlohmann::json> redundancy_level::for_daemon(const std::vector<std::string>& peers) {
+  redundancy::set_info set;
+  CAIRN_RETURN_IF_ERROR(form_set(&set));
+  CAIRN_ASSIGN_OR_RETURN(std::string key, host_->plane_key());  // the one form_set agreed on
+  const auto& rec = record_;  // what a protected version's MANIFEST records: the daemon commits it
+  return nlohmann::json{{"scheme", cfg_.redundancy}, {"k", set.geo.k},         {"m", set.geo.m},
+                        {"members", set.members},    {"nodes", set.nodes},     {"position", set.position},
+                        {"peers", peers},            {"key", util::hex_encode(key)},
+                        {"record", {{"scheme", rec.scheme}, {"description", rec.description}, {"k", rec.k},
+                                    {"m", rec.m}, {"sets", rec.sets}}}};
+}
+
+status redundancy_level::form_set(redundancy::set_info* out) {
+  const redundancy::scheme kind = kind_;
   redundancy::plane_options o;
   o.provider = cfg_.agents_provider;
   o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
   o.what = "redundancy data plane";
   auto p = redundancy::plane::create(o);
   status st = p ? status() : p.error();
-  CAIRN_RETURN_IF_ERROR(agree(st));
-  redundancy_plane_ = std::move(p).value();
+  CAIRN_RETURN_IF_ERROR(host_->agree(st));
+  plane_ = std::move(p).value();
   // Every rank's node and endpoint, in rank order.
-  auto lines = comm::allgather_lines(*comm_, node_ + "\t" + fabric::to_hex(redundancy_plane_->name()));
+  auto lines = comm::allgather_lines(host_->comm(), host_->node() + "\t" + fabric::to_hex(plane_->name()));
   std::vector<std::string> nodes, names;
   for (const auto& l : lines) {
     const size_t tab = l.rfind('\t');
@@ -75,11 +135,11 @@ status client_impl::start_redundancy(const engine::level_paths& paths, engine::s
     if (!n) return n.take_status();
     names.push_back(std::move(n).value());
   }
-  if (nodes.size() != static_cast<size_t>(size())) return {errc::internal, "redundancy: endpoint exchange"};
+  if (nodes.size() != static_cast<size_t>(host_->size())) return {errc::internal, "redundancy: endpoint exchange"};
   // The same sets (or the same error) on every rank.
   CAIRN_ASSIGN_OR_RETURN(auto sets, redundancy::form_sets(nodes, kind, cfg_.redundancy_set, cfg_.rs_parity));
   redundancy::set_info mine;
-  const uint32_t me = static_cast<uint32_t>(rank());
+  const uint32_t me = static_cast<uint32_t>(host_->rank());
   for (const auto& s : sets) {
     auto it = std::find(s.begin(), s.end(), me);
     if (it == s.end()) continue;
@@ -98,32 +158,26 @@ status client_impl::start_redundancy(const engine::level_paths& paths, engine::s
     widest.k = std::max(widest.k, static_cast<uint32_t>(s.size()));
     smallest = std::min(smallest, s.size());
   }
-  redundancy_scheme_ = widest.describe();
+  std::string description = widest.describe();
   if (smallest < widest.k)
-    redundancy_scheme_ += " (sets of " + std::to_string(smallest) + ".." + std::to_string(widest.k) + " ranks)";
-  redundancy_record_.scheme = redundancy::scheme_name(kind);
-  redundancy_record_.description = redundancy_scheme_;
-  redundancy_record_.k = widest.k;
-  redundancy_record_.m = mine.geo.m;
-  redundancy_record_.sets = sets;
-  CAIRN_ASSIGN_OR_RETURN(std::string key, plane_key());
-  CAIRN_RETURN_IF_ERROR(redundancy_plane_->join(me, std::move(names), std::move(key)));
-  // engine_host = daemon: the daemons encode (start_daemon hands them the
-  // set); this rank's plane serves the rebuild at restart.
-  if (!stages) {
-    redundancy_set_ = std::move(mine);
-    return {};
-  }
-  stages->add(redundancy::make_stage(env_, paths, std::move(mine), redundancy_plane_,
-                                     {kill_redundancy_version_, kill_redundancy_after_}),
-              {after});
+    description += " (sets of " + std::to_string(smallest) + ".." + std::to_string(widest.k) + " ranks)";
+  record_.scheme = redundancy::scheme_name(kind);
+  record_.description = description;
+  record_.k = widest.k;
+  record_.m = mine.geo.m;
+  record_.sets = sets;
+  CAIRN_ASSIGN_OR_RETURN(std::string key, host_->plane_key());
+  CAIRN_RETURN_IF_ERROR(plane_->join(me, std::move(names), std::move(key)));
+  *out = std::move(mine);
   return {};
 }
 
-status client_impl::rebuild_from_redundancy(const std::string& name, int64_t version, bool have) {
+status redundancy_level::rebuild(const std::string& name, int64_t version, const format::shard_image* mine) {
+  const bool have = mine != nullptr;
+  storage::storage_env* env = host_->env();
   using nlohmann::json;
-  const uint32_t me = static_cast<uint32_t>(rank());
-  auto& plane = *redundancy_plane_;
+  const uint32_t me = static_cast<uint32_t>(host_->rank());
+  auto& plane = *plane_;
   const std::string what = "'" + name + "' version " + std::to_string(version);
 
   // 1. What this rank can serve: its verified shard, its parity blocks.
@@ -131,14 +185,14 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
   fabric::memory_region shard_mr, parity_mr;
   util::aligned_buffer parity;
   if (have) {
-    auto b = restart_.bytes();
+    auto b = mine->bytes();
     auto r = plane.context().register_memory(const_cast<std::byte*>(b.data()), b.size(), fabric::kRemoteRead);
     if (r) {
       shard_mr = std::move(r).value();
       info["shard"] = true;
       info["saddr"] = shard_mr.remote_address();
       info["skey"] = shard_mr.key();
-      info["hc"] = util::hex64(restart_.header.header_checksum);
+      info["hc"] = util::hex64(mine->header.header_checksum);
     } else {
       std::fprintf(stderr, "cairn: rank %u: cannot expose %s for a rebuild: %s\n", me, what.c_str(),
                    r.error().message().c_str());
@@ -146,9 +200,9 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
   }
   const std::string dir = format::version_dir(cfg_.scratch, cfg_.run, name, version);
   const std::string ppath = storage::join(dir, redundancy::parity_file_name(me));
-  if (env_->exists(ppath)) {
+  if (env->exists(ppath)) {
     status st;
-    auto f = env_->open_read(ppath);
+    auto f = env->open_read(ppath);
     if (!f) st = f.error();
     if (st) {
       auto b = util::aligned_buffer::allocate((*f)->size());
@@ -162,9 +216,9 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
       if (!h) st = h.error();
       else if (h->run != cfg_.run || h->name != name || h->version != version || h->set[h->position].rank != me)
         st = status(errc::corruption, ppath + ": names another version or rank");
-      else if (h->nranks != static_cast<uint32_t>(size()))
+      else if (h->nranks != static_cast<uint32_t>(host_->size()))
         st = status(errc::invalid_argument, ppath + ": written by a job of " + std::to_string(h->nranks) +
-                                                " ranks; this job has " + std::to_string(size()));
+                                                " ranks; this job has " + std::to_string(host_->size()));
       else ph = std::move(h).value();
     }
     if (st) {
@@ -204,7 +258,7 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
 
   // 2. Everybody's, on every rank (application thread: MPI is allowed here).
   std::vector<json> all;
-  for (const auto& l : comm::allgather_lines(*comm_, info.dump())) all.push_back(json::parse(l, nullptr, false));
+  for (const auto& l : comm::allgather_lines(host_->comm(), info.dump())) all.push_back(json::parse(l, nullptr, false));
 
   // 3. A lost rank decodes its own chunks from the survivors' blocks.
   status st;
@@ -342,7 +396,7 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
     }
   }
   // Survivors keep their buffers exposed until every lost rank has pulled.
-  comm_->barrier();
+  host_->comm().barrier();
   shard_mr = fabric::memory_region();
   parity_mr = fabric::memory_region();
   if (have) return {};
@@ -352,11 +406,10 @@ status client_impl::rebuild_from_redundancy(const std::string& name, int64_t ver
     return st;
   }
   const std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
-  st = engine::write_shard_file(env_, path, image.data(), image_size, false, false);
-  if (st) st = load_shard(name, version, true, false);
+  st = engine::write_shard_file(env, path, image.data(), image_size, false, false);
   if (!st) {
-    std::fprintf(stderr, "cairn: rank %u: rebuilt shard of %s could not be stored or read back: %s\n", me,
-                 what.c_str(), st.message().c_str());
+    std::fprintf(stderr, "cairn: rank %u: rebuilt shard of %s could not be stored: %s\n", me, what.c_str(),
+                 st.message().c_str());
     return st;
   }
   std::fprintf(stderr, "cairn: rank %u: rebuilt the node-local shard of %s from redundancy %s (lost: %s)\n", me,

@@ -1,0 +1,64 @@
+// Node-loss redundancy as a level (docs/design/redundancy.md,
+// docs/design/levels.md): the sets formed at init and the data plane
+// introduced with MPI (the stage that encodes is src/redundancy/stage.cpp, on
+// engine threads, without MPI), the manifest's record, node-local retention
+// that keeps the newest protected version, and the rebuild of lost
+// node-local shards at restart, on the application thread.
+#ifndef CAIRN_CLIENT_REDUNDANCY_LEVEL_HPP
+#define CAIRN_CLIENT_REDUNDANCY_LEVEL_HPP
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "client/level.hpp"
+#include "fabric/mailbox.hpp"
+#include "format/manifest.hpp"
+#include "redundancy/sets.hpp"
+
+namespace cairn {
+
+class redundancy_level final : public level {
+ public:
+  // Local: the scheme parsed and checked against the rest of the
+  // configuration. Null when redundancy = none.
+  static result<std::unique_ptr<redundancy_level>> create(level_host* host);
+
+  // Forms the sets and adds the encoding stage after the node-local level.
+  status add_stages(graph_points& g) override;
+  unsigned wants(uint64_t count) const override;
+  void describe(const engine::version_job& job, format::manifest* m) const override;
+  void on_level_complete(version_record& rec, unsigned level) override;
+  int64_t keep_local_from(const std::string& name) const override;
+  void candidates(const std::string& name, std::set<int64_t>* out) override;
+  bool rebuilds() const override { return true; }
+  status rebuild(const std::string& name, int64_t version, const format::shard_image* mine) override;
+
+  // engine_host = daemon (the daemons encode). Collective: forms this rank's
+  // set and joins the plane (the rebuild at restart uses it), then returns
+  // what the node daemon needs to encode: the set, the daemons' endpoints
+  // (`peers`, hex, in rank order), the plane's key and the manifests' record.
+  result<nlohmann::json> for_daemon(const std::vector<std::string>& peers);
+
+ private:
+  redundancy_level(level_host* host, redundancy::scheme kind) : host_(host), kind_(kind) {}
+  // Collective: makes and joins the plane, forms the sets; *mine is this rank's.
+  status form_set(redundancy::set_info* mine);
+
+  level_host* host_;
+  const config& cfg_ = host_->cfg();
+  redundancy::scheme kind_;
+  std::shared_ptr<fabric::mailbox> plane_;
+  format::redundancy_info record_;             // what protected versions' manifests record
+  std::map<std::string, int64_t> newest_protected_;  // per name: local retention keeps it and above
+  // Test hook (fault_inject level=redundancy): this rank dies in the middle
+  // of encoding `version`, after `after` windows.
+  int64_t kill_version_ = -1;
+  int kill_after_ = 0;
+};
+
+}  // namespace cairn
+
+#endif
