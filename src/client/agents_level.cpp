@@ -49,7 +49,7 @@ status agents_level::add_stages(graph_points& g) {
   return {};
 }
 
-status agents_level::start() {
+status agents_level::start(graph_points&) {
   const int rank = host_->rank();
   status st;
   std::string text;

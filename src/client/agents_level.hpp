@@ -26,7 +26,7 @@ class agents_level final : public level {
 
   bool writes_persistent() const override { return true; }
   status add_stages(graph_points& g) override;
-  status start() override;
+  status start(graph_points& g) override;
 
   void regions_changed() override;
   int64_t committed_floor(const std::string& name, int64_t floor, std::string* what) override;

@@ -91,9 +91,9 @@ client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
 
 client_impl::~client_impl() {
   for (auto& [key, rec] : records_) rec->job->cancelled = true;
-  if (daemon_) daemon_->abandon();
+  for (const auto& l : levels_) l->abandon();
   if (engine_) engine_->shutdown(false);
-  finish_daemon();
+  for (const auto& l : levels_) l->close();
   if (warning_handler_) batch::release_warning_handler();
   if (lease_) lease_->release();
 }
@@ -169,26 +169,20 @@ status client_impl::start() {
       }
     }
   }
-  engine::level_paths paths{cfg_.run, cfg_.scratch, cfg_.persistent};
-  // The stage graph: checksum and hash trees first, in one pass (they finish
-  // the image); then the levels, each of which only reads the image, run side
-  // by side.
-  engine::stage_graph stages;
-  // engine_host = daemon: the stages are the daemon's, added by start_daemon
-  // once the job's identity (attempt_) is known.
-  const bool in_daemon = cfg_.engine_host == engine_host::daemon;
-  const size_t image_done =
-      in_daemon ? 0 : stages.add(engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs));
   CAIRN_RETURN_IF_ERROR(resolve_layout());
-  CAIRN_RETURN_IF_ERROR(check_daemon_config());
   CAIRN_ASSIGN_OR_RETURN(levels_, make_levels(this));
-  for (const auto& l : levels_) level_writes_persistent_ |= l->writes_persistent();
+  bool stages_elsewhere = false;
+  for (const auto& l : levels_) {
+    level_writes_persistent_ |= l->writes_persistent();
+    stages_elsewhere |= l->runs_stages();
+  }
   // Not with the leaders' aggregation: a leader may still read a sender's
   // node-local file when the sender retires it (removing it keeps an open
   // file intact; overwriting it in place would not).
-  // Nor in daemon mode: the daemon writes the node-local level, the client's
-  // retention removes from it.
-  if (cfg_.local_enabled && !in_daemon && !(aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders)) {
+  // Nor where a level runs the stages (the daemon writes the node-local
+  // level, the client's retention removes from it).
+  if (cfg_.local_enabled && !stages_elsewhere &&
+      !(aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders)) {
     recycler_ = std::make_shared<engine::local_recycler>(env_, cfg_.scratch, cfg_.run, static_cast<uint32_t>(rank()));
     CAIRN_RETURN_IF_ERROR(recycler_->clear().with_context("local level (emptying the recycled files' bin)"));
   }
@@ -199,68 +193,9 @@ status client_impl::start() {
     rate_env_ = storage::make_rate_limited_env(env_, cfg_.io_rate_limit);
     flush_env = rate_env_.get();
   }
-  if (in_daemon) {
-    // start_daemon, below.
-  } else if (level_writes_persistent_) {
-    graph_points g{&stages, image_done, image_done, paths, flush_env, recycler_};
-    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
-  } else {
-    graph_points g{&stages, image_done, image_done, paths, flush_env, recycler_};
-    if (cfg_.local_enabled) g.local = stages.add(engine::make_local_stage(env_, paths, recycler_), {image_done});
-    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
-    const size_t local = g.local;
-    if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
-#ifdef CAIRN_HAVE_FABRIC
-      aggregate::data_plane_options o;
-      o.provider = cfg_.agents_provider;
-      o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
-      CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
-      // The leaders read their senders' node-local files: after the local level.
-      stages.add(aggregate::make_leaders_stage(flush_env, paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
-                                                             cfg_.local_enabled}, plane_),
-                 {local});
-#else
-      return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
-                                   "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
-#endif
-    } else if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio) {
-      stages.add(aggregate::make_collective_write_stage(env_, paths), {image_done});
-    } else if (aggregated()) {
-      aggregate::stage_options o;
-      o.strategy = cfg_.aggregate_strategy;
-      o.direct_io = cfg_.direct_io;
-      stages.add(aggregate::make_self_write_stage(flush_env, paths, o), {image_done});
-    } else {
-      // The data part is written as the application captures it, the header
-      // once the checksum pass has filled it in.
-      const size_t data = stages.add(engine::make_persistent_data_stage(flush_env, paths, cfg_.direct_io), {});
-      stages.add(engine::make_persistent_stage(flush_env, paths, cfg_.direct_io), {image_done, data});
-      stream_capture_ = cfg_.mode == engine_mode::thread;  // and write_during_capture allows: below
-    }
-    // The last rank to make its part durable commits the version, after
-    // every level of it ended (the manifest records their times). With
-    // mpiio that is after the collective write, which the application
-    // thread makes in a cairn call.
-    std::vector<size_t> levels(stages.size());
-    std::iota(levels.begin(), levels.end(), size_t{0});
-    commit_stage_ = true;
-    stages.add(engine::make_commit_stage(
-                   env_, cfg_.persistent, [this](const engine::version_job& job) { return describe_version(job); },
-                   host_),
-               std::move(levels));
-  }
-  if (!cfg_.reference_run.empty()) {
-    if (cfg_.reference_run == cfg_.run)
-      return {errc::invalid_argument, "reference_run '" + cfg_.reference_run + "' is this run itself; set CAIRN_RUN"};
-    analytics::online_reference ref;
-    ref.run = cfg_.reference_run;
-    ref.store = cfg_.reference_store.empty() ? cfg_.persistent : cfg_.reference_store;
-    ref.scratch = cfg_.reference_store.empty() ? cfg_.scratch : "";
-    ref.tol = {cfg_.compare_abs, cfg_.compare_rel, cfg_.compare_ulps};
-    online_ = std::make_shared<analytics::online_tracker>(env_, std::move(ref), cfg_.persistent,
-                                                          cfg_.local_enabled ? cfg_.scratch : "", cfg_.run);
-    stages.add(analytics::make_compare_stage(online_), {image_done});
-  }
+  engine::stage_graph stages;
+  graph_points g{&stages, 0, 0, {cfg_.run, cfg_.scratch, cfg_.persistent}, flush_env, recycler_};
+  if (!stages_elsewhere) CAIRN_RETURN_IF_ERROR(build_graph(g));
   // The attempt tag of this execution's shards: rank 0 draws it, and the
   // run's identity records it.
   std::string tag;
@@ -286,9 +221,8 @@ status client_impl::start() {
   store_attempts_.clear();
   for (size_t at = 0, comma; (comma = known.find(',', at)) != std::string::npos; at = comma + 1)
     store_attempts_.insert(static_cast<uint32_t>(std::stoul(known.substr(at, comma - at))));
-  for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->start());
+  for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->start(g));
   if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
-  if (in_daemon) CAIRN_RETURN_IF_ERROR(start_daemon(paths, flush_env, &stages));
   int home = sched_getcpu();
   CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
   // write_during_capture = auto: the persistent write starts with the
@@ -303,6 +237,71 @@ status client_impl::start() {
                       std::find(engine_cpus.begin(), engine_cpus.end(), home) == engine_cpus.end();
   util::thread_setup setup{std::move(engine_cpus), cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads, std::move(setup), std::move(stages));
+  return {};
+}
+
+status client_impl::build_graph(graph_points& g) {
+  engine::stage_graph& stages = *g.graph;
+  // Checksum and hash trees first, in one pass (they finish the image); then
+  // the levels, each of which only reads the image, run side by side.
+  g.image_done = g.local = stages.add(engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs));
+  if (level_writes_persistent_) {
+    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
+  } else {
+    if (cfg_.local_enabled) g.local = stages.add(engine::make_local_stage(env_, g.paths, g.recycler), {g.image_done});
+    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
+    if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
+#ifdef CAIRN_HAVE_FABRIC
+      aggregate::data_plane_options o;
+      o.provider = cfg_.agents_provider;
+      o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
+      CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
+      // The leaders read their senders' node-local files: after the local level.
+      stages.add(aggregate::make_leaders_stage(g.flush_env, g.paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
+                                                             cfg_.local_enabled}, plane_),
+                 {g.local});
+#else
+      return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
+                                   "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
+#endif
+    } else if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio) {
+      stages.add(aggregate::make_collective_write_stage(env_, g.paths), {g.image_done});
+    } else if (aggregated()) {
+      aggregate::stage_options o;
+      o.strategy = cfg_.aggregate_strategy;
+      o.direct_io = cfg_.direct_io;
+      stages.add(aggregate::make_self_write_stage(g.flush_env, g.paths, o), {g.image_done});
+    } else {
+      // The data part is written as the application captures it, the header
+      // once the checksum pass has filled it in.
+      const size_t data = stages.add(engine::make_persistent_data_stage(g.flush_env, g.paths, cfg_.direct_io), {});
+      stages.add(engine::make_persistent_stage(g.flush_env, g.paths, cfg_.direct_io), {g.image_done, data});
+      stream_capture_ = cfg_.mode == engine_mode::thread;  // and write_during_capture allows: below
+    }
+    // The last rank to make its part durable commits the version, after
+    // every level of it ended (the manifest records their times). With
+    // mpiio that is after the collective write, which the application
+    // thread makes in a cairn call.
+    std::vector<size_t> levels(stages.size());
+    std::iota(levels.begin(), levels.end(), size_t{0});
+    commit_stage_ = true;
+    stages.add(engine::make_commit_stage(
+                   env_, cfg_.persistent, [this](const engine::version_job& job) { return describe_version(job); },
+                   host_),
+               std::move(levels));
+  }
+  if (!cfg_.reference_run.empty()) {
+    if (cfg_.reference_run == cfg_.run)
+      return {errc::invalid_argument, "reference_run '" + cfg_.reference_run + "' is this run itself; set CAIRN_RUN"};
+    analytics::online_reference ref;
+    ref.run = cfg_.reference_run;
+    ref.store = cfg_.reference_store.empty() ? cfg_.persistent : cfg_.reference_store;
+    ref.scratch = cfg_.reference_store.empty() ? cfg_.scratch : "";
+    ref.tol = {cfg_.compare_abs, cfg_.compare_rel, cfg_.compare_ulps};
+    online_ = std::make_shared<analytics::online_tracker>(env_, std::move(ref), cfg_.persistent,
+                                                          cfg_.local_enabled ? cfg_.scratch : "", cfg_.run);
+    stages.add(analytics::make_compare_stage(online_), {g.image_done});
+  }
   return {};
 }
 
@@ -880,7 +879,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
 
   // The daemon gets the version before cairn_checkpoint returns: if the
   // application dies right after, the daemon still has it.
-  if (daemon_) daemon_->submit(*job);
+  for (const auto& l : levels_) l->captured(*rec);
   if (stream) engine_->captured(*job);
   else engine_->submit(job);
   for (const auto& l : levels_) l->submitted(*rec);
@@ -1222,7 +1221,6 @@ void client_impl::on_level_complete(version_record& rec, unsigned level) {
     // went without the local time (on_durable): record it now.
     if (rec.shards_durable) record_runtime_level(rec, CAIRN_LEVEL_LOCAL, rec.local_done_at, 0);
   }
-  if (level == CAIRN_LEVEL_PERSISTENT && daemon_) daemon_->committed(rec.name, rec.version);
   auto& list = complete_[{rec.name, level}];
   list.push_back(rec.version);
   std::sort(list.begin(), list.end());
@@ -1422,10 +1420,9 @@ status client_impl::finalize(bool wait_for_pending) {
     if (!st && first.is_ok()) first = st;
   } else {
     for (version_record* rec : pending_) rec->job->cancelled = true;  // stages waiting for other ranks stop
-    if (daemon_) daemon_->abandon();
+    for (const auto& l : levels_) l->abandon();
     engine_->shutdown(false);
   }
-  finish_daemon();
   for (const auto& l : levels_) {
     status st = l->finish(wait_for_pending);
     if (!st && first.is_ok()) first = st;

@@ -41,9 +41,6 @@ class data_plane;
 namespace cairn::fabric {
 class mailbox;
 }
-namespace cairn::daemon {
-class link;
-}
 
 namespace cairn {
 
@@ -177,6 +174,8 @@ class client_impl final : private level_host {
   std::vector<std::pair<std::string, int64_t>> tracked_versions() const override;
   uint32_t node_count() const override;
   const std::string& node() const override { return node_; }
+  engine::staging_pool& staging() override { return pool_; }
+  uint32_t attempt() const override { return attempt_; }
   // The levels this client's configuration registers (levels.cpp), in order.
   std::vector<std::unique_ptr<level>> levels_;
   // Whether some level writes the persistent level itself (level::writes_persistent).
@@ -191,6 +190,10 @@ class client_impl final : private level_host {
   bool commit_restored(const std::string& name, int64_t version);
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
   status start();
+  // Init: the stage graph from the configuration and the levels (checksum
+  // pass, node-local level, the levels' stages, the persistent writers and
+  // the commit, the online comparison).
+  status build_graph(graph_points& g);
   status install_fault();
   // Collective at start: gathers the hosts; rank 0 appends this execution to RUN.
   // Rank 0 takes the run's lease (run_lease.hpp): busy while another
@@ -360,22 +363,11 @@ class client_impl final : private level_host {
   // at init.
   bool aggregated() const { return cfg_.persistent_layout == persistent_layout::aggregated; }
   status start_aggregation();
-  // engine_host = daemon (client_daemon.cpp, docs/design/daemon.md). Local:
-  // invalid_argument for what the daemon does not run.
-  status check_daemon_config() const;
-  // Collective: the lowest rank of each node starts cairnd, every rank
-  // connects, staging becomes shared memory, and the levels become proxies
-  // of the daemon's stages (run here if the daemon dies).
-  status start_daemon(const engine::level_paths& paths, storage::storage_env* flush_env, engine::stage_graph* stages);
-  // Says goodbye; the node's first rank reaps the daemon it started.
-  void finish_daemon();
   // finalize after every version was waited for: removes this rank's
   // node-local versions of the run when every checkpoint's newest one is
   // committed at the persistent level (keep_local_after_finalize = false).
   // Collective.
   void drop_local_versions();
-  std::shared_ptr<daemon::link> daemon_;
-  pid_t daemon_pid_ = 0;  // the node's first rank: the daemon it started
   // Collective: persistent_layout = auto becomes aggregated on CephFS and
   // Lustre (rank 0 detects), file per process elsewhere; invalid_argument on
   // every rank when ranks would lay the level out differently.

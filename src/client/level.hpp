@@ -23,6 +23,7 @@
 #include "comm/comm.hpp"
 #include "engine/engine.hpp"
 #include "engine/recycler.hpp"
+#include "engine/staging.hpp"
 #include "engine/stages.hpp"
 #include "format/manifest.hpp"
 #include "format/shard_io.hpp"
@@ -65,6 +66,10 @@ class level_host {
   // Collective at its first call (init): the key that seals this job's
   // data-plane messages (fabric/mailbox.hpp). libfabric builds.
   virtual result<std::string> plane_key() = 0;
+  // Staging memory (the daemon makes it shared).
+  virtual engine::staging_pool& staging() = 0;
+  // This execution's shard attempt tag, the same on every rank (set before level::start).
+  virtual uint32_t attempt() const = 0;
   // Rank 0: the catalog's event of rec reaching `level` at `at`, `took`
   // seconds after its capture (an engine task).
   virtual void record_runtime_level(const version_record& rec, unsigned level, double at, double took) = 0;
@@ -91,10 +96,14 @@ class level {
   // Whether this level writes the persistent level itself (and commits it):
   // the client then adds neither the persistent writers nor the commit stage.
   virtual bool writes_persistent() const { return false; }
+  // Whether this level runs every stage elsewhere (the node daemon): the
+  // client then builds no graph; the level adds its proxies in start.
+  virtual bool runs_stages() const { return false; }
   // Adds this level's stages to the graph.
   virtual status add_stages(graph_points&) { return {}; }
-  // Once the run's identity is known (RUN written, attempt drawn).
-  virtual status start() { return {}; }
+  // Once the run's identity is known (RUN written, attempt drawn); the graph
+  // is still open (a level that runs the stages adds them here).
+  virtual status start(graph_points&) { return {}; }
 
   // ---- capture -----------------------------------------------------------
   // The protected regions changed (moved, resized or removed).
@@ -113,6 +122,9 @@ class level {
   }
   // Whether contiguous regions may be lent (read in place by the level).
   virtual bool lends() { return false; }
+  // The image is complete, before the engine gets the version: what must
+  // hold the version before cairn_checkpoint returns takes it here.
+  virtual void captured(version_record&) {}
   // The version was submitted to the engine (before cairn_checkpoint returns).
   virtual void submitted(version_record&) {}
   // The manifest's part of this level for a version (an engine thread: reads
@@ -167,11 +179,19 @@ class level {
   virtual bool keeps_restored() const { return false; }
 
   // ---- finalize ----------------------------------------------------------
-  // Collective: `waited` is false when the application abandons its versions.
+  // Local: the application abandons its pending versions (finalize without
+  // waiting, or the handle destroyed), before the engine stops.
+  virtual void abandon() {}
+  // Collective, after the engine stopped: `waited` is false when the
+  // application abandoned its versions.
   virtual status finish(bool waited) {
     (void)waited;
     return {};
   }
+  // Local, from the handle's destructor (after finish, or without it when
+  // init failed or the application never finalized): let go of what the
+  // level holds. No collective.
+  virtual void close() {}
   // Collective (cairn_probe): CAIRN_AGENTS_*.
   virtual result<int> probe() { return CAIRN_AGENTS_UNCHANGED; }
 };

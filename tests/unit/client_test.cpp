@@ -735,9 +735,12 @@ class config_host final : public level_host {
   const std::string& node() const override { return node_; }
   result<std::string> plane_key() override { return std::string(32, 'k'); }
   void record_runtime_level(const version_record&, unsigned, double, double) override {}
+  engine::staging_pool& staging() override { return pool_; }
+  uint32_t attempt() const override { return 1; }
 
  private:
   std::string node_ = "node0";
+  engine::staging_pool pool_;
   config cfg_;
   std::map<std::string, int64_t> newest_;
 };
@@ -770,7 +773,10 @@ TEST(Levels, LevelsRefuseWhatTheyDoNotCombineWith) {
            {{{"agents", "127.0.0.1:1"}, {"persistent_layout", "aggregated"}}, "does not combine with agents"},
            {{{"agents", "127.0.0.1:1"}, {"redundancy", "xor"}}, "does not combine with checkpoint agents"},
            {{{"agents_lend", "true"}}, "agents_lend"},
-           {{{"redundancy", "xor"}, {"local_enabled", "false"}}, "protects the node-local level"}}) {
+           {{{"redundancy", "xor"}, {"local_enabled", "false"}}, "protects the node-local level"},
+           {{{"engine_host", "daemon"}, {"mode", "sync"}}, "mode = sync runs the stages in the application"},
+           {{{"engine_host", "daemon"}, {"agents", "127.0.0.1:1"}}, "agents are not run by the daemon"},
+           {{{"engine_host", "daemon"}, {"persistent_layout", "aggregated"}}, "aggregated is not run by the daemon"}}) {
     auto r = levels_of(values);
     ASSERT_FALSE(r.levels) << says;
     EXPECT_EQ(r.levels.error().code(), errc::invalid_argument);
@@ -822,6 +828,20 @@ TEST(Levels, RedundancyProtectsEveryIntervalAndKeepsTheNewestProtected) {
   EXPECT_EQ(red.keep_local_from("x"), 6);
   EXPECT_GT(rec.protected_at, 0);
   EXPECT_EQ(red.keep_local_from("y"), INT64_MIN);
+}
+
+// The node daemon runs every stage (the client builds no graph) and comes
+// after the levels whose sets it encodes.
+TEST(Levels, TheDaemonRunsTheStagesAndComesLast) {
+  auto r = levels_of({{"engine_host", "daemon"}, {"redundancy", "partner"}});
+  ASSERT_TRUE(r.levels) << r.levels.error().to_string();
+  ASSERT_EQ(r.levels->size(), 2u);
+  EXPECT_TRUE(r.levels->front()->rebuilds());
+  EXPECT_TRUE(r.levels->back()->runs_stages());
+  EXPECT_FALSE(r.levels->back()->writes_persistent());
+  // Not started: abandoning and closing hold nothing and do nothing.
+  r.levels->back()->abandon();
+  r.levels->back()->close();
 }
 
 // A level that overrides nothing changes nothing the client asks.
