@@ -24,7 +24,7 @@ class agents_level final : public level {
   // combine with), their data plane made. Null when 'agents' is empty.
   static result<std::unique_ptr<agents_level>> create(level_host* host);
 
-  bool writes_persistent() const override { return true; }
+  bool commits_persistent() const override { return true; }
   status add_stages(graph_points& g) override;
   status start(graph_points& g) override;
 

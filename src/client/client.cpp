@@ -37,6 +37,7 @@
 #include "format/tree.hpp"
 #include "redundancy/parity_file.hpp"
 #include "util/clock.hpp"
+#include "storage/geometry.hpp"
 #include "util/copy.hpp"
 #include "util/cpu.hpp"
 #include "util/hash.hpp"
@@ -58,7 +59,8 @@ const char* level_name(unsigned level) {
 }
 
 
-// -1 failed, 0 in flight, 1 done: this rank's state of one level of a job.
+}  // namespace
+
 int64_t level_state(engine::engine& eng, const engine::version_job& job, unsigned level) {
   unsigned done = 0, failed = 0;
   bool finished = false;
@@ -67,8 +69,6 @@ int64_t level_state(engine::engine& eng, const engine::version_job& job, unsigne
   if (failed & level) return -1;
   return 0;
 }
-
-}  // namespace
 
 std::vector<uint64_t> row_major_dims(const region& r) {
   std::vector<uint64_t> d = r.dims;
@@ -171,18 +171,19 @@ status client_impl::start() {
   }
   CAIRN_RETURN_IF_ERROR(resolve_layout());
   CAIRN_ASSIGN_OR_RETURN(levels_, make_levels(this));
-  bool stages_elsewhere = false;
+  bool stages_elsewhere = false, reads_retired = false;
   for (const auto& l : levels_) {
-    level_writes_persistent_ |= l->writes_persistent();
+    level_commits_persistent_ |= l->commits_persistent();
+    level_writes_data_ |= l->writes_persistent_data();
     stages_elsewhere |= l->runs_stages();
+    reads_retired |= l->reads_retired_local();
   }
-  // Not with the leaders' aggregation: a leader may still read a sender's
-  // node-local file when the sender retires it (removing it keeps an open
-  // file intact; overwriting it in place would not).
-  // Nor where a level runs the stages (the daemon writes the node-local
-  // level, the client's retention removes from it).
-  if (cfg_.local_enabled && !stages_elsewhere &&
-      !(aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders)) {
+  // Not where a stage may still read a node-local file when its version
+  // retires (the leaders' aggregation: removing it keeps an open file
+  // intact; overwriting it in place would not), nor where a level runs the
+  // stages (the daemon writes the node-local level, the client's retention
+  // removes from it).
+  if (cfg_.local_enabled && !stages_elsewhere && !reads_retired) {
     recycler_ = std::make_shared<engine::local_recycler>(env_, cfg_.scratch, cfg_.run, static_cast<uint32_t>(rank()));
     CAIRN_RETURN_IF_ERROR(recycler_->clear().with_context("local level (emptying the recycled files' bin)"));
   }
@@ -222,7 +223,6 @@ status client_impl::start() {
   for (size_t at = 0, comma; (comma = known.find(',', at)) != std::string::npos; at = comma + 1)
     store_attempts_.insert(static_cast<uint32_t>(std::stoul(known.substr(at, comma - at))));
   for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->start(g));
-  if (aggregated()) CAIRN_RETURN_IF_ERROR(start_aggregation());
   int home = sched_getcpu();
   CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
   // write_during_capture = auto: the persistent write starts with the
@@ -245,33 +245,12 @@ status client_impl::build_graph(graph_points& g) {
   // Checksum and hash trees first, in one pass (they finish the image); then
   // the levels, each of which only reads the image, run side by side.
   g.image_done = g.local = stages.add(engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs));
-  if (level_writes_persistent_) {
+  if (level_commits_persistent_) {
     for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
   } else {
     if (cfg_.local_enabled) g.local = stages.add(engine::make_local_stage(env_, g.paths, g.recycler), {g.image_done});
     for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
-    if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::leaders) {
-#ifdef CAIRN_HAVE_FABRIC
-      aggregate::data_plane_options o;
-      o.provider = cfg_.agents_provider;
-      o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
-      CAIRN_ASSIGN_OR_RETURN(plane_, aggregate::make_data_plane(o));
-      // The leaders read their senders' node-local files: after the local level.
-      stages.add(aggregate::make_leaders_stage(g.flush_env, g.paths, {cfg_.aggregate_strategy, cfg_.direct_io, kill_transfer_,
-                                                             cfg_.local_enabled}, plane_),
-                 {g.local});
-#else
-      return {errc::not_supported, "aggregate_strategy = leaders needs the libfabric data plane, which this build of "
-                                   "cairn lacks (rebuild with libfabric, or use aligned or posix_shared)"};
-#endif
-    } else if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio) {
-      stages.add(aggregate::make_collective_write_stage(env_, g.paths), {g.image_done});
-    } else if (aggregated()) {
-      aggregate::stage_options o;
-      o.strategy = cfg_.aggregate_strategy;
-      o.direct_io = cfg_.direct_io;
-      stages.add(aggregate::make_self_write_stage(g.flush_env, g.paths, o), {g.image_done});
-    } else {
+    if (!level_writes_data_) {
       // The data part is written as the application captures it, the header
       // once the checksum pass has filled it in.
       const size_t data = stages.add(engine::make_persistent_data_stage(g.flush_env, g.paths, cfg_.direct_io), {});
@@ -305,6 +284,31 @@ status client_impl::build_graph(graph_points& g) {
   return {};
 }
 
+status client_impl::resolve_layout() {
+  // Collective, on every rank whatever its configuration (a broadcast and an
+  // agreement): `auto` follows the file system rank 0 sees, and ranks that
+  // would lay the persistent level out differently (a launcher that set the
+  // environment for some ranks only) get an error instead of a deadlock.
+  std::string fs;
+  if (rank() == 0) {
+    auto g = storage::detect_geometry(cfg_.persistent);
+    fs = g ? g->fs : "unknown";
+  }
+  comm_->broadcast(&fs, 0);
+  cfg_.persistent_layout = cfg_.resolved_layout(fs);
+  const bool aggregated = cfg_.persistent_layout == persistent_layout::aggregated;
+  int64_t mine[2] = {aggregated ? 1 : 0, aggregated ? static_cast<int64_t>(cfg_.aggregate_strategy) : -1};
+  int64_t lo[2] = {mine[0], mine[1]}, hi[2] = {-mine[0], -mine[1]};
+  comm_->allreduce_min(lo);
+  comm_->allreduce_min(hi);
+  if (lo[0] != -hi[0] || lo[1] != -hi[1])
+    return agree({errc::invalid_argument,
+                  "ranks disagree on the persistent level's layout (persistent_layout, aggregate_strategy): "
+                  "this rank has " + std::string(aggregated ? "aggregated" : "file_per_process") +
+                      "; give every rank the same configuration (CAIRN_* variables reach every rank?)"});
+  return {};
+}
+
 // Test hook, "key=value" pairs separated by commas:
 //   level=local|persistent|capture, action=error|kill, kind=write|sync|create|rename|any,
 //   errno=N, after=N, version=V, rank=R, file=NAME (a file of version V's directory, e.g. MANIFEST)
@@ -314,12 +318,8 @@ status client_impl::install_fault() {
   if (p.rank >= 0 && p.rank != rank()) return {};
   if (p.level == "capture") {
     kill_capture_version_ = p.version;
-  } else if (p.level == "redundancy") {
-    // redundancy_level::create's.
-  } else if (p.level == "transfer") {
-    // aggregate_strategy = leaders: a sender killed once it announced its
-    // image, or a leader killed in the middle of reading a sender's.
-    kill_transfer_ = {p.version, p.role == "leader"};
+  } else if (p.level == "redundancy" || p.level == "transfer") {
+    // The levels' own (redundancy_level::create, aggregate_level::create).
   } else {
     p.spec.prefix = p.level == "local" ? cfg_.scratch : cfg_.persistent;
     fault_env_ = storage::make_fault_env(storage::storage_env::posix(), p.spec);
@@ -769,23 +769,25 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
 
   // Whether this version goes to the persistent level (the same on every rank).
-  const bool to_persistent = !level_writes_persistent_ && ((count_[name] + 1) % cfg_.persistent_interval == 0 || !cfg_.local_enabled);
-  // Aggregated: every rank's size, node and load ride on the collective below.
-  const bool plan_it = aggregated() && to_persistent;
+  const bool to_persistent = !level_commits_persistent_ && ((count_[name] + 1) % cfg_.persistent_interval == 0 || !cfg_.local_enabled);
+  // A level that plans the persistent write (aggregation): every rank's
+  // size, node and load ride on the collective below.
+  level* planner = nullptr;
+  for (const auto& l : levels_)
+    if (to_persistent && l->plans()) planner = l.get();
   plan_record my_record;
   std::vector<plan_record> records;
-  if (plan_it) {
+  if (planner) {
     my_record.bytes = st ? h.file_size : 0;
     my_record.node = util::xxh3(node_.data(), node_.size());
     my_record.load = util::node_load();
   }
-  if (aggregated() && cfg_.aggregate_strategy == aggregate_strategy::mpiio)
-    CAIRN_RETURN_IF_ERROR(free_slot_for_mpiio(st && h.file_size > pool_.slot_bytes()));
+  for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->before_capture(st && h.file_size > pool_.slot_bytes()));
   bool all_have_slot = true;
   const uint64_t warnings = batch::warnings_received();  // a checkpoint from here on answers them
   // An earlier version's failure latched on some rank does not stop this
   // capture: it is reported once this version is taken (below).
-  CAIRN_RETURN_IF_ERROR(progress(false, &all_have_slot, &st, plan_it ? &my_record : nullptr, &records));
+  CAIRN_RETURN_IF_ERROR(progress(false, &all_have_slot, &st, planner ? &my_record : nullptr, &records));
   const bool earlier_failed = error_agreed_;
   if (divergence_ && cfg_.on_divergence == divergence_action::stop) {
     return {errc::diverged, "run '" + cfg_.run + "' diverged from '" + cfg_.reference_run + "' at '" +
@@ -800,10 +802,10 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
 
   std::shared_ptr<const aggregate::plan> plan;
-  if (plan_it) {
+  if (planner) {
     // The same pure function of the same records on every rank: the same plan
     // (or the same error) everywhere, with no further agreement.
-    CAIRN_ASSIGN_OR_RETURN(plan, plan_version(records));
+    CAIRN_ASSIGN_OR_RETURN(plan, planner->plan(records));
   }
 
   engine::aligned_buffer* slot = pool_.acquire(true);
@@ -935,11 +937,12 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
     const double left = time_left();
     v.push_back(std::isfinite(left) ? static_cast<int64_t>(std::max(-1e15, std::min(1e15, left * 1000.0))) : INT64_MAX);
   }
-  enum class entry_kind { level, collective, durable, manifest };
+  enum class entry_kind { level, step, durable, manifest };
   struct entry {
     version_record* rec;
     entry_kind kind;
     unsigned level = 0;  // entry_kind::level: LOCAL or PROTECTED
+    class level* by = nullptr;  // entry_kind::step: the level whose step it is
   };
   std::vector<entry> entries;
   for (version_record* rec : pending_) {
@@ -952,11 +955,12 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
     }
     if ((rec->wanted & CAIRN_LEVEL_PERSISTENT) &&
         !((rec->global_done | rec->global_failed) & CAIRN_LEVEL_PERSISTENT)) {
-      if (awaits_collective(*rec)) {
-        // mpiio: 1 once this rank's image waits for the collective write.
-        entries.push_back({rec, entry_kind::collective});
-        const int64_t state = level_state(*engine_, job, CAIRN_LEVEL_PERSISTENT);
-        v.push_back(state < 0 ? -1 : job.collective.load() == 1 ? 1 : 0);
+      for (const auto& l : levels_) {
+        // A level's own step (mpiio's collective write): ready on every rank?
+        if (auto state = l->step_state(*rec)) {
+          entries.push_back({rec, entry_kind::step, 0, l.get()});
+          v.push_back(*state);
+        }
       }
       if (!rec->shards_durable) {
         entries.push_back({rec, entry_kind::durable});
@@ -1011,10 +1015,8 @@ status client_impl::progress(bool consume_error, bool* all_have_slot, const stat
         if (s > 0) on_level_complete(rec, entries[i].level);
         else agree_level_failure(rec, entries[i].level);
         break;
-      case entry_kind::collective:
-        rec.collective_done = true;
-        if (s > 0) collective_write(rec);
-        else rec.job->cancelled = true;  // some rank cannot write: nobody does
+      case entry_kind::step:
+        entries[i].by->step(rec, s);
         break;
       case entry_kind::durable:
         if (s > 0) on_durable(rec);
@@ -1199,7 +1201,6 @@ format::manifest client_impl::describe_version(const engine::version_job& job) c
   m.executable = program_invocation_short_name ? program_invocation_short_name : "";
   if (!util::valid_utf8(m.executable)) m.executable = util::escaped(m.executable);
   m.mode = cfg_.mode == engine_mode::sync ? "sync" : "thread";
-  if (job.plan) describe_container(*job.plan, &m);
   // The scheme this version was encoded with, whether or not its sets are
   // complete yet (the levels are agreed independently).
   for (const auto& l : levels_) l->describe(job, &m);
@@ -1338,24 +1339,20 @@ result<unsigned> client_impl::test(const std::string& name, int64_t version) {
 }
 
 void client_impl::wait_local(version_record& rec, unsigned level) {
-  if (level == CAIRN_LEVEL_PERSISTENT && awaits_collective(rec)) {
-    // mpiio: the stage waits for this thread's collective write; wait only
-    // until this rank is ready for it (or failed).
-    while (rec.job->collective.load() == 0 && level_state(*engine_, *rec.job, CAIRN_LEVEL_PERSISTENT) == 0) {
-      struct timespec ts {0, 200000};
-      nanosleep(&ts, nullptr);
-    }
-    return;
-  }
+  for (const auto& l : levels_)
+    if (l->wait_local(rec, level)) return;  // a step of its own (mpiio): until this rank is ready for it
   if (!rec.shards_durable || level != CAIRN_LEVEL_PERSISTENT) {
     engine_->wait_levels(*rec.job, level);
     return;
   }
   if (rank() != 0) return;
   // Rank 0 waits for its manifest commit task, unless a later version waits
-  // for its collective write (mpiio): the engine runs the task after that
-  // version's stage, which waits for this thread.
-  while (rec.manifest_state->load() == 0 && !collective_ready()) {
+  // for a level's step (mpiio's collective write): the engine runs the task
+  // after that version's stage, which waits for this thread.
+  const auto awaits_step = [&] {
+    return std::any_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->awaits_step(); });
+  };
+  while (rec.manifest_state->load() == 0 && !awaits_step()) {
     struct timespec ts {0, 200000};
     nanosleep(&ts, nullptr);
   }

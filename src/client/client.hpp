@@ -75,7 +75,7 @@ struct version_record {
   unsigned global_done = CAIRN_LEVEL_CAPTURED;
   unsigned global_failed = 0;
   bool shards_durable = false;  // every rank's shard is durable; manifest commit started
-  bool collective_done = false;  // mpiio: the collective write was made (or given up)
+  bool step_done = false;  // a level's own collective step was made, or given up (level::step)
   bool committed_seen = false;  // a level that commits itself: this rank saw the MANIFEST (it stays)
   std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
   // A level failed and cairn_checkpoint has reported it (CAIRN_EEARLIER):
@@ -175,11 +175,14 @@ class client_impl final : private level_host {
   uint32_t node_count() const override;
   const std::string& node() const override { return node_; }
   engine::staging_pool& staging() override { return pool_; }
+  const std::deque<version_record*>& pending() const override { return pending_; }
   uint32_t attempt() const override { return attempt_; }
   // The levels this client's configuration registers (levels.cpp), in order.
   std::vector<std::unique_ptr<level>> levels_;
-  // Whether some level writes the persistent level itself (level::writes_persistent).
-  bool level_writes_persistent_ = false;
+  // Whether some level commits the persistent level itself
+  // (level::commits_persistent), or writes its data (level::writes_persistent_data).
+  bool level_commits_persistent_ = false;
+  bool level_writes_data_ = false;
   // Drops the restart image (a mapped one is unmapped by an engine task).
   void release_restart_image();
   // Collective, after `version` was restored: when it was never committed
@@ -238,12 +241,7 @@ class client_impl final : private level_host {
   // Returns the latched error of some rank (consumed) when consume_error.
   // `mine` (may be null): a status of the caller's that every rank agrees on
   // in the same round; its failure (the lowest rank's message) is returned.
-  // What a rank contributes to the plan of an aggregated version (src/aggregate/plan.hpp).
-  struct plan_record {
-    uint64_t bytes = 0;  // image size
-    uint64_t node = 0;   // hash of the node's name
-    double load = 0;     // util::node_load()
-  };
+
   // `record`: this rank's plan record, carried by the same collective (an
   // allgather instead of the allreduce); `records` receives every rank's.
   status progress(bool consume_error, bool* all_have_slot = nullptr, const status* mine = nullptr,
@@ -358,11 +356,6 @@ class client_impl final : private level_host {
   bool metrics_inline_ = false;  // finalizing: the engine is stopping, the application thread writes
   void count_level(version_record& rec, unsigned level, bool failed);
   void write_metrics();
-  // persistent_layout = aggregated: this rank's node (leader spread), the
-  // stripe size extents align to, the data files per version (M), all agreed
-  // at init.
-  bool aggregated() const { return cfg_.persistent_layout == persistent_layout::aggregated; }
-  status start_aggregation();
   // finalize after every version was waited for: removes this rank's
   // node-local versions of the run when every checkpoint's newest one is
   // committed at the persistent level (keep_local_after_finalize = false).
@@ -372,24 +365,7 @@ class client_impl final : private level_host {
   // Lustre (rank 0 detects), file per process elsewhere; invalid_argument on
   // every rank when ranks would lay the level out differently.
   status resolve_layout();
-  // The plan of an aggregated version from every rank's record (the same on every rank).
-  result<std::shared_ptr<const aggregate::plan>> plan_version(const std::vector<plan_record>& records);
-  // mpiio: whether the version still waits for its collective write, and
-  // the write itself (collective; every rank's image is ready).
-  bool awaits_collective(const version_record& rec) const;
-  bool collective_ready() const;  // some pending version's image waits for its collective write
-  void collective_write(version_record& rec);
-  // Collective: drives the collective writes until every rank has a free
-  // staging slot (and, with drain, no version waits for its write).
-  status free_slot_for_mpiio(bool drain);
-  // The container section of an aggregated version's manifest.
-  void describe_container(const aggregate::plan& p, format::manifest* m) const;
-  std::string node_;
-  uint64_t stripe_ = 0;
-  uint32_t stripe_count_ = 1;
-  std::string fs_name_;
-  uint32_t aggregate_files_ = 1;
-  std::shared_ptr<aggregate::data_plane> plane_;  // aggregate_strategy = leaders (libfabric builds)
+  std::string node_;  // this rank's node (failure domain, leader spread)
   // Collective at its first call (init): the key that seals this job's
   // data-plane messages (fabric/mailbox.hpp), drawn by rank 0 and broadcast
   // over the job's communicator. libfabric builds.
@@ -458,7 +434,6 @@ class client_impl final : private level_host {
   format::run_info run_info_;  // rank 0 only
   std::unique_ptr<run_lease> lease_;  // rank 0 only
   int64_t kill_capture_version_ = -1;  // test hook (fault_inject level=capture)
-  aggregate::transfer_kill kill_transfer_;  // test hook (fault_inject level=transfer)
 };
 
 }  // namespace cairn

@@ -10,6 +10,7 @@
 #define CAIRN_CLIENT_LEVEL_HPP
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "cairn.h"
+#include "aggregate/plan.hpp"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
 #include "engine/engine.hpp"
@@ -33,6 +35,16 @@
 namespace cairn {
 
 struct version_record;
+
+// What a rank contributes to the plan of an aggregated version (src/aggregate/plan.hpp).
+struct plan_record {
+  uint64_t bytes = 0;  // image size
+  uint64_t node = 0;   // hash of the node's name
+  double load = 0;     // util::node_load()
+};
+
+// -1 failed, 0 in flight, 1 done: this rank's state of one level of a job.
+int64_t level_state(engine::engine& eng, const engine::version_job& job, unsigned level);
 
 // What a level may use of its client.
 class level_host {
@@ -68,6 +80,8 @@ class level_host {
   virtual result<std::string> plane_key() = 0;
   // Staging memory (the daemon makes it shared).
   virtual engine::staging_pool& staging() = 0;
+  // The versions not resolved yet, in checkpoint order.
+  virtual const std::deque<version_record*>& pending() const = 0;
   // This execution's shard attempt tag, the same on every rank (set before level::start).
   virtual uint32_t attempt() const = 0;
   // Rank 0: the catalog's event of rec reaching `level` at `at`, `took`
@@ -93,9 +107,16 @@ class level {
   virtual ~level() = default;
 
   // ---- init (collective, in registration order) --------------------------
-  // Whether this level writes the persistent level itself (and commits it):
+  // Whether this level writes the persistent level and commits it itself:
   // the client then adds neither the persistent writers nor the commit stage.
-  virtual bool writes_persistent() const { return false; }
+  virtual bool commits_persistent() const { return false; }
+  // Whether this level's stages write the persistent level's data (the
+  // client's commit stage commits it): the client adds no file-per-process
+  // writers.
+  virtual bool writes_persistent_data() const { return false; }
+  // Whether its stages may read a node-local shard after the version retired
+  // (retired node-local files are then removed, never recycled in place).
+  virtual bool reads_retired_local() const { return false; }
   // Whether this level runs every stage elsewhere (the node daemon): the
   // client then builds no graph; the level adds its proxies in start.
   virtual bool runs_stages() const { return false; }
@@ -108,6 +129,21 @@ class level {
   // ---- capture -----------------------------------------------------------
   // The protected regions changed (moved, resized or removed).
   virtual void regions_changed() {}
+  // Collective, before the capture's progress round: `grows` when the
+  // staging slots will be replaced (the engine must go idle first).
+  virtual status before_capture(bool grows) {
+    (void)grows;
+    return {};
+  }
+  // Whether a version that goes to the persistent level is planned from
+  // every rank's plan_record (carried by the capture's progress round).
+  virtual bool plans() const { return false; }
+  // The plan from every rank's record: a pure function of them (the same on
+  // every rank, or the same error).
+  virtual result<std::shared_ptr<const aggregate::plan>> plan(const std::vector<plan_record>& records) {
+    (void)records;
+    return status(errc::internal, "this level plans nothing");
+  }
   // Collective, at the first capture of `name`: the newest version above
   // `floor` that this level holds for every rank from one execution (a
   // version the next checkpoint must not replace), with `what` describing it.
@@ -138,7 +174,28 @@ class level {
     return INT64_MAX;
   }
 
+  // ---- progress ----------------------------------------------------------
+  // A step of this level's own for rec that every rank must be ready for and
+  // that only the application thread makes (mpiio's collective write): this
+  // rank's state (-1 failed, 0 not ready, 1 ready), carried by the progress
+  // round; nullopt when rec has none pending.
+  virtual std::optional<int64_t> step_state(version_record& rec) {
+    (void)rec;
+    return std::nullopt;
+  }
+  // Collective: the ranks agreed on `state` (1: every rank is ready, make the
+  // step; -1: some rank cannot, nobody does).
+  virtual void step(version_record& rec, int64_t state) { (void)rec, (void)state; }
+  // Whether some pending version waits for such a step.
+  virtual bool awaits_step() const { return false; }
+
   // ---- test and wait -----------------------------------------------------
+  // Local: blocks until this rank can contribute a final state for rec's
+  // `level`; false to leave it to the client.
+  virtual bool wait_local(version_record& rec, unsigned level) {
+    (void)rec, (void)level;
+    return false;
+  }
   // Levels rec reached that this level learns of outside the progress rounds.
   virtual unsigned reached(version_record&) { return 0; }
   // Collective: this level's own wait for `level`; nullopt: the client's.

@@ -737,8 +737,10 @@ class config_host final : public level_host {
   void record_runtime_level(const version_record&, unsigned, double, double) override {}
   engine::staging_pool& staging() override { return pool_; }
   uint32_t attempt() const override { return 1; }
+  const std::deque<version_record*>& pending() const override { return pending_; }
 
  private:
+  std::deque<version_record*> pending_;
   std::string node_ = "node0";
   engine::staging_pool pool_;
   config cfg_;
@@ -789,7 +791,7 @@ TEST(Levels, TheAgentsWriteAndKeepTheirVersions) {
   ASSERT_TRUE(r.levels) << r.levels.error().to_string();
   ASSERT_EQ(r.levels->size(), 1u);
   const level& agents = *r.levels->front();
-  EXPECT_TRUE(agents.writes_persistent());
+  EXPECT_TRUE(agents.commits_persistent());
   EXPECT_TRUE(agents.keeps_restored());
   EXPECT_EQ(agents.wants(1), unsigned{CAIRN_LEVEL_PROTECTED});
   EXPECT_EQ(agents.where(), "the agents' memory");
@@ -803,7 +805,7 @@ TEST(Levels, RedundancyProtectsEveryIntervalAndKeepsTheNewestProtected) {
   ASSERT_TRUE(r.levels) << r.levels.error().to_string();
   ASSERT_EQ(r.levels->size(), 1u);
   level& red = *r.levels->front();
-  EXPECT_FALSE(red.writes_persistent());
+  EXPECT_FALSE(red.commits_persistent());
   EXPECT_TRUE(red.rebuilds());
   EXPECT_EQ(red.wants(1), 0u);
   EXPECT_EQ(red.wants(3), unsigned{CAIRN_LEVEL_PROTECTED});
@@ -838,17 +840,51 @@ TEST(Levels, TheDaemonRunsTheStagesAndComesLast) {
   ASSERT_EQ(r.levels->size(), 2u);
   EXPECT_TRUE(r.levels->front()->rebuilds());
   EXPECT_TRUE(r.levels->back()->runs_stages());
-  EXPECT_FALSE(r.levels->back()->writes_persistent());
+  EXPECT_FALSE(r.levels->back()->commits_persistent());
   // Not started: abandoning and closing hold nothing and do nothing.
   r.levels->back()->abandon();
   r.levels->back()->close();
+}
+
+// The aggregated level writes the persistent level's data (the client
+// commits it), plans each version from every rank's record and describes
+// the container in the manifest; the leaders read retired node-local files.
+TEST(Levels, AggregationPlansWritesAndDescribesTheContainer) {
+  auto r = levels_of({{"persistent_layout", "aggregated"}, {"aggregate_strategy", "aligned"}});
+  ASSERT_TRUE(r.levels) << r.levels.error().to_string();
+  ASSERT_EQ(r.levels->size(), 1u);
+  level& agg = *r.levels->front();
+  EXPECT_TRUE(agg.writes_persistent_data());
+  EXPECT_FALSE(agg.commits_persistent());
+  EXPECT_FALSE(agg.reads_retired_local());
+  EXPECT_TRUE(agg.plans());
+  auto p = agg.plan({{100, 1, 0}, {200, 1, 0}, {300, 2, 0}});
+  ASSERT_TRUE(p) << p.error().to_string();
+  version_record rec;
+  rec.job = std::make_shared<engine::version_job>();
+  rec.job->plan = *p;
+  format::manifest m;
+  agg.describe(*rec.job, &m);
+  EXPECT_TRUE(m.aggregated);
+  EXPECT_EQ(m.container.strategy, "aligned");
+  EXPECT_FALSE(m.container.files.empty());
+  // Not mpiio: no step of its own.
+  EXPECT_FALSE(agg.step_state(rec).has_value());
+  EXPECT_FALSE(agg.awaits_step());
+
+  auto leaders = levels_of({{"persistent_layout", "aggregated"}, {"aggregate_strategy", "leaders"}});
+  ASSERT_TRUE(leaders.levels) << leaders.levels.error().to_string();
+  EXPECT_TRUE(leaders.levels->front()->reads_retired_local());
 }
 
 // A level that overrides nothing changes nothing the client asks.
 TEST(Levels, DefaultHooksChangeNothing) {
   struct plain final : level {};
   plain p;
-  EXPECT_FALSE(p.writes_persistent());
+  EXPECT_FALSE(p.commits_persistent());
+  EXPECT_FALSE(p.writes_persistent_data());
+  EXPECT_FALSE(p.plans());
+  EXPECT_FALSE(p.awaits_step());
   EXPECT_EQ(p.wants(7), 0u);
   EXPECT_FALSE(p.lends());
   std::string what;
