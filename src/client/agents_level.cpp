@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "agents/auth.hpp"
-#include "client/client.hpp"
+#include "client/version_record.hpp"
 #include "engine/stages.hpp"
 #include "format/layout.hpp"
 #include "util/clock.hpp"

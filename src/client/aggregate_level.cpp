@@ -9,7 +9,7 @@
 #include <ctime>
 #include <sstream>
 
-#include "client/client.hpp"
+#include "client/version_record.hpp"
 #include "format/container.hpp"
 #include "format/layout.hpp"
 #include "storage/geometry.hpp"

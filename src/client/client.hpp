@@ -17,6 +17,7 @@
 
 #include "analytics/online_stage.hpp"
 #include "client/levels.hpp"
+#include "client/version_record.hpp"
 #include "cairn.h"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
@@ -63,34 +64,6 @@ struct region {
 // vectors for column-major data). to_contiguous selects the direction.
 void copy_block(std::byte* contiguous, std::byte* memory, size_t elem, const std::vector<uint64_t>& dims,
                 const std::vector<uint64_t>& mem_shape, const std::vector<uint64_t>& mem_start, bool to_contiguous);
-
-// What this handle knows about one version it checkpointed. The global_* and
-// phase fields change only from the results of collective calls, so they are
-// the same on every rank.
-struct version_record {
-  std::string name;
-  int64_t version = 0;
-  std::shared_ptr<engine::version_job> job;
-  unsigned wanted = 0;
-  unsigned global_done = CAIRN_LEVEL_CAPTURED;
-  unsigned global_failed = 0;
-  bool shards_durable = false;  // every rank's shard is durable; manifest commit started
-  bool step_done = false;  // a level's own collective step was made, or given up (level::step)
-  bool committed_seen = false;  // a level that commits itself: this rank saw the MANIFEST (it stays)
-  std::map<unsigned, status> level_error;  // per failed level, the failing rank's message
-  // A level failed and cairn_checkpoint has reported it (CAIRN_EEARLIER):
-  // finalize does not report it again.
-  bool failure_reported = false;
-  double local_done_at = 0;
-  double protected_at = 0;  // when CAIRN_LEVEL_PROTECTED was agreed (redundancy)
-  // Rank 0: result of the manifest commit task (0 running, 1 ok, -1 failed).
-  std::shared_ptr<std::atomic<int>> manifest_state;
-  std::shared_ptr<status> manifest_error;
-
-  bool counted_checksum = false;  // metrics: its checksum seconds were counted
-
-  bool resolved() const { return ((global_done | global_failed) & wanted) == wanted; }
-};
 
 class run_lease;
 
@@ -215,6 +188,21 @@ class client_impl final : private level_host {
 
   // Captures `regions` as (name, version) and submits the job. Collective.
   status capture(const std::string& name, int64_t version, const std::vector<region>& regions);
+  // Local: plans the shard header of a capture of `regs` into *h and makes
+  // sure staging can hold it (the status is agreed by the capture's round).
+  status reserve_staging(const std::string& name, int64_t version, const std::vector<region>& regs,
+                         format::shard_header* h);
+  // Collective: invalid unless `version` is above every version of `name`
+  // that earlier executions committed (a damaged one is withdrawn first).
+  status check_committed_floor(const std::string& name, int64_t version);
+  // Local: copies (or lends) the regions into job's image; with `stream`
+  // the persistent write follows the copy piece by piece.
+  void copy_image(engine::version_job& job, const std::vector<region>& regs, bool lend, bool stream);
+  // Records a captured version as pending (old resolved records are forgotten).
+  version_record* track(const std::string& name, int64_t version, std::shared_ptr<engine::version_job> job);
+  // Collective, when the capture's round saw a latched error on some rank:
+  // earlier_failed with the lowest failing rank's message, once.
+  status report_earlier_failure(const std::string& name, int64_t version);
   // The shard header (layout planned) of a capture of `regions`.
   result<format::shard_header> plan_header(const std::string& name, int64_t version,
                                            const std::vector<region>& regions) const;

@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "client/client.hpp"
+#include "client/version_record.hpp"
 #include "client/redundancy_level.hpp"
 #include "engine/stages.hpp"
 #include "daemon/link.hpp"

@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "client/client.hpp"
+#include "client/version_record.hpp"
 #include "format/layout.hpp"
 #include "redundancy/codec.hpp"
 #include "redundancy/parity_file.hpp"
@@ -172,6 +172,150 @@ status redundancy_level::form_set(redundancy::set_info* out) {
   return {};
 }
 
+// One stripe loop over buffers reused from stripe to stripe: split further,
+// its parts would share a dozen arguments (the reason it is longer than 120 lines).
+status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, const std::string& name, int64_t version,
+                                     util::aligned_buffer* image_out, uint64_t* image_size, std::string* lost_out,
+                                     std::string* scheme_out) {
+  using nlohmann::json;
+  const uint32_t me = static_cast<uint32_t>(host_->rank());
+  auto& plane = *plane_;
+  const std::string what = "'" + name + "' version " + std::to_string(version);
+  util::aligned_buffer& image = *image_out;
+  std::string& lost_text = *lost_out;
+  std::string& scheme_text = *scheme_out;
+  status st;
+  const json* desc = nullptr;
+  for (const auto& e : all)
+    if (e.is_object() && e.contains("pset"))
+      for (const auto& r : e["pset"])
+        if (r.get<uint32_t>() == me) desc = &e;
+  if (!desc) {
+    st = status(errc::not_found, "no surviving parity file of " + what + " covers rank " + std::to_string(me) +
+                                     " (not protected: see redundancy_interval, or its whole set was lost)");
+  } else {
+    redundancy::geometry g;
+    g.kind = *redundancy::parse_scheme((*desc)["scheme"].get<std::string>());
+    g.k = static_cast<uint32_t>((*desc)["pset"].size());
+    g.m = (*desc)["m"].get<uint32_t>();
+    std::vector<uint32_t> set;
+    std::vector<uint64_t> sizes, hcs;
+    std::vector<std::string> nodes;
+    for (size_t i = 0; i < g.k; ++i) {
+      set.push_back((*desc)["pset"][i].get<uint32_t>());
+      sizes.push_back((*desc)["sizes"][i].get<uint64_t>());
+      nodes.push_back((*desc)["nodes"][i].get<std::string>());
+      uint64_t h = 0;
+      util::parse_hex64((*desc)["hcs"][i].get<std::string>(), &h);
+      hcs.push_back(h);
+    }
+    const uint32_t pos = static_cast<uint32_t>(std::find(set.begin(), set.end(), me) - set.begin());
+    auto data_ok = [&](uint32_t p) {
+      const json& e = all[set[p]];
+      uint64_t h = 0;
+      return e.is_object() && e["shard"].get<bool>() && util::parse_hex64(e.value("hc", std::string()), &h) &&
+             h == hcs[p];
+    };
+    for (uint32_t p = 0; p < g.k; ++p)
+      if (!data_ok(p))
+        lost_text += std::string(lost_text.empty() ? "" : ", ") + "node '" + nodes[p] + "' (rank " +
+                     std::to_string(set[p]) + ")";
+    redundancy::codec codec(g);
+    const uint32_t d = g.d();
+    const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
+    *image_size = sizes[pos];
+    scheme_text = g.describe();
+    auto img = util::aligned_buffer::allocate(sizes[pos]);
+    if (!img) st = img.error();
+    else image = std::move(img).value();
+    const uint64_t window = redundancy::kWindow;
+    std::vector<util::aligned_buffer> in(d);
+    util::aligned_buffer out;
+    for (uint32_t s = 0; st && s < g.k; ++s) {
+      const int j = g.chunk_of(pos, s);
+      if (j < 0) continue;
+      const auto contrib = g.contributors(s);
+      const auto holders = g.holders(s);
+      struct source { uint32_t row, rank; uint64_t addr, key, length; };
+      std::vector<source> avail;
+      uint32_t lost_t = 0;
+      uint64_t len = 0;
+      for (uint32_t t = 0; t < contrib.size(); ++t) {
+        const uint32_t c = contrib[t];
+        const uint64_t cb = g.chunk_bytes(sizes[c]);
+        len = std::max(len, cb);
+        if (c == pos) { lost_t = t; continue; }
+        if (!data_ok(c)) continue;
+        const uint64_t from = static_cast<uint64_t>(g.chunk_of(c, s)) * cb;
+        const uint64_t n = sizes[c] > from ? std::min(cb, sizes[c] - from) : 0;
+        const json& e = all[set[c]];
+        avail.push_back({t, set[c], e["saddr"].get<uint64_t>() + from, e["skey"].get<uint64_t>(), n});
+      }
+      std::string bad_parity;
+      for (uint32_t r = 0; r < holders.size(); ++r) {
+        const json& e = all[set[holders[r]]];
+        if (!e.is_object() || !e.contains("pset") || e["pset"] != (*desc)["pset"] || e["hcs"] != (*desc)["hcs"])
+          continue;
+        for (const auto& b : e["blocks"])
+          if (b[0].get<uint32_t>() == s && b[1].get<uint32_t>() == r) {
+            if (b[4].get<bool>())
+              avail.push_back({d + r, set[holders[r]], e["paddr"].get<uint64_t>() + b[2].get<uint64_t>(),
+                               e["pkey"].get<uint64_t>(), b[3].get<uint64_t>()});
+            else
+              bad_parity += std::string(bad_parity.empty() ? "" : ", ") + "rank " + std::to_string(set[holders[r]]);
+          }
+      }
+      if (avail.size() < d) {
+        st = status(errc::unusable,
+                    "lost " + lost_text + "; " + g.describe() + " tolerates " + std::to_string(g.tolerance()) +
+                        " lost node(s) per set, and stripe " + std::to_string(s) + " has " +
+                        std::to_string(avail.size()) + " of the " + std::to_string(d) + " blocks it needs" +
+                        (bad_parity.empty() ? "" : " (corrupt parity on " + bad_parity + ")"));
+        break;
+      }
+      avail.resize(d);
+      std::vector<uint32_t> rows;
+      for (const auto& a : avail) rows.push_back(a.row);
+      auto tables = codec.decoder(rows, lost_t);
+      if (!tables) { st = tables.error(); break; }
+      const uint64_t chunk_at = static_cast<uint64_t>(j) * mine_cb;
+      for (uint64_t at = 0; st && at < len; at += window) {
+        const uint64_t n = std::min(window, len - at);
+        std::vector<const unsigned char*> src(d);
+        for (uint32_t i = 0; st && i < d; ++i) {
+          if (in[i].size() < n) {
+            auto b = util::aligned_buffer::allocate(window);
+            if (!b) { st = b.error(); break; }
+            in[i] = std::move(b).value();
+          }
+          const uint64_t got = avail[i].length > at ? std::min(n, avail[i].length - at) : 0;
+          if (got) st = plane.pull(avail[i].rank, avail[i].addr + at, avail[i].key, in[i].data(), got)
+                            .with_context("rebuild: reading from rank " + std::to_string(avail[i].rank));
+          if (got < n) std::memset(in[i].data() + got, 0, n - got);
+          src[i] = reinterpret_cast<const unsigned char*>(in[i].data());
+        }
+        if (!st) break;
+        if (out.size() < n) {
+          auto b = util::aligned_buffer::allocate(window);
+          if (!b) { st = b.error(); break; }
+          out = std::move(b).value();
+        }
+        codec.decode(*tables, src.data(), reinterpret_cast<unsigned char*>(out.data()), n);
+        // Only the bytes of this rank's image (its last chunk is padded).
+        const uint64_t dst = chunk_at + at, end = std::min(sizes[pos], std::min(chunk_at + mine_cb, dst + n));
+        if (end > dst) std::memcpy(image.data() + dst, out.data(), end - dst);
+      }
+    }
+    if (st) {
+      auto h = fabric::verify_shard_image(image.span().first(sizes[pos]), "rebuilt shard of " + what);
+      if (!h) st = h.error();
+      else if (h->header_checksum != hcs[pos] || h->rank != me || h->name != name || h->version != version)
+        st = status(errc::corruption, "rebuilt shard of " + what + " is not the image its set protected");
+    }
+  }
+  return st;
+}
+
 status redundancy_level::rebuild(const std::string& name, int64_t version, const format::shard_image* mine) {
   const bool have = mine != nullptr;
   storage::storage_env* env = host_->env();
@@ -265,136 +409,7 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
   util::aligned_buffer image;
   uint64_t image_size = 0;
   std::string lost_text, scheme_text;
-  if (!have) {
-    const json* desc = nullptr;
-    for (const auto& e : all)
-      if (e.is_object() && e.contains("pset"))
-        for (const auto& r : e["pset"])
-          if (r.get<uint32_t>() == me) desc = &e;
-    if (!desc) {
-      st = status(errc::not_found, "no surviving parity file of " + what + " covers rank " + std::to_string(me) +
-                                       " (not protected: see redundancy_interval, or its whole set was lost)");
-    } else {
-      redundancy::geometry g;
-      g.kind = *redundancy::parse_scheme((*desc)["scheme"].get<std::string>());
-      g.k = static_cast<uint32_t>((*desc)["pset"].size());
-      g.m = (*desc)["m"].get<uint32_t>();
-      std::vector<uint32_t> set;
-      std::vector<uint64_t> sizes, hcs;
-      std::vector<std::string> nodes;
-      for (size_t i = 0; i < g.k; ++i) {
-        set.push_back((*desc)["pset"][i].get<uint32_t>());
-        sizes.push_back((*desc)["sizes"][i].get<uint64_t>());
-        nodes.push_back((*desc)["nodes"][i].get<std::string>());
-        uint64_t h = 0;
-        util::parse_hex64((*desc)["hcs"][i].get<std::string>(), &h);
-        hcs.push_back(h);
-      }
-      const uint32_t pos = static_cast<uint32_t>(std::find(set.begin(), set.end(), me) - set.begin());
-      auto data_ok = [&](uint32_t p) {
-        const json& e = all[set[p]];
-        uint64_t h = 0;
-        return e.is_object() && e["shard"].get<bool>() && util::parse_hex64(e.value("hc", std::string()), &h) &&
-               h == hcs[p];
-      };
-      for (uint32_t p = 0; p < g.k; ++p)
-        if (!data_ok(p))
-          lost_text += std::string(lost_text.empty() ? "" : ", ") + "node '" + nodes[p] + "' (rank " +
-                       std::to_string(set[p]) + ")";
-      redundancy::codec codec(g);
-      const uint32_t d = g.d();
-      const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
-      image_size = sizes[pos];
-      scheme_text = g.describe();
-      auto img = util::aligned_buffer::allocate(sizes[pos]);
-      if (!img) st = img.error();
-      else image = std::move(img).value();
-      const uint64_t window = redundancy::kWindow;
-      std::vector<util::aligned_buffer> in(d);
-      util::aligned_buffer out;
-      for (uint32_t s = 0; st && s < g.k; ++s) {
-        const int j = g.chunk_of(pos, s);
-        if (j < 0) continue;
-        const auto contrib = g.contributors(s);
-        const auto holders = g.holders(s);
-        struct source { uint32_t row, rank; uint64_t addr, key, length; };
-        std::vector<source> avail;
-        uint32_t lost_t = 0;
-        uint64_t len = 0;
-        for (uint32_t t = 0; t < contrib.size(); ++t) {
-          const uint32_t c = contrib[t];
-          const uint64_t cb = g.chunk_bytes(sizes[c]);
-          len = std::max(len, cb);
-          if (c == pos) { lost_t = t; continue; }
-          if (!data_ok(c)) continue;
-          const uint64_t from = static_cast<uint64_t>(g.chunk_of(c, s)) * cb;
-          const uint64_t n = sizes[c] > from ? std::min(cb, sizes[c] - from) : 0;
-          const json& e = all[set[c]];
-          avail.push_back({t, set[c], e["saddr"].get<uint64_t>() + from, e["skey"].get<uint64_t>(), n});
-        }
-        std::string bad_parity;
-        for (uint32_t r = 0; r < holders.size(); ++r) {
-          const json& e = all[set[holders[r]]];
-          if (!e.is_object() || !e.contains("pset") || e["pset"] != (*desc)["pset"] || e["hcs"] != (*desc)["hcs"])
-            continue;
-          for (const auto& b : e["blocks"])
-            if (b[0].get<uint32_t>() == s && b[1].get<uint32_t>() == r) {
-              if (b[4].get<bool>())
-                avail.push_back({d + r, set[holders[r]], e["paddr"].get<uint64_t>() + b[2].get<uint64_t>(),
-                                 e["pkey"].get<uint64_t>(), b[3].get<uint64_t>()});
-              else
-                bad_parity += std::string(bad_parity.empty() ? "" : ", ") + "rank " + std::to_string(set[holders[r]]);
-            }
-        }
-        if (avail.size() < d) {
-          st = status(errc::unusable,
-                      "lost " + lost_text + "; " + g.describe() + " tolerates " + std::to_string(g.tolerance()) +
-                          " lost node(s) per set, and stripe " + std::to_string(s) + " has " +
-                          std::to_string(avail.size()) + " of the " + std::to_string(d) + " blocks it needs" +
-                          (bad_parity.empty() ? "" : " (corrupt parity on " + bad_parity + ")"));
-          break;
-        }
-        avail.resize(d);
-        std::vector<uint32_t> rows;
-        for (const auto& a : avail) rows.push_back(a.row);
-        auto tables = codec.decoder(rows, lost_t);
-        if (!tables) { st = tables.error(); break; }
-        const uint64_t chunk_at = static_cast<uint64_t>(j) * mine_cb;
-        for (uint64_t at = 0; st && at < len; at += window) {
-          const uint64_t n = std::min(window, len - at);
-          std::vector<const unsigned char*> src(d);
-          for (uint32_t i = 0; st && i < d; ++i) {
-            if (in[i].size() < n) {
-              auto b = util::aligned_buffer::allocate(window);
-              if (!b) { st = b.error(); break; }
-              in[i] = std::move(b).value();
-            }
-            const uint64_t got = avail[i].length > at ? std::min(n, avail[i].length - at) : 0;
-            if (got) st = plane.pull(avail[i].rank, avail[i].addr + at, avail[i].key, in[i].data(), got)
-                              .with_context("rebuild: reading from rank " + std::to_string(avail[i].rank));
-            if (got < n) std::memset(in[i].data() + got, 0, n - got);
-            src[i] = reinterpret_cast<const unsigned char*>(in[i].data());
-          }
-          if (!st) break;
-          if (out.size() < n) {
-            auto b = util::aligned_buffer::allocate(window);
-            if (!b) { st = b.error(); break; }
-            out = std::move(b).value();
-          }
-          codec.decode(*tables, src.data(), reinterpret_cast<unsigned char*>(out.data()), n);
-          // Only the bytes of this rank's image (its last chunk is padded).
-          const uint64_t dst = chunk_at + at, end = std::min(sizes[pos], std::min(chunk_at + mine_cb, dst + n));
-          if (end > dst) std::memcpy(image.data() + dst, out.data(), end - dst);
-        }
-      }
-      if (st) {
-        auto h = fabric::verify_shard_image(image.span().first(sizes[pos]), "rebuilt shard of " + what);
-        if (!h) st = h.error();
-        else if (h->header_checksum != hcs[pos] || h->rank != me || h->name != name || h->version != version)
-          st = status(errc::corruption, "rebuilt shard of " + what + " is not the image its set protected");
-      }
-    }
-  }
+  if (!have) st = decode_lost(all, name, version, &image, &image_size, &lost_text, &scheme_text);
   // Survivors keep their buffers exposed until every lost rank has pulled.
   host_->comm().barrier();
   shard_mr = fabric::memory_region();

@@ -17,6 +17,7 @@
 #include "fabric/mailbox.hpp"
 #include "format/manifest.hpp"
 #include "redundancy/sets.hpp"
+#include "util/aligned_buffer.hpp"
 
 namespace cairn {
 
@@ -46,6 +47,11 @@ class redundancy_level final : public level {
   redundancy_level(level_host* host, redundancy::scheme kind) : host_(host), kind_(kind) {}
   // Collective: makes and joins the plane, forms the sets; *mine is this rank's.
   status form_set(redundancy::set_info* mine);
+  // Rebuild, local: this rank's lost image decoded from what every rank
+  // exposed (`all`, gathered by rebuild), verified against the header
+  // checksum its set recorded; `lost` and `scheme` describe it for messages.
+  status decode_lost(const std::vector<nlohmann::json>& all, const std::string& name, int64_t version,
+                     util::aligned_buffer* image, uint64_t* image_size, std::string* lost, std::string* scheme);
 
   level_host* host_;
   const config& cfg_ = host_->cfg();

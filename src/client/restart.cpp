@@ -288,6 +288,10 @@ status client_impl::check_reshard_regions(const std::string& name, int64_t versi
   return {};
 }
 
+// Longer than 120 lines for a reason: it plans what to read from each old
+// rank, then reads each old rank's pieces, verifying every checked unit once
+// before copying it into the regions' staged blocks; the steps share the
+// plan and the staged blocks.
 status client_impl::reshard_read(const std::string& name, int64_t version) {
   reshard_state& rs = *reshard_;
   rs.staged.clear();
