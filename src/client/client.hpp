@@ -299,6 +299,9 @@ class client_impl final : private level_host {
   status reshard_read(const std::string& name, int64_t version);
   // Collective: cairn_restart of a version planned by plan_reshard.
   status restart_resharded(const std::string& name, int64_t version);
+  // restart_region_size of a version planned by plan_reshard: nullopt when
+  // the region is not in the plan.
+  std::optional<result<uint64_t>> resharded_region_size(const std::string& region) const;
   // Collective: every rank's status combined; the lowest failing rank's message wins.
   status agree(status mine) override;
   // Collective: the second half of agree() once the ranks agreed on `code` (< 0).
