@@ -222,6 +222,8 @@ status controller_service::check_app_caller(const connection* c, uint64_t app, c
                                             "service (its secret)");
 }
 
+// Longer than 120 lines for a reason: the dispatch over the control
+// messages, each case with its own checks of the caller beside it.
 result<json> controller_service::handle(uint64_t conn, ctl_message& m) {
   connection* c = loop_.find(conn);
   const std::string role = c != nullptr ? c->role() : "";

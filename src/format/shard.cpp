@@ -194,6 +194,8 @@ void encode_compressed_header(shard_header& h, std::span<std::byte> out) {
   h.stored_checksum = seal(out.data(), hb);
 }
 
+// Longer than 120 lines for a reason: the one decoder of the header, its
+// checks in the order of the format's fields (docs/format/shard.md).
 result<shard_header> decode_header(std::span<const std::byte> buf, const std::string& where, size_t* need) {
   auto corrupt = [&](const std::string& what) {
     return status(errc::corruption, where + ": " + what + " (the shard is damaged; restart uses another level or an older version)");

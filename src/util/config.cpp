@@ -88,6 +88,8 @@ status set_int(const std::string& k, const std::string& v, int lo, int hi, int* 
   return {};
 }
 
+// Longer than 120 lines for a reason: the table of every configuration key
+// with its parser, one entry per key.
 const std::vector<key_def>& keys() {
   static const std::vector<key_def> defs = {
       {"run", "run id", [](config& c, const std::string& v) -> status {

@@ -74,6 +74,8 @@ cairn::status parse_show_args(const std::vector<std::string>& args, cairn::cli::
   return {};
 }
 
+// Longer than 120 lines for a reason: the command line's table (every
+// subcommand with its options and help) and the dispatch, in one place.
 int run_cli(int argc, char** argv) {
   using namespace cairn::cli;
   CLI::App app{"cairn: inspect and maintain a cairn checkpoint store", "cairn"};
