@@ -21,7 +21,6 @@
 #include "cairn.h"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
-#include "aggregate/stage.hpp"
 #include "engine/engine.hpp"
 #include "engine/recycler.hpp"
 #include "engine/staging.hpp"
@@ -35,13 +34,6 @@
 #include "storage/storage_env.hpp"
 #include "util/config.hpp"
 #include "util/mutex.hpp"
-
-namespace cairn::aggregate {
-class data_plane;
-}
-namespace cairn::fabric {
-class mailbox;
-}
 
 namespace cairn {
 
@@ -229,7 +221,6 @@ class client_impl final : private level_host {
   // Returns the latched error of some rank (consumed) when consume_error.
   // `mine` (may be null): a status of the caller's that every rank agrees on
   // in the same round; its failure (the lowest rank's message) is returned.
-
   // `record`: this rank's plan record, carried by the same collective (an
   // allgather instead of the allreduce); `records` receives every rank's.
   status progress(bool consume_error, bool* all_have_slot = nullptr, const status* mine = nullptr,
