@@ -104,6 +104,8 @@ struct translated {
   bool sync = false;
 };
 
+// Longer than 120 lines for a reason: the parser of VELOC's configuration
+// file and the table of its keys' translations, each key with its message.
 bool translate_config(const char* path, const std::string& run, bool is_rank0, translated* t, std::string* why) {
   if (path == nullptr || *path == '\0') {
     *why = "no configuration file given (VELOC needs one with at least scratch, persistent and mode)";

@@ -54,6 +54,9 @@ std::vector<uint32_t> elect(std::span<const rank_input> ranks, uint32_t m) {
 
 }  // namespace
 
+// Longer than 120 lines for a reason: its phases (leaders, capacities, the
+// assignment of every rank's bytes, what each leader owns) share the plan
+// under construction; paper 004, section 3 and docs/design/aggregation.md.
 result<plan> make_plan(std::span<const rank_input> ranks, const plan_options& o) {
   const uint64_t n = ranks.size();
   if (n == 0) return status(errc::invalid_argument, "aggregation plan: no rank");

@@ -75,6 +75,8 @@ cairn::result<std::string> read_key(int fd) {
   return key;
 }
 
+// Longer than 120 lines for a reason: the agent's command-line table (every
+// option with its help) and the start it configures, in one place.
 int run_agent(int argc, char** argv) {
   using namespace cairn::agents;
   CLI::App app{"cairn-agent: holds checkpoints of application ranks in memory, pulled or pushed over libfabric",

@@ -114,6 +114,99 @@ std::string secs(double s) {
   return buf;
 }
 
+// The job's mean time between failures: given, from a node MTBF and the
+// node count, or measured from a run's restarts; *source says which.
+status failure_rate(const advise_options& o, const std::optional<run_costs>& rc, double* mtbf, std::string* source) {
+  int sources = (o.mtbf_given ? 1 : 0) + (o.node_mtbf_given ? 1 : 0) + (o.mtbf_from_run ? 1 : 0);
+  if (sources == 0)
+    return {errc::invalid_argument, "no failure rate: give --mtbf SECONDS (the job's mean time between failures), "
+                                    "--node-mtbf SECONDS --nodes N, or --mtbf-from-run with --run"};
+  if (sources > 1) return {errc::invalid_argument, "give only one of --mtbf, --node-mtbf and --mtbf-from-run"};
+  if (o.mtbf_given) {
+    if (!(o.mtbf > 0) || std::isinf(o.mtbf))
+      return {errc::invalid_argument, "--mtbf must be a positive number of seconds, not " + std::to_string(o.mtbf)};
+    *mtbf = o.mtbf;
+    *source = "given";
+  } else if (o.node_mtbf_given) {
+    if (o.nodes < 1) return {errc::invalid_argument, "--node-mtbf needs --nodes N (at least 1): the job's node count"};
+    CAIRN_ASSIGN_OR_RETURN(*mtbf, advise::job_mtbf(o.node_mtbf, o.nodes));
+    *source = "node MTBF / " + std::to_string(o.nodes) + " nodes";
+  } else {
+    if (!rc) return {errc::invalid_argument, "--mtbf-from-run needs --run RUN"};
+    if (rc->executions < 2 || !(rc->span_s > 0))
+      return {errc::invalid_argument, "run '" + rc->run + "' never restarted (" + std::to_string(rc->executions) +
+                                          " execution): no failure rate to measure; give --mtbf"};
+    *mtbf = rc->span_s / static_cast<double>(rc->executions - 1);
+    *source = "run '" + rc->run + "': " + std::to_string(rc->executions - 1) + " restarts in " + secs(rc->span_s);
+  }
+  if (!(o.crash_fraction >= 0 && o.crash_fraction < 1))
+    return {errc::invalid_argument, "--crash-fraction must be in [0, 1), not " + std::to_string(o.crash_fraction)};
+  return {};
+}
+
+// The bandwidths the model needs: each given on the command line, else
+// measured on this node (memory, the local level's directory, the store);
+// *sources says which, *local_fs the local level's file system.
+status measure_bandwidths(const advise_options& o, const advise::engine_shape& shape, const advise::workload& w,
+                          const std::string& scratch, const std::string& persistent, advise::bandwidths* bw,
+                          std::string* local_fs, json* sources) {
+  advise::measure_options mo;
+  mo.bytes_per_rank = w.bytes_per_rank;
+  mo.ranks = w.ranks_per_node;
+  mo.reps = o.reps;
+  mo.hash_trees = shape.hash_trees;
+  mo.hash_chunk = shape.hash_chunk;
+  mo.hash_abs = shape.hash_abs;
+  mo.progress = [](const std::string& step) { std::fprintf(stderr, "cairn advise: measuring %s\n", step.c_str()); };
+  if (!o.checksum_bandwidth.empty() && o.memory_bandwidth.empty())
+    return {errc::invalid_argument, "--checksum-bandwidth needs --memory-bandwidth (without it both are measured)"};
+  if (!o.memory_bandwidth.empty()) {
+    CAIRN_ASSIGN_OR_RETURN(bw->memory, parse_bandwidth(o.memory_bandwidth, "--memory-bandwidth"));
+    bw->memory_cpu = bw->memory;
+    if (!o.checksum_bandwidth.empty()) {
+      CAIRN_ASSIGN_OR_RETURN(bw->checksum_cpu, parse_bandwidth(o.checksum_bandwidth, "--checksum-bandwidth"));
+    }
+    (*sources)["memory"] = "given";
+  } else {
+    CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_memory(mo));
+    bw->memory = m.bandwidth;
+    bw->memory_cpu = m.bandwidth_cpu;
+    bw->checksum_cpu = m.checksum_cpu;
+    (*sources)["memory"] = "measured";
+  }
+  if (shape.local) {
+    if (!o.local_bandwidth.empty()) {
+      CAIRN_ASSIGN_OR_RETURN(bw->local_io, parse_bandwidth(o.local_bandwidth, "--local-bandwidth"));
+      bw->local_io_cpu = bw->local_io;
+      (*sources)["local"] = "given";
+      if (auto g = storage::detect_geometry(scratch)) *local_fs = g->fs;
+    } else {
+      CAIRN_RETURN_IF_ERROR(check_directory(scratch, "local level directory (--scratch)"));
+      CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_io(storage::storage_env::posix(), scratch, false, false,
+                                                                 shape.recycled_local, mo));
+      bw->local_io = m.bandwidth;
+      bw->local_io_cpu = m.bandwidth_cpu;
+      *local_fs = m.fs;
+      (*sources)["local"] = "measured";
+    }
+    bw->local_in_memory = *local_fs == "tmpfs";
+  }
+  if (o.commit_s < 0) return {errc::invalid_argument, "--commit-seconds must not be negative"};
+  if (!o.persistent_bandwidth.empty()) {
+    CAIRN_ASSIGN_OR_RETURN(bw->persistent_io, parse_bandwidth(o.persistent_bandwidth, "--persistent-bandwidth"));
+    bw->commit_s = o.commit_s;
+    (*sources)["persistent"] = "given";
+  } else {
+    CAIRN_RETURN_IF_ERROR(check_directory(persistent, "persistent level directory (STORE)"));
+    CAIRN_ASSIGN_OR_RETURN(auto m,
+                           advise::measure_io(storage::storage_env::posix(), persistent, shape.direct_io, true, false, mo));
+    bw->persistent_io = m.bandwidth;
+    bw->commit_s = m.commit_s;
+    (*sources)["persistent"] = "measured";
+  }
+  return {};
+}
+
 status run_advise(const advise_options& o, json* out) {
   // ---- what will run: configuration, directories, size, ranks per node ----
   std::optional<run_costs> rc;
@@ -149,91 +242,15 @@ status run_advise(const advise_options& o, json* out) {
   if (w.ranks_per_node < 1) w.ranks_per_node = 1;
 
   // ---- failure rate: checked before anything is measured ----
-  int sources = (o.mtbf_given ? 1 : 0) + (o.node_mtbf_given ? 1 : 0) + (o.mtbf_from_run ? 1 : 0);
-  if (sources == 0)
-    return {errc::invalid_argument, "no failure rate: give --mtbf SECONDS (the job's mean time between failures), "
-                                    "--node-mtbf SECONDS --nodes N, or --mtbf-from-run with --run"};
-  if (sources > 1) return {errc::invalid_argument, "give only one of --mtbf, --node-mtbf and --mtbf-from-run"};
   double mtbf = 0;
   std::string mtbf_source;
-  if (o.mtbf_given) {
-    if (!(o.mtbf > 0) || std::isinf(o.mtbf))
-      return {errc::invalid_argument, "--mtbf must be a positive number of seconds, not " + std::to_string(o.mtbf)};
-    mtbf = o.mtbf;
-    mtbf_source = "given";
-  } else if (o.node_mtbf_given) {
-    if (o.nodes < 1) return {errc::invalid_argument, "--node-mtbf needs --nodes N (at least 1): the job's node count"};
-    CAIRN_ASSIGN_OR_RETURN(mtbf, advise::job_mtbf(o.node_mtbf, o.nodes));
-    mtbf_source = "node MTBF / " + std::to_string(o.nodes) + " nodes";
-  } else {
-    if (!rc) return {errc::invalid_argument, "--mtbf-from-run needs --run RUN"};
-    if (rc->executions < 2 || !(rc->span_s > 0))
-      return {errc::invalid_argument, "run '" + rc->run + "' never restarted (" + std::to_string(rc->executions) +
-                                          " execution): no failure rate to measure; give --mtbf"};
-    mtbf = rc->span_s / static_cast<double>(rc->executions - 1);
-    mtbf_source = "run '" + rc->run + "': " + std::to_string(rc->executions - 1) + " restarts in " + secs(rc->span_s);
-  }
-  if (!(o.crash_fraction >= 0 && o.crash_fraction < 1))
-    return {errc::invalid_argument, "--crash-fraction must be in [0, 1), not " + std::to_string(o.crash_fraction)};
+  CAIRN_RETURN_IF_ERROR(failure_rate(o, rc, &mtbf, &mtbf_source));
 
   // ---- bandwidths: given, else measured ----
   advise::bandwidths bw;
   json sources_j;
-  advise::measure_options mo;
-  mo.bytes_per_rank = w.bytes_per_rank;
-  mo.ranks = w.ranks_per_node;
-  mo.reps = o.reps;
-  mo.hash_trees = shape.hash_trees;
-  mo.hash_chunk = shape.hash_chunk;
-  mo.hash_abs = shape.hash_abs;
-  mo.progress = [](const std::string& step) { std::fprintf(stderr, "cairn advise: measuring %s\n", step.c_str()); };
-  if (!o.checksum_bandwidth.empty() && o.memory_bandwidth.empty())
-    return {errc::invalid_argument, "--checksum-bandwidth needs --memory-bandwidth (without it both are measured)"};
-  if (!o.memory_bandwidth.empty()) {
-    CAIRN_ASSIGN_OR_RETURN(bw.memory, parse_bandwidth(o.memory_bandwidth, "--memory-bandwidth"));
-    bw.memory_cpu = bw.memory;
-    if (!o.checksum_bandwidth.empty()) {
-      CAIRN_ASSIGN_OR_RETURN(bw.checksum_cpu, parse_bandwidth(o.checksum_bandwidth, "--checksum-bandwidth"));
-    }
-    sources_j["memory"] = "given";
-  } else {
-    CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_memory(mo));
-    bw.memory = m.bandwidth;
-    bw.memory_cpu = m.bandwidth_cpu;
-    bw.checksum_cpu = m.checksum_cpu;
-    sources_j["memory"] = "measured";
-  }
   std::string local_fs;
-  if (shape.local) {
-    if (!o.local_bandwidth.empty()) {
-      CAIRN_ASSIGN_OR_RETURN(bw.local_io, parse_bandwidth(o.local_bandwidth, "--local-bandwidth"));
-      bw.local_io_cpu = bw.local_io;
-      sources_j["local"] = "given";
-      if (auto g = storage::detect_geometry(scratch)) local_fs = g->fs;
-    } else {
-      CAIRN_RETURN_IF_ERROR(check_directory(scratch, "local level directory (--scratch)"));
-      CAIRN_ASSIGN_OR_RETURN(auto m, advise::measure_io(storage::storage_env::posix(), scratch, false, false,
-                                                                 shape.recycled_local, mo));
-      bw.local_io = m.bandwidth;
-      bw.local_io_cpu = m.bandwidth_cpu;
-      local_fs = m.fs;
-      sources_j["local"] = "measured";
-    }
-    bw.local_in_memory = local_fs == "tmpfs";
-  }
-  if (o.commit_s < 0) return {errc::invalid_argument, "--commit-seconds must not be negative"};
-  if (!o.persistent_bandwidth.empty()) {
-    CAIRN_ASSIGN_OR_RETURN(bw.persistent_io, parse_bandwidth(o.persistent_bandwidth, "--persistent-bandwidth"));
-    bw.commit_s = o.commit_s;
-    sources_j["persistent"] = "given";
-  } else {
-    CAIRN_RETURN_IF_ERROR(check_directory(persistent, "persistent level directory (STORE)"));
-    CAIRN_ASSIGN_OR_RETURN(auto m,
-                           advise::measure_io(storage::storage_env::posix(), persistent, shape.direct_io, true, false, mo));
-    bw.persistent_io = m.bandwidth;
-    bw.commit_s = m.commit_s;
-    sources_j["persistent"] = "measured";
-  }
+  CAIRN_RETURN_IF_ERROR(measure_bandwidths(o, shape, w, scratch, persistent, &bw, &local_fs, &sources_j));
 
   // ---- prediction, measurement, advice ----
   CAIRN_ASSIGN_OR_RETURN(advise::prediction p, advise::predict(shape, w, bw));

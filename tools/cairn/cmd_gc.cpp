@@ -36,6 +36,80 @@ uint64_t dir_bytes(storage::storage_env* env, const std::string& dir) {
   return n;
 }
 
+// What gc did (or, with --dry-run, would do) to the store's persistent level.
+struct gc_result {
+  int rc = kExitOk;
+  std::vector<deletion> deleted;
+  std::vector<std::string> removed_tmp;
+  nlohmann::json kept = nlohmann::json::array();
+  nlohmann::json left = nlohmann::json::array();
+};
+
+// One checkpoint of a run: every committed version but the newest o.keep
+// goes, with every uncommitted one older than the newest committed (newer
+// ones may still be written); temporaries in kept versions go too.
+void gc_checkpoint(const gc_options& o, storage::storage_env* env, const std::string& run, const std::string& name,
+                   gc_result* r) {
+  const char* verb = o.dry_run ? "would delete" : "deleted";
+  const char* verb_tmp = o.dry_run ? "would remove" : "removed";
+  std::vector<std::pair<int64_t, version_scan>> scans;
+  std::vector<int64_t> committed;
+  for (int64_t v : version_numbers(o.store, "", run, name)) {
+    scans.emplace_back(v, scan_version(env, o.store, run, name, v));
+    if (scans.back().second.state == version_state::committed) committed.push_back(v);
+  }
+  const int64_t newest_committed = committed.empty() ? INT64_MIN : committed.back();
+  const int64_t oldest_kept =
+      committed.size() > static_cast<size_t>(o.keep) ? committed[committed.size() - o.keep] : INT64_MIN;
+  for (auto& [v, s] : scans) {
+    bool remove = false;
+    if (s.state == version_state::committed) {
+      remove = v < oldest_kept;
+    } else if (v < newest_committed) {
+      if (s.state == version_state::invalid && s.manifest_error.code() != errc::corruption) {
+        // Unreadable for another reason (permissions, I/O): not ours to judge.
+        print_warning("left " + s.dir + " alone: " + s.manifest_error.message());
+        r->rc = kExitFailure;
+        continue;
+      }
+      remove = true;
+    } else {
+      r->left.push_back({{"run", run}, {"name", name}, {"version", v}, {"state", state_name(s.state)}});
+      continue;
+    }
+    if (!remove) {
+      r->kept.push_back({{"run", run}, {"name", name}, {"version", v}});
+      // A committed version is never written again: temporaries in it are debris.
+      for (const std::string& tmp : s.tmp_files) {
+        const std::string path = storage::join(s.dir, tmp);
+        if (!o.dry_run) {
+          if (status st = env->remove_file(path); !st) {
+            print_error(st);
+            r->rc = kExitFailure;
+            continue;
+          }
+        }
+        r->removed_tmp.push_back(path);
+        if (!o.json) std::printf("%s %s\n", verb_tmp, path.c_str());
+      }
+      continue;
+    }
+    deletion d{run, name, v, state_name(s.state), s.dir, dir_bytes(env, s.dir)};
+    if (!o.dry_run) {
+      if (status st = format::remove_version(env, s.dir); !st) {
+        print_error(st.with_context("deleting " + s.dir));
+        r->rc = kExitFailure;
+        continue;
+      }
+    }
+    if (!o.json) {
+      std::printf("%s %s/%s version %lld (%s, %s)\n", verb, run.c_str(), name.c_str(), static_cast<long long>(v),
+                  d.state.c_str(), format_bytes(d.bytes).c_str());
+    }
+    r->deleted.push_back(std::move(d));
+  }
+}
+
 }  // namespace
 
 int cmd_gc(const gc_options& o) {
@@ -64,73 +138,14 @@ int cmd_gc(const gc_options& o) {
   }
   storage::storage_env* env = storage::storage_env::posix();
   const char* verb = o.dry_run ? "would delete" : "deleted";
-  const char* verb_tmp = o.dry_run ? "would remove" : "removed";
-  int rc = kExitOk;
-  std::vector<deletion> deleted;
-  std::vector<std::string> removed_tmp;
-  nlohmann::json kept = nlohmann::json::array();
-  nlohmann::json left = nlohmann::json::array();
-
-  for (const std::string& run : *runs) {
-    for (const std::string& name : checkpoint_names(o.store, "", run)) {
-      std::vector<std::pair<int64_t, version_scan>> scans;
-      std::vector<int64_t> committed;
-      for (int64_t v : version_numbers(o.store, "", run, name)) {
-        scans.emplace_back(v, scan_version(env, o.store, run, name, v));
-        if (scans.back().second.state == version_state::committed) committed.push_back(v);
-      }
-      const int64_t newest_committed = committed.empty() ? INT64_MIN : committed.back();
-      const int64_t oldest_kept =
-          committed.size() > static_cast<size_t>(o.keep) ? committed[committed.size() - o.keep] : INT64_MIN;
-      for (auto& [v, s] : scans) {
-        bool remove = false;
-        if (s.state == version_state::committed) {
-          remove = v < oldest_kept;
-        } else if (v < newest_committed) {
-          if (s.state == version_state::invalid && s.manifest_error.code() != errc::corruption) {
-            // Unreadable for another reason (permissions, I/O): not ours to judge.
-            print_warning("left " + s.dir + " alone: " + s.manifest_error.message());
-            rc = kExitFailure;
-            continue;
-          }
-          remove = true;
-        } else {
-          left.push_back({{"run", run}, {"name", name}, {"version", v}, {"state", state_name(s.state)}});
-          continue;
-        }
-        if (!remove) {
-          kept.push_back({{"run", run}, {"name", name}, {"version", v}});
-          // A committed version is never written again: temporaries in it are debris.
-          for (const std::string& tmp : s.tmp_files) {
-            const std::string path = storage::join(s.dir, tmp);
-            if (!o.dry_run) {
-              if (status st = env->remove_file(path); !st) {
-                print_error(st);
-                rc = kExitFailure;
-                continue;
-              }
-            }
-            removed_tmp.push_back(path);
-            if (!o.json) std::printf("%s %s\n", verb_tmp, path.c_str());
-          }
-          continue;
-        }
-        deletion d{run, name, v, state_name(s.state), s.dir, dir_bytes(env, s.dir)};
-        if (!o.dry_run) {
-          if (status st = format::remove_version(env, s.dir); !st) {
-            print_error(st.with_context("deleting " + s.dir));
-            rc = kExitFailure;
-            continue;
-          }
-        }
-        if (!o.json) {
-          std::printf("%s %s/%s version %lld (%s, %s)\n", verb, run.c_str(), name.c_str(), static_cast<long long>(v),
-                      d.state.c_str(), format_bytes(d.bytes).c_str());
-        }
-        deleted.push_back(std::move(d));
-      }
-    }
-  }
+  gc_result r;
+  for (const std::string& run : *runs)
+    for (const std::string& name : checkpoint_names(o.store, "", run)) gc_checkpoint(o, env, run, name, &r);
+  int rc = r.rc;
+  std::vector<deletion>& deleted = r.deleted;
+  const std::vector<std::string>& removed_tmp = r.removed_tmp;
+  const nlohmann::json& kept = r.kept;
+  const nlohmann::json& left = r.left;
 
   // The catalog follows the files; it is only updated if the store has one.
   bool catalog_updated = false;

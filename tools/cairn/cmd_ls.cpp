@@ -16,6 +16,38 @@ std::string keep_text(const format::execution& e) {
   if (it == e.config.end()) return "-";
   return it->second == "0" ? "all" : "newest " + it->second;
 }
+// The run's identity (RUN) as a row of the identities table and fields of
+// its JSON. Optional: stores written before it have none.
+void describe_identity(storage::storage_env* env, const std::string& store, const std::string& run, table* ids,
+                       nlohmann::json* jrun) {
+  if (auto info = format::read_run_info(env, store, run)) {
+    const auto& last = info->executions.empty() ? format::execution{} : info->executions.back();
+    std::string tags;
+    for (auto& [k, v] : info->tags) tags += (tags.empty() ? "" : ",") + k + "=" + v;
+    ids->add({run, info->application, info->code_version.empty() ? "-" : info->code_version,
+              std::to_string(info->executions.size()), std::to_string(last.nranks),
+              format_time(info->executions.empty() ? 0 : info->executions.front().started_at),
+              last.ended_at > 0 ? format_time(last.ended_at) : "running or died", keep_text(last),
+              tags.empty() ? "-" : tags});
+    nlohmann::json ex = nlohmann::json::array();
+    for (auto& e : info->executions)
+      ex.push_back({{"started_at", e.started_at},
+                    {"ended_at", e.ended_at > 0 ? nlohmann::json(e.ended_at) : nlohmann::json(nullptr)},
+                    {"nranks", e.nranks},
+                    {"hosts", e.hosts},
+                    {"executable", e.executable},
+                    {"code_version", e.code_version}});
+    auto keep = last.config.find("keep_persistent");
+    (*jrun)["keep_persistent"] = keep == last.config.end() ? nlohmann::json(nullptr) : nlohmann::json(keep->second);
+    (*jrun)["identity"] = {{"application", info->application},
+                           {"code_version", info->code_version},
+                           {"tags", info->tags},
+                           {"executions", ex}};
+  } else if (info.error().code() != errc::not_found) {
+    (*jrun)["identity_problem"] = info.error().message();
+  }
+}
+
 }  // namespace
 
 int cmd_ls(const ls_options& o) {
@@ -44,33 +76,7 @@ int cmd_ls(const ls_options& o) {
   for (const std::string& run : *runs) {
     std::vector<std::string> names = checkpoint_names(o.store, o.scratch, run);
     nlohmann::json jrun = {{"run", run}, {"checkpoints", names}};
-    // The run identity (RUN file) is optional: stores written before it have none.
-    if (auto info = format::read_run_info(env, o.store, run)) {
-      const auto& last = info->executions.empty() ? format::execution{} : info->executions.back();
-      std::string tags;
-      for (auto& [k, v] : info->tags) tags += (tags.empty() ? "" : ",") + k + "=" + v;
-      ids.add({run, info->application, info->code_version.empty() ? "-" : info->code_version,
-               std::to_string(info->executions.size()), std::to_string(last.nranks),
-               format_time(info->executions.empty() ? 0 : info->executions.front().started_at),
-               last.ended_at > 0 ? format_time(last.ended_at) : "running or died", keep_text(last),
-               tags.empty() ? "-" : tags});
-      nlohmann::json ex = nlohmann::json::array();
-      for (auto& e : info->executions)
-        ex.push_back({{"started_at", e.started_at},
-                      {"ended_at", e.ended_at > 0 ? nlohmann::json(e.ended_at) : nlohmann::json(nullptr)},
-                      {"nranks", e.nranks},
-                      {"hosts", e.hosts},
-                      {"executable", e.executable},
-                      {"code_version", e.code_version}});
-      auto keep = last.config.find("keep_persistent");
-      jrun["keep_persistent"] = keep == last.config.end() ? nlohmann::json(nullptr) : nlohmann::json(keep->second);
-      jrun["identity"] = {{"application", info->application},
-                          {"code_version", info->code_version},
-                          {"tags", info->tags},
-                          {"executions", ex}};
-    } else if (info.error().code() != errc::not_found) {
-      jrun["identity_problem"] = info.error().message();
-    }
+    describe_identity(env, o.store, run, &ids, &jrun);
     jruns.push_back(std::move(jrun));
     if (names.empty()) rows.push_back({run, "-", "-", "empty", "-", "-", "-", "-", "-"});
     for (const std::string& name : names) {

@@ -113,6 +113,140 @@ result<std::map<std::string, std::string>> torch_keys(storage::storage_env* env,
   return format::torch_state_keys(*rd);
 }
 
+// The rows, JSON and errors of every rank that `cairn show` prints.
+struct show_tables {
+  explicit show_tables(bool aggregated)
+      : shards(aggregated ? std::vector<std::string>{"RANK", "EXTENTS", "FILES", "SIZE", "HEADER_CHECKSUM", "HOST"}
+                          : std::vector<std::string>{"RANK", "FILE", "SIZE", "HEADER_CHECKSUM", "HOST"},
+               aggregated ? std::vector<bool>{true, true, false, true, false, false}
+                          : std::vector<bool>{true, false, true, false, false}) {}
+  int rc = kExitOk;
+  nlohmann::json jshards = nlohmann::json::array();
+  table regions{{"RANK", "REGION", "TYPE", "COUNT", "SHAPE", "OFFSET", "LENGTH", "CHECKSUM"},
+                {true, false, false, true, false, true, true, false}};
+  table shards;
+  table timings{{"RANK", "CAPTURED_AT", "CAPTURE_S", "CHECKSUM_S", "LOCAL_S", "PERSISTENT_S", "PERSISTENT_AT"},
+                {true, false, true, true, true, true, false}};
+  std::vector<std::string> errors;
+  uint64_t compressed_shards = 0, stored_bytes = 0, image_bytes = 0;
+};
+
+// One rank of the version `cairn show` prints: its shard (or its extents in
+// an aggregated version's data files), timings and regions, into *t.
+// `container`: the MANIFEST of an aggregated version, else null.
+void show_rank(const show_options& o, const std::string& run, const version_scan& s,
+               const format::manifest* container, uint32_t rank, show_tables* t) {
+  storage::storage_env* env = storage::storage_env::posix();
+  const std::string path = format::persistent_image_where(o.store, run, o.name, o.version, rank, container);
+  nlohmann::json js = {{"rank", rank}};
+  const format::shard_entry* e = s.manifest ? &s.manifest->shards[rank] : nullptr;
+  // The FILE column (file per process), or EXTENTS and FILES (aggregated).
+  std::vector<std::string> where_cells = {format::shard_file_name(rank)};
+  if (container) {
+    nlohmann::json jextents = nlohmann::json::array();
+    std::set<uint32_t> in_files;
+    uint64_t extent_bytes = 0;
+    for (const auto& x : e->extents) {
+      jextents.push_back({{"src", x.src},
+                          {"length", x.length},
+                          {"file", container->container.files[x.file].name},
+                          {"offset", x.offset},
+                          {"checksum", util::hex64(x.checksum)}});
+      in_files.insert(x.file);
+      extent_bytes += x.length;
+    }
+    std::string names;
+    for (uint32_t f : in_files) names += (names.empty() ? "" : ",") + container->container.files[f].name;
+    js["file"] = nullptr;
+    js["extent_count"] = e->extents.size();
+    js["extent_bytes"] = extent_bytes;
+    js["extents"] = std::move(jextents);
+    where_cells = {std::to_string(e->extents.size()), names.empty() ? "-" : names};
+  } else {
+    js["file"] = format::shard_file_name(rank);
+  }
+  auto row = [&](std::vector<std::string> tail) {
+    std::vector<std::string> cells = {std::to_string(rank)};
+    cells.insert(cells.end(), where_cells.begin(), where_cells.end());
+    cells.insert(cells.end(), tail.begin(), tail.end());
+    return cells;
+  };
+  if (e != nullptr) {
+    js["size"] = e->size;
+    js["header_checksum"] = util::hex64(e->header_checksum);
+    js["host"] = e->host;
+    js["timings"] = {{"captured_at", e->captured_at}, {"capture_s", e->capture_s},
+                     {"checksum_s", e->checksum_s},   {"local_s", e->local_s},
+                     {"persistent_s", e->persistent_s}, {"persistent_at", e->persistent_at}};
+    t->timings.add({std::to_string(rank), format_time(e->captured_at, true), format_seconds(e->capture_s),
+                 format_seconds(e->checksum_s), format_seconds(e->local_s), format_seconds(e->persistent_s),
+                 format_time(e->persistent_at, true)});
+  }
+  auto file = format::open_persistent_image(env, o.store, run, o.name, o.version, rank, container);
+  auto h = file ? format::read_header(**file, path) : result<format::shard_header>(file.take_status());
+  if (!h) {
+    std::string message = h.error().message();
+    if (container && h.error().code() == errc::not_found)
+      message += " (the MANIFEST lists it: this version cannot be restored; `cairn verify` checks the store)";
+    js["error"] = message;
+    // Ranks whose extents share a missing data file report it once.
+    if (std::find(t->errors.begin(), t->errors.end(), message) == t->errors.end()) t->errors.push_back(message);
+    t->rc = kExitFailure;
+    t->shards.add(
+        row({e ? std::to_string(e->size) : "-", e ? util::hex64(e->header_checksum) : "-", e ? e->host : "-"}));
+    t->jshards.push_back(std::move(js));
+    return;
+  }
+  if (e == nullptr) {
+    js["size"] = h->file_size;
+    js["header_checksum"] = util::hex64(h->header_checksum);
+  }
+  // SIZE is the image's; a compressed shard (format 3) stores fewer bytes.
+  js["format_version"] = h->format_version;
+  js["stored_size"] = h->stored_size;
+  if (h->compressed()) {
+    ++t->compressed_shards;
+    t->stored_bytes += h->stored_size;
+    t->image_bytes += h->file_size;
+  }
+  t->shards.add(row({std::to_string(h->file_size), util::hex64(h->header_checksum), e ? e->host : "-"}));
+  // A cairn.pytorch state names its tensor regions by their keys.
+  std::map<std::string, std::string> keys;
+  if (std::any_of(h->regions.begin(), h->regions.end(),
+                  [](const format::region_desc& r) { return r.name == format::kTorchStateRegion; })) {
+    auto k = torch_keys(env, o.store, run, o.name, o.version, rank, container, path);
+    if (k) {
+      keys = std::move(*k);
+    } else {
+      js["keys_error"] = k.error().message();
+      if (std::find(t->errors.begin(), t->errors.end(), k.error().message()) == t->errors.end())
+        t->errors.push_back(k.error().message());
+      t->rc = kExitFailure;
+    }
+  }
+  nlohmann::json jregions = nlohmann::json::array();
+  for (const auto& r : h->regions) {
+    std::vector<uint64_t> shape = r.dims.empty() ? std::vector<uint64_t>{r.count} : r.dims;
+    auto key = keys.find(r.name);
+    jregions.push_back({{"name", r.name},
+                        {"key", key == keys.end() ? nlohmann::json(nullptr) : nlohmann::json(key->second)},
+                        {"type", format::type_name(r.type)},
+                        {"count", r.count},
+                        {"shape", shape},
+                        {"column_major", (r.flags & format::kColumnMajor) != 0},
+                        {"offset", r.offset},
+                        {"length", r.length},
+                        {"checksum", util::hex64(r.checksum)},
+                        {"compression", r.compression == format::kCompressZstd ? "zstd" : "none"},
+                        {"stored_length", r.stored_length}});
+    t->regions.add({std::to_string(rank), key == keys.end() ? r.name : key->second + " (" + r.name + ")",
+                 format::type_name(r.type), std::to_string(r.count), shape_text(r),
+                 std::to_string(r.offset), std::to_string(r.length), util::hex64(r.checksum)});
+  }
+  js["regions"] = std::move(jregions);
+  t->jshards.push_back(std::move(js));
+}
+
 }  // namespace
 
 int cmd_show(const show_options& o) {
@@ -146,130 +280,10 @@ int cmd_show(const show_options& o) {
     ranks = s.shard_ranks;
   }
 
-  int rc = kExitOk;
-  nlohmann::json jshards = nlohmann::json::array();
-  table regions({"RANK", "REGION", "TYPE", "COUNT", "SHAPE", "OFFSET", "LENGTH", "CHECKSUM"},
-                {true, false, false, true, false, true, true, false});
   // An aggregated version's ranks have extents in data files, not a shard file.
   const format::manifest* container = s.manifest && s.manifest->aggregated ? &*s.manifest : nullptr;
-  table shards(container ? std::vector<std::string>{"RANK", "EXTENTS", "FILES", "SIZE", "HEADER_CHECKSUM", "HOST"}
-                         : std::vector<std::string>{"RANK", "FILE", "SIZE", "HEADER_CHECKSUM", "HOST"},
-               container ? std::vector<bool>{true, true, false, true, false, false}
-                         : std::vector<bool>{true, false, true, false, false});
-  table timings({"RANK", "CAPTURED_AT", "CAPTURE_S", "CHECKSUM_S", "LOCAL_S", "PERSISTENT_S", "PERSISTENT_AT"},
-                {true, false, true, true, true, true, false});
-  std::vector<std::string> errors;
-  uint64_t compressed_shards = 0, stored_bytes = 0, image_bytes = 0;
-  for (uint32_t rank : ranks) {
-    const std::string path = format::persistent_image_where(o.store, run, o.name, o.version, rank, container);
-    nlohmann::json js = {{"rank", rank}};
-    const format::shard_entry* e = s.manifest ? &s.manifest->shards[rank] : nullptr;
-    // The FILE column (file per process), or EXTENTS and FILES (aggregated).
-    std::vector<std::string> where_cells = {format::shard_file_name(rank)};
-    if (container) {
-      nlohmann::json jextents = nlohmann::json::array();
-      std::set<uint32_t> in_files;
-      uint64_t extent_bytes = 0;
-      for (const auto& x : e->extents) {
-        jextents.push_back({{"src", x.src},
-                            {"length", x.length},
-                            {"file", container->container.files[x.file].name},
-                            {"offset", x.offset},
-                            {"checksum", util::hex64(x.checksum)}});
-        in_files.insert(x.file);
-        extent_bytes += x.length;
-      }
-      std::string names;
-      for (uint32_t f : in_files) names += (names.empty() ? "" : ",") + container->container.files[f].name;
-      js["file"] = nullptr;
-      js["extent_count"] = e->extents.size();
-      js["extent_bytes"] = extent_bytes;
-      js["extents"] = std::move(jextents);
-      where_cells = {std::to_string(e->extents.size()), names.empty() ? "-" : names};
-    } else {
-      js["file"] = format::shard_file_name(rank);
-    }
-    auto row = [&](std::vector<std::string> tail) {
-      std::vector<std::string> cells = {std::to_string(rank)};
-      cells.insert(cells.end(), where_cells.begin(), where_cells.end());
-      cells.insert(cells.end(), tail.begin(), tail.end());
-      return cells;
-    };
-    if (e != nullptr) {
-      js["size"] = e->size;
-      js["header_checksum"] = util::hex64(e->header_checksum);
-      js["host"] = e->host;
-      js["timings"] = {{"captured_at", e->captured_at}, {"capture_s", e->capture_s},
-                       {"checksum_s", e->checksum_s},   {"local_s", e->local_s},
-                       {"persistent_s", e->persistent_s}, {"persistent_at", e->persistent_at}};
-      timings.add({std::to_string(rank), format_time(e->captured_at, true), format_seconds(e->capture_s),
-                   format_seconds(e->checksum_s), format_seconds(e->local_s), format_seconds(e->persistent_s),
-                   format_time(e->persistent_at, true)});
-    }
-    auto file = format::open_persistent_image(env, o.store, run, o.name, o.version, rank, container);
-    auto h = file ? format::read_header(**file, path) : result<format::shard_header>(file.take_status());
-    if (!h) {
-      std::string message = h.error().message();
-      if (container && h.error().code() == errc::not_found)
-        message += " (the MANIFEST lists it: this version cannot be restored; `cairn verify` checks the store)";
-      js["error"] = message;
-      // Ranks whose extents share a missing data file report it once.
-      if (std::find(errors.begin(), errors.end(), message) == errors.end()) errors.push_back(message);
-      rc = kExitFailure;
-      shards.add(
-          row({e ? std::to_string(e->size) : "-", e ? util::hex64(e->header_checksum) : "-", e ? e->host : "-"}));
-      jshards.push_back(std::move(js));
-      continue;
-    }
-    if (e == nullptr) {
-      js["size"] = h->file_size;
-      js["header_checksum"] = util::hex64(h->header_checksum);
-    }
-    // SIZE is the image's; a compressed shard (format 3) stores fewer bytes.
-    js["format_version"] = h->format_version;
-    js["stored_size"] = h->stored_size;
-    if (h->compressed()) {
-      ++compressed_shards;
-      stored_bytes += h->stored_size;
-      image_bytes += h->file_size;
-    }
-    shards.add(row({std::to_string(h->file_size), util::hex64(h->header_checksum), e ? e->host : "-"}));
-    // A cairn.pytorch state names its tensor regions by their keys.
-    std::map<std::string, std::string> keys;
-    if (std::any_of(h->regions.begin(), h->regions.end(),
-                    [](const format::region_desc& r) { return r.name == format::kTorchStateRegion; })) {
-      auto k = torch_keys(env, o.store, run, o.name, o.version, rank, container, path);
-      if (k) {
-        keys = std::move(*k);
-      } else {
-        js["keys_error"] = k.error().message();
-        if (std::find(errors.begin(), errors.end(), k.error().message()) == errors.end())
-          errors.push_back(k.error().message());
-        rc = kExitFailure;
-      }
-    }
-    nlohmann::json jregions = nlohmann::json::array();
-    for (const auto& r : h->regions) {
-      std::vector<uint64_t> shape = r.dims.empty() ? std::vector<uint64_t>{r.count} : r.dims;
-      auto key = keys.find(r.name);
-      jregions.push_back({{"name", r.name},
-                          {"key", key == keys.end() ? nlohmann::json(nullptr) : nlohmann::json(key->second)},
-                          {"type", format::type_name(r.type)},
-                          {"count", r.count},
-                          {"shape", shape},
-                          {"column_major", (r.flags & format::kColumnMajor) != 0},
-                          {"offset", r.offset},
-                          {"length", r.length},
-                          {"checksum", util::hex64(r.checksum)},
-                          {"compression", r.compression == format::kCompressZstd ? "zstd" : "none"},
-                          {"stored_length", r.stored_length}});
-      regions.add({std::to_string(rank), key == keys.end() ? r.name : key->second + " (" + r.name + ")",
-                   format::type_name(r.type), std::to_string(r.count), shape_text(r),
-                   std::to_string(r.offset), std::to_string(r.length), util::hex64(r.checksum)});
-    }
-    js["regions"] = std::move(jregions);
-    jshards.push_back(std::move(js));
-  }
+  show_tables t(container != nullptr);
+  for (uint32_t rank : ranks) show_rank(o, run, s, container, rank, &t);
 
   uint64_t bytes = s.bytes;
   std::string state_text = state_name(s.state);
@@ -281,7 +295,7 @@ int cmd_show(const show_options& o) {
                   (s.nranks ? std::to_string(*s.nranks) : std::string("?")) + " shards, no MANIFEST)";
   } else if (s.state == version_state::invalid) {
     state_text += " (" + s.manifest_error.message() + ")";
-    rc = kExitFailure;
+    t.rc = kExitFailure;
   }
 
   if (o.json) {
@@ -289,7 +303,7 @@ int cmd_show(const show_options& o) {
                         {"version", o.version}, {"state", state_name(s.state)},
                         {"nranks", s.nranks ? nlohmann::json(*s.nranks) : nlohmann::json(nullptr)},
                         {"bytes", bytes},       {"layout", layout_name(s)},
-                        {"shards", jshards}};
+                        {"shards", t.jshards}};
     if (s.manifest) {
       j["committed_at"] = s.manifest->committed_at;
       j["executable"] = s.manifest->executable;
@@ -323,21 +337,21 @@ int cmd_show(const show_options& o) {
       std::printf("layout:      aggregated\n");
     }
     std::printf("\nregions:\n");
-    regions.print(stdout);
+    t.regions.print(stdout);
     std::printf("\nshards:\n");
-    shards.print(stdout);
-    if (compressed_shards > 0) {
+    t.shards.print(stdout);
+    if (t.compressed_shards > 0) {
       std::printf("compressed:  %llu of %zu shards (zstd), %s stored for %s of images\n",
-                  static_cast<unsigned long long>(compressed_shards), ranks.size(), format_bytes(stored_bytes).c_str(),
-                  format_bytes(image_bytes).c_str());
+                  static_cast<unsigned long long>(t.compressed_shards), ranks.size(), format_bytes(t.stored_bytes).c_str(),
+                  format_bytes(t.image_bytes).c_str());
     }
-    if (!timings.empty()) {
+    if (!t.timings.empty()) {
       std::printf("\ntimings (seconds; times UTC):\n");
-      timings.print(stdout);
+      t.timings.print(stdout);
     }
   }
-  for (auto& e : errors) print_error(status(errc::corruption, e));
-  return rc;
+  for (auto& e : t.errors) print_error(status(errc::corruption, e));
+  return t.rc;
 }
 
 }  // namespace cairn::cli
