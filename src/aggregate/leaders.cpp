@@ -6,6 +6,7 @@
 #include <future>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "fabric/fabric.hpp"
@@ -112,6 +113,18 @@ class leaders_stage final : public aggregated_stage {
   }
 
  private:
+  // After a failed pull: whether the version was agreed failed. A sender
+  // withdraws its image only then (another rank's error, which that rank
+  // reports), and this rank learns it in the same progress round, moments
+  // later; a pull that fails for that reason is a consequence, not a new
+  // failure. Waits up to 2 s for the agreement (a sender that died instead
+  // costs the wait).
+  static bool withdrawn(const engine::version_job& job) {
+    const double until = util::now_s() + 2.0;
+    while (!job.cancelled.load() && util::now_s() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return job.cancelled.load();
+  }
+
   // Writes stream bytes [stream, stream+len) of leader k from `data`.
   status write_stream(const plan& p, uint32_t k, uint64_t stream, const std::byte* data, uint64_t len,
                       std::map<uint32_t, std::unique_ptr<storage::writable_file>>& files, const std::string& dir,
@@ -210,7 +223,10 @@ class leaders_stage final : public aggregated_stage {
               pulled = x.src + o + n > m->length ? status(errc::corruption, "a piece beyond the image it announced")
                                                  : d_->box->pull(r, m->addr + x.src + o, m->key, w.data(), n);
             }
-            if (!pulled) st = pulled.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
+            if (!pulled)
+              st = withdrawn(job) ? status(errc::cancelled, "aggregated flush: rank " + std::to_string(r) +
+                                                                "'s image was withdrawn: the version failed elsewhere")
+                                  : pulled.with_context("aggregated flush: reading rank " + std::to_string(r) + "'s image");
             if (o_.kill.version == h.version && o_.kill.leader) ::raise(SIGKILL);  // test hook: mid-exchange
             if (st) write_async(x.stream + o, w.data(), n);
           }
