@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <numeric>
 #include <random>
 
 #include "aggregate/stage.hpp"
 #include "client/batch_job.hpp"
+#include "client/pipeline.hpp"
 #include "client/run_lease.hpp"
 #include "engine/stages.hpp"
 #include "format/layout.hpp"
@@ -122,7 +122,13 @@ status client_impl::start() {
     warning_handler_ = true;
     warnings_at_capture_ = batch::warnings_received();
   }
-  if (!cfg_.fault_inject.empty()) CAIRN_RETURN_IF_ERROR(install_fault());
+  if (!cfg_.fault_inject.empty()) {  // a test hook (storage::parse_fault_plan)
+    CAIRN_ASSIGN_OR_RETURN(storage::fault_plan plan, storage::parse_fault_plan(cfg_.fault_inject));
+    if (plan.level == "capture" && (plan.rank < 0 || plan.rank == rank())) kill_capture_version_ = plan.version;
+    fault_env_ = storage::make_planned_fault_env(storage::storage_env::posix(), std::move(plan), rank(), cfg_.scratch,
+                                                 cfg_.persistent);
+    if (fault_env_) env_ = fault_env_.get();
+  }
   CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.persistent).with_context("persistent level (CAIRN_PERSISTENT)"));
   if (cfg_.local_enabled)
     CAIRN_RETURN_IF_ERROR(env_->make_dirs(cfg_.scratch).with_context("local level (CAIRN_SCRATCH)"));
@@ -157,7 +163,6 @@ status client_impl::start() {
   bool stages_elsewhere = false, reads_retired = false;
   for (const auto& l : levels_) {
     level_commits_persistent_ |= l->commits_persistent();
-    level_writes_data_ |= l->writes_persistent_data();
     stages_elsewhere |= l->runs_stages();
     reads_retired |= l->reads_retired_local();
   }
@@ -179,7 +184,14 @@ status client_impl::start() {
   }
   engine::stage_graph stages;
   graph_points g{&stages, 0, 0, {cfg_.run, cfg_.scratch, cfg_.persistent}, flush_env, recycler_};
-  if (!stages_elsewhere) CAIRN_RETURN_IF_ERROR(build_graph(g));
+  if (!stages_elsewhere) {
+    CAIRN_ASSIGN_OR_RETURN(pipeline_shape shape,
+                           build_pipeline(cfg_, env_, levels_, g,
+                                          [this](const engine::version_job& job) { return describe_version(job); }, host_));
+    commit_stage_ = shape.commit_stage;
+    stream_capture_ = shape.stream_capture;
+    online_ = std::move(shape.online);
+  }
   // The attempt tag of this execution's shards: rank 0 draws it, and the
   // run's identity records it.
   std::string tag;
@@ -223,50 +235,6 @@ status client_impl::start() {
   return {};
 }
 
-status client_impl::build_graph(graph_points& g) {
-  engine::stage_graph& stages = *g.graph;
-  // Checksum and hash trees first, in one pass (they finish the image); then
-  // the levels, each of which only reads the image, run side by side.
-  g.image_done = g.local = stages.add(engine::make_checksum_stage(cfg_.hash_trees, cfg_.hash_chunk, cfg_.hash_abs));
-  if (level_commits_persistent_) {
-    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
-  } else {
-    if (cfg_.local_enabled) g.local = stages.add(engine::make_local_stage(env_, g.paths, g.recycler), {g.image_done});
-    for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
-    if (!level_writes_data_) {
-      // The data part is written as the application captures it, the header
-      // once the checksum pass has filled it in.
-      const size_t data = stages.add(engine::make_persistent_data_stage(g.flush_env, g.paths, cfg_.direct_io), {});
-      stages.add(engine::make_persistent_stage(g.flush_env, g.paths, cfg_.direct_io), {g.image_done, data});
-      stream_capture_ = cfg_.mode == engine_mode::thread;  // and write_during_capture allows: below
-    }
-    // The last rank to make its part durable commits the version, after
-    // every level of it ended (the manifest records their times). With
-    // mpiio that is after the collective write, which the application
-    // thread makes in a cairn call.
-    std::vector<size_t> levels(stages.size());
-    std::iota(levels.begin(), levels.end(), size_t{0});
-    commit_stage_ = true;
-    stages.add(engine::make_commit_stage(
-                   env_, cfg_.persistent, [this](const engine::version_job& job) { return describe_version(job); },
-                   host_),
-               std::move(levels));
-  }
-  if (!cfg_.reference_run.empty()) {
-    if (cfg_.reference_run == cfg_.run)
-      return {errc::invalid_argument, "reference_run '" + cfg_.reference_run + "' is this run itself; set CAIRN_RUN"};
-    analytics::online_reference ref;
-    ref.run = cfg_.reference_run;
-    ref.store = cfg_.reference_store.empty() ? cfg_.persistent : cfg_.reference_store;
-    ref.scratch = cfg_.reference_store.empty() ? cfg_.scratch : "";
-    ref.tol = {cfg_.compare_abs, cfg_.compare_rel, cfg_.compare_ulps};
-    online_ = std::make_shared<analytics::online_tracker>(env_, std::move(ref), cfg_.persistent,
-                                                          cfg_.local_enabled ? cfg_.scratch : "", cfg_.run);
-    stages.add(analytics::make_compare_stage(online_), {g.image_done});
-  }
-  return {};
-}
-
 status client_impl::resolve_layout() {
   // Collective, on every rank whatever its configuration (a broadcast and an
   // agreement): `auto` follows the file system rank 0 sees, and ranks that
@@ -289,25 +257,6 @@ status client_impl::resolve_layout() {
                   "ranks disagree on the persistent level's layout (persistent_layout, aggregate_strategy): "
                   "this rank has " + std::string(aggregated ? "aggregated" : "file_per_process") +
                       "; give every rank the same configuration (CAIRN_* variables reach every rank?)"});
-  return {};
-}
-
-// Test hook, "key=value" pairs separated by commas:
-//   level=local|persistent|capture, action=error|kill, kind=write|sync|create|rename|any,
-//   errno=N, after=N, version=V, rank=R, file=NAME (a file of version V's directory, e.g. MANIFEST)
-// e.g. "level=persistent,action=kill,version=20,rank=1".
-status client_impl::install_fault() {
-  CAIRN_ASSIGN_OR_RETURN(storage::fault_plan p, storage::parse_fault_plan(cfg_.fault_inject));
-  if (p.rank >= 0 && p.rank != rank()) return {};
-  if (p.level == "capture") {
-    kill_capture_version_ = p.version;
-  } else if (p.level == "redundancy" || p.level == "transfer") {
-    // The levels' own (redundancy_level::create, aggregate_level::create).
-  } else {
-    p.spec.prefix = p.level == "local" ? cfg_.scratch : cfg_.persistent;
-    fault_env_ = storage::make_fault_env(storage::storage_env::posix(), p.spec);
-    env_ = fault_env_.get();
-  }
   return {};
 }
 

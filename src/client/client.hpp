@@ -144,10 +144,8 @@ class client_impl final : private level_host {
   uint32_t attempt() const override { return attempt_; }
   // The levels this client's configuration registers (levels.cpp), in order.
   std::vector<std::unique_ptr<level>> levels_;
-  // Whether some level commits the persistent level itself
-  // (level::commits_persistent), or writes its data (level::writes_persistent_data).
+  // Whether some level commits the persistent level itself (level::commits_persistent).
   bool level_commits_persistent_ = false;
-  bool level_writes_data_ = false;
   // Drops the restart image (a mapped one is unmapped by an engine task).
   void release_restart_image();
   // Collective, after `version` was restored: when it was never committed
@@ -158,11 +156,6 @@ class client_impl final : private level_host {
   bool commit_restored(const std::string& name, int64_t version);
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
   status start();
-  // Init: the stage graph from the configuration and the levels (checksum
-  // pass, node-local level, the levels' stages, the persistent writers and
-  // the commit, the online comparison).
-  status build_graph(graph_points& g);
-  status install_fault();
   // Collective at start: gathers the hosts; rank 0 appends this execution to RUN.
   // Rank 0 takes the run's lease (run_lease.hpp): busy while another
   // execution holds it.

@@ -5,16 +5,21 @@
 // table is recomputed from the checkpoints table after every change, so the
 // order in which versions are indexed never shows in the result. That is what
 // makes rebuild() equal to incremental indexing.
+//
+// This file opens the catalog, creates or replaces its schema and writes it
+// (index_version, record_level, index_run, remove_version, rebuild); the
+// queries are catalog_query.cpp, and what both share is catalog_internal.hpp.
 #include "history/catalog.hpp"
 
 #include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <map>
+#include <optional>
 #include <set>
-#include <type_traits>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +28,7 @@
 #include "format/layout.hpp"
 #include "format/run_info.hpp"
 #include "format/tree.hpp"
+#include "history/catalog_internal.hpp"
 #include "util/hash.hpp"
 
 namespace cairn::history {
@@ -121,259 +127,9 @@ CREATE INDEX checkpoints_by_time ON checkpoints(committed_at);
 
 std::string hex(uint64_t v) { return util::hex64(v); }
 
-// Maps an SQLite result code to a status naming the catalog file.
-status sqlite_status(sqlite3* db, int rc, std::string_view what, const std::string& path) {
-  std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  std::string msg = "catalog " + path + ": " + std::string(what) + ": " + detail;
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return {errc::again, msg + " (another process holds the catalog locked; retry later)"};
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-      return {errc::corruption, msg + " (the catalog is only an index: delete it and run `cairn reindex " +
-                                    storage::dirname_of(path) + "`)"};
-    case SQLITE_FULL:
-      return {errc::no_space, msg + " (free space on the store's file system)"};
-    case SQLITE_IOERR:
-    case SQLITE_CANTOPEN:
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    case SQLITE_AUTH:
-    case SQLITE_PROTOCOL:
-      return {errc::io_error, msg};
-    default:
-      return {errc::internal, msg + " (sqlite code " + std::to_string(rc) + ")"};
-  }
-}
+}  // namespace
 
-// Move-only owner of a prepared statement.
-class statement {
- public:
-  statement() = default;
-  explicit statement(sqlite3_stmt* s) : s_(s) {}
-  ~statement() {
-    if (s_ != nullptr) sqlite3_finalize(s_);
-  }
-  statement(statement&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  statement& operator=(statement&& o) noexcept {
-    if (this != &o) {
-      if (s_ != nullptr) sqlite3_finalize(s_);
-      s_ = std::exchange(o.s_, nullptr);
-    }
-    return *this;
-  }
-  statement(const statement&) = delete;
-  statement& operator=(const statement&) = delete;
-
-  sqlite3_stmt* get() const { return s_; }
-
-  // Column accessors for the current row.
-  int64_t i64(int col) const { return sqlite3_column_int64(s_, col); }
-  double f64(int col) const { return sqlite3_column_double(s_, col); }
-  bool is_null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
-  std::string text(int col) const {
-    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
-    return p != nullptr ? std::string(p, static_cast<size_t>(sqlite3_column_bytes(s_, col))) : std::string();
-  }
-
- private:
-  sqlite3_stmt* s_ = nullptr;
-};
-
-// Resets a statement when a query loop is left early, so that it does not keep
-// a read transaction open until its next use.
-class reset_on_exit {
- public:
-  explicit reset_on_exit(statement* st) : st_(st) {}
-  ~reset_on_exit() { sqlite3_reset(st_->get()); }
-  reset_on_exit(const reset_on_exit&) = delete;
-  reset_on_exit& operator=(const reset_on_exit&) = delete;
-
- private:
-  statement* st_;
-};
-
-// Move-only owner of a connection.
-class connection {
- public:
-  connection() = default;
-  explicit connection(sqlite3* db) : db_(db) {}
-  ~connection() {
-    if (db_ != nullptr) sqlite3_close_v2(db_);
-  }
-  connection(connection&& o) noexcept : db_(std::exchange(o.db_, nullptr)) {}
-  connection& operator=(connection&& o) noexcept {
-    if (this != &o) {
-      if (db_ != nullptr) sqlite3_close_v2(db_);
-      db_ = std::exchange(o.db_, nullptr);
-    }
-    return *this;
-  }
-  connection(const connection&) = delete;
-  connection& operator=(const connection&) = delete;
-
-  sqlite3* get() const { return db_; }
-
- private:
-  sqlite3* db_ = nullptr;
-};
-
-class catalog_impl final : public catalog {
- public:
-  catalog_impl(std::string root, std::string path, connection db)
-      : root_(std::move(root)), path_(std::move(path)), db_(std::move(db)) {}
-
-  // Brings the schema to kCatalogSchemaVersion (see catalog::open).
-  status init_schema();
-
-  const std::string& store_root() const override { return root_; }
-  status index_version(storage::storage_env* env, const std::string& run, const std::string& name,
-                       int64_t version) override;
-  status record_level(const std::string& run, const std::string& name, int64_t version, unsigned level, double at,
-                      double duration_s) override;
-  status index_run(storage::storage_env* env, const std::string& run) override;
-  result<std::vector<run_info_row>> list_run_info() override;
-  status remove_version(const std::string& run, const std::string& name, int64_t version) override;
-  result<int64_t> rebuild(storage::storage_env* env, rebuild_stats* stats) override;
-
-  result<std::vector<run_row>> list_runs() override;
-  result<std::vector<version_row>> list_versions(const std::string& run, const std::string& name) override;
-  result<std::vector<shard_row>> list_shards(const std::string& run, const std::string& name,
-                                             int64_t version) override;
-  result<std::vector<region_row>> list_regions(const std::string& run, const std::string& name,
-                                               int64_t version) override;
-  result<std::vector<event_row>> list_events(const std::string& run, const std::string& name,
-                                             int64_t version) override;
-
- private:
-  // A committed version as read from the store, before any SQL runs (so that
-  // file I/O never happens while the write lock is held).
-  struct version_data {
-    format::manifest manifest;
-    std::vector<format::shard_header> headers;  // index = rank
-    std::vector<std::optional<format::tree_file>> trees;  // index = rank; empty when absent or unusable
-  };
-
-  // Rolls back unless commit() succeeded.
-  class transaction {
-   public:
-    explicit transaction(catalog_impl* c) : c_(c) {}
-    ~transaction() {
-      if (open_) (void)c_->exec("ROLLBACK");
-    }
-    transaction(const transaction&) = delete;
-    transaction& operator=(const transaction&) = delete;
-    status begin() {
-      // IMMEDIATE takes the write lock now, so the busy timeout applies here
-      // and not to a lock upgrade later (which could deadlock in WAL mode).
-      CAIRN_RETURN_IF_ERROR(c_->exec("BEGIN IMMEDIATE"));
-      open_ = true;
-      return {};
-    }
-    status commit() {
-      CAIRN_RETURN_IF_ERROR(c_->exec("COMMIT"));
-      open_ = false;
-      return {};
-    }
-
-   private:
-    catalog_impl* c_;
-    bool open_ = false;
-  };
-
-  status error(int rc, std::string_view what) const { return sqlite_status(db_.get(), rc, what, path_); }
-
-  status exec(const char* sql) {
-    int rc = sqlite3_exec(db_.get(), sql, nullptr, nullptr, nullptr);
-    if (rc != SQLITE_OK) return error(rc, std::string("executing ") + std::string(sql).substr(0, 40));
-    return {};
-  }
-
-  // A prepared statement for sql, reset and with bindings cleared; cached
-  // because rebuild runs the same few statements for every row.
-  result<statement*> prepare(const std::string& sql) {
-    auto it = cache_.find(sql);
-    if (it == cache_.end()) {
-      sqlite3_stmt* raw = nullptr;
-      int rc = sqlite3_prepare_v2(db_.get(), sql.c_str(), static_cast<int>(sql.size()), &raw, nullptr);
-      if (rc != SQLITE_OK) {
-        sqlite3_finalize(raw);
-        return error(rc, "preparing a statement");
-      }
-      it = cache_.emplace(sql, statement(raw)).first;
-    }
-    sqlite3_reset(it->second.get());
-    sqlite3_clear_bindings(it->second.get());
-    return &it->second;
-  }
-
-  template <typename T>
-  int bind_one(sqlite3_stmt* s, int i, const T& v) {
-    using U = std::decay_t<T>;
-    if constexpr (std::is_same_v<U, std::nullptr_t>) {
-      return sqlite3_bind_null(s, i);
-    } else if constexpr (std::is_same_v<U, std::optional<uint32_t>>) {
-      return v ? sqlite3_bind_int64(s, i, *v) : sqlite3_bind_null(s, i);
-    } else if constexpr (std::is_same_v<U, std::optional<std::string>>) {
-      return v ? sqlite3_bind_text(s, i, v->data(), static_cast<int>(v->size()), SQLITE_TRANSIENT)
-               : sqlite3_bind_null(s, i);
-    } else if constexpr (std::is_same_v<U, bool>) {
-      return sqlite3_bind_int64(s, i, v ? 1 : 0);
-    } else if constexpr (std::is_integral_v<U>) {
-      // uint64 sizes and counts stay below 2^63 in practice; stored as int64.
-      return sqlite3_bind_int64(s, i, static_cast<sqlite3_int64>(v));
-    } else if constexpr (std::is_floating_point_v<U>) {
-      return sqlite3_bind_double(s, i, static_cast<double>(v));
-    } else {
-      std::string_view sv(v);
-      return sqlite3_bind_text(s, i, sv.data(), static_cast<int>(sv.size()), SQLITE_TRANSIENT);
-    }
-  }
-
-  // Prepares sql and binds args to ?1, ?2, ...
-  template <typename... Args>
-  result<statement*> query(const std::string& sql, const Args&... args) {
-    CAIRN_ASSIGN_OR_RETURN(statement * st, prepare(sql));
-    int i = 0;
-    int rc = SQLITE_OK;
-    ((rc = rc == SQLITE_OK ? bind_one(st->get(), ++i, args) : rc), ...);
-    if (rc != SQLITE_OK) return error(rc, "binding a parameter");
-    return st;
-  }
-
-  // Advances to the next row: true if there is one, false when done.
-  result<bool> step(statement* st) {
-    int rc = sqlite3_step(st->get());
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    status s = error(rc, "running a statement");
-    sqlite3_reset(st->get());
-    return s;
-  }
-
-  // Runs a statement that returns no rows.
-  template <typename... Args>
-  status run_sql(const std::string& sql, const Args&... args) {
-    CAIRN_ASSIGN_OR_RETURN(statement * st, query(sql, args...));
-    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
-    (void)row;
-    sqlite3_reset(st->get());
-    return {};
-  }
-
-  result<version_data> load_version(storage::storage_env* env, const std::string& run, const std::string& name,
-                                    int64_t version);
-  status delete_version_rows(const std::string& run, const std::string& name, int64_t version, bool runtime_too);
-  status write_version(const version_data& v);
-  status write_run_info(const format::run_info& r);
-  status recompute_run(const std::string& run);
-
-  std::string root_;
-  std::string path_;
-  connection db_;
-  std::map<std::string, statement> cache_;  // destroyed before db_ (declared after it)
-};
+namespace catalog_internal {
 
 status catalog_impl::init_schema() {
   // WAL lets readers (cairn ls, a second job) run while the engine writes.
@@ -621,21 +377,6 @@ status catalog_impl::write_run_info(const format::run_info& r) {
       first.started_at, last.ended_at, last.nranks, nlohmann::json(last.hosts).dump(), nlohmann::json(last.config).dump());
 }
 
-result<std::vector<run_info_row>> catalog_impl::list_run_info() {
-  CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT run, application, code_version, tags, executions, started_at, ended_at, nranks,"
-                               " hosts, config FROM run_info ORDER BY run"));
-  reset_on_exit guard(st);
-  std::vector<run_info_row> out;
-  while (true) {
-    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
-    if (!row) break;
-    out.push_back({st->text(0), st->text(1), st->text(2), st->text(3), st->i64(4), st->f64(5), st->f64(6),
-                   static_cast<uint32_t>(st->i64(7)), st->text(8), st->text(9)});
-  }
-  return out;
-}
-
 status catalog_impl::remove_version(const std::string& run, const std::string& name, int64_t version) {
   transaction tx(this);
   CAIRN_RETURN_IF_ERROR(tx.begin());
@@ -687,124 +428,7 @@ result<int64_t> catalog_impl::rebuild(storage::storage_env* env, rebuild_stats* 
   return st.indexed;
 }
 
-result<std::vector<run_row>> catalog_impl::list_runs() {
-  CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT run, executable, nranks, first_seen, last_seen FROM runs ORDER BY run"));
-  reset_on_exit guard(st);
-  std::vector<run_row> out;
-  while (true) {
-    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
-    if (!row) break;
-    out.push_back({st->text(0), st->text(1), static_cast<uint32_t>(st->i64(2)), st->f64(3), st->f64(4)});
-  }
-  return out;
-}
-
-result<std::vector<version_row>> catalog_impl::list_versions(const std::string& run, const std::string& name) {
-  CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT run, name, version, nranks, bytes, committed_at, mode, executable,"
-                               " ifnull(redundancy, ''), ifnull(redundancy_scheme, ''), ifnull(redundancy_k, 0),"
-                               " ifnull(redundancy_m, 0) FROM checkpoints WHERE (?1 = '' OR run = ?1) AND (?2 = '' OR name = ?2)"
-                               " ORDER BY run, name, version",
-                               run, name));
-  reset_on_exit guard(st);
-  std::vector<version_row> out;
-  while (true) {
-    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
-    if (!row) break;
-    out.push_back({st->text(0), st->text(1), st->i64(2), static_cast<uint32_t>(st->i64(3)),
-                   static_cast<uint64_t>(st->i64(4)), st->f64(5), st->text(6), st->text(7), st->text(8),
-                   st->text(9), static_cast<uint32_t>(st->i64(10)), static_cast<uint32_t>(st->i64(11))});
-  }
-  return out;
-}
-
-result<std::vector<shard_row>> catalog_impl::list_shards(const std::string& run, const std::string& name,
-                                                         int64_t version) {
-  CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT rank, file, size, header_checksum, host, captured_at, capture_s, checksum_s,"
-                               " hash_s, local_s, persistent_s, persistent_at FROM shards"
-                               " WHERE run = ?1 AND name = ?2 AND version = ?3 ORDER BY rank",
-                               run, name, version));
-  reset_on_exit guard(st);
-  std::vector<shard_row> out;
-  while (true) {
-    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
-    if (!row) break;
-    out.push_back({static_cast<uint32_t>(st->i64(0)), st->text(1), static_cast<uint64_t>(st->i64(2)), st->text(3),
-                   st->text(4), st->f64(5), st->f64(6), st->f64(7), st->f64(8), st->f64(9), st->f64(10),
-                   st->f64(11)});
-  }
-  return out;
-}
-
-result<std::vector<region_row>> catalog_impl::list_regions(const std::string& run, const std::string& name,
-                                                           int64_t version) {
-  CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT rank, region, type, count, dims, column_major, \"offset\", length, checksum,"
-                               " global, start, ifnull(exact_root, ''), ifnull(tolerant_root, '')"
-                               " FROM regions WHERE run = ?1 AND name = ?2 AND version = ?3 ORDER BY rank, region",
-                               run, name, version));
-  reset_on_exit guard(st);
-  std::vector<region_row> out;
-  while (true) {
-    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
-    if (!row) break;
-    region_row r;
-    r.rank = static_cast<uint32_t>(st->i64(0));
-    r.region = st->text(1);
-    r.type = st->text(2);
-    r.count = static_cast<uint64_t>(st->i64(3));
-    auto dims = nlohmann::json::parse(st->text(4), nullptr, /*allow_exceptions=*/false);
-    if (!dims.is_array()) return status(errc::corruption, "catalog " + path_ + ": bad dims of region " + r.region);
-    for (const auto& d : dims) {
-      if (!d.is_number_unsigned())
-        return status(errc::corruption, "catalog " + path_ + ": bad dims of region " + r.region);
-      r.dims.push_back(d.get<uint64_t>());
-    }
-    r.column_major = st->i64(5) != 0;
-    r.offset = static_cast<uint64_t>(st->i64(6));
-    r.length = static_cast<uint64_t>(st->i64(7));
-    r.checksum = st->text(8);
-    for (auto [col, vec] : {std::pair{9, &r.global}, std::pair{10, &r.start}}) {
-      auto a = nlohmann::json::parse(st->text(col), nullptr, /*allow_exceptions=*/false);
-      if (!a.is_array()) return status(errc::corruption, "catalog " + path_ + ": bad layout of region " + r.region);
-      for (const auto& d : a) {
-        if (!d.is_number_unsigned())
-          return status(errc::corruption, "catalog " + path_ + ": bad layout of region " + r.region);
-        vec->push_back(d.get<uint64_t>());
-      }
-    }
-    r.exact_root = st->text(11);
-    r.tolerant_root = st->text(12);
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-result<std::vector<event_row>> catalog_impl::list_events(const std::string& run, const std::string& name,
-                                                         int64_t version) {
-  CAIRN_ASSIGN_OR_RETURN(statement * st,
-                         query("SELECT level, rank, at, duration_s, source FROM events"
-                               " WHERE run = ?1 AND name = ?2 AND version = ?3 ORDER BY level, rank, source",
-                               run, name, version));
-  reset_on_exit guard(st);
-  std::vector<event_row> out;
-  while (true) {
-    CAIRN_ASSIGN_OR_RETURN(bool row, step(st));
-    if (!row) break;
-    event_row e;
-    e.level = static_cast<unsigned>(st->i64(0));
-    if (!st->is_null(1)) e.rank = static_cast<uint32_t>(st->i64(1));
-    e.at = st->f64(2);
-    e.duration_s = st->f64(3);
-    e.source = st->text(4);
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-}  // namespace
+}  // namespace catalog_internal
 
 result<std::unique_ptr<catalog>> catalog::open(const std::string& store_root) {
   struct stat sb {};
@@ -815,11 +439,11 @@ result<std::unique_ptr<catalog>> catalog::open(const std::string& store_root) {
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
-  connection db(raw);  // sqlite3_open_v2 allocates a handle even on failure
-  if (rc != SQLITE_OK) return sqlite_status(raw, rc, "opening", path);
+  catalog_internal::connection db(raw);  // sqlite3_open_v2 allocates a handle even on failure
+  if (rc != SQLITE_OK) return catalog_internal::sqlite_status(raw, rc, "opening", path);
   sqlite3_extended_result_codes(db.get(), 1);
   sqlite3_busy_timeout(db.get(), kBusyTimeoutMs);
-  auto c = std::make_unique<catalog_impl>(store_root, path, std::move(db));
+  auto c = std::make_unique<catalog_internal::catalog_impl>(store_root, path, std::move(db));
   CAIRN_RETURN_IF_ERROR(c->init_schema());
   return std::unique_ptr<catalog>(std::move(c));
 }

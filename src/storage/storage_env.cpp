@@ -240,4 +240,12 @@ result<fault_plan> parse_fault_plan(const std::string& text) {
   return p;
 }
 
+std::unique_ptr<storage_env> make_planned_fault_env(storage_env* base, fault_plan plan, int rank,
+                                                    const std::string& local_dir, const std::string& persistent_dir) {
+  if (plan.rank >= 0 && plan.rank != rank) return nullptr;
+  if (plan.level != "local" && plan.level != "persistent") return nullptr;
+  plan.spec.prefix = plan.level == "local" ? local_dir : persistent_dir;
+  return make_fault_env(base, std::move(plan.spec));
+}
+
 }  // namespace cairn::storage

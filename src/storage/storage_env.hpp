@@ -158,6 +158,13 @@ struct fault_plan {
   fault_spec spec;                   // action, kind, errno, after; path_part from version and file
 };
 result<fault_plan> parse_fault_plan(const std::string& text);
+// The env that process `rank` writes through under `plan`: a fault env over
+// `base` for levels local and persistent (prefix local_dir or
+// persistent_dir) when the plan hits this rank; null otherwise (the kill
+// points are their owners': capture the client's, redundancy and transfer
+// their levels').
+std::unique_ptr<storage_env> make_planned_fault_env(storage_env* base, fault_plan plan, int rank,
+                                                    const std::string& local_dir, const std::string& persistent_dir);
 
 // A power loss, for tests (leveldb's FaultInjectionTestEnv): an env that
 // forwards to `base` and journals what a POSIX file system may still lose:

@@ -4,7 +4,8 @@ again, and the state it restores is compared bit for bit with the state of an
 uninterrupted run (session fixture `reference`) at the same version.
 
 Faults come from the test hook CAIRN_FAULT_INJECT (config key fault_inject,
-src/client/client.cpp install_fault), from editing the directories, and, as
+storage::parse_fault_plan and make_planned_fault_env in
+src/storage/storage_env.hpp), from editing the directories, and, as
 root, from mounts: a small tmpfs as the persistent level (really full), a
 read-only bind mount over a checkpoint's directory (really unwritable). The
 mount tests are skipped where mounting is not permitted.
