@@ -19,6 +19,27 @@
 namespace cairn {
 namespace {
 
+// The image of a header against the protected regions: a region of the
+// image that this execution protected may not hold more bytes than the
+// protected region (a restore would refuse it after reading, and a forged
+// header would make the read allocate what it claims). Regions not protected
+// yet (restart_test may come before every protect) are bounded by the node's
+// memory only.
+status image_fits_regions(const format::shard_header& h, const std::map<std::string, region>& regions,
+                          const std::string& path) {
+  for (const auto& d : h.regions) {
+    auto it = regions.find(d.name);
+    if (it == regions.end()) continue;
+    const uint64_t mine = it->second.count * format::type_size(it->second.type);  // below 2^62 (protect)
+    if (d.length > mine)
+      return {errc::unusable, path + ": its region '" + d.name + "' holds " + std::to_string(d.length) +
+                                  " bytes; this execution protected " + std::to_string(mine) +
+                                  " under that name; not read (a checkpoint of another configuration, or a damaged "
+                                  "header: protect the region with its checkpointed size, or use another run)"};
+  }
+  return {};
+}
+
 // Reads a whole shard (compressed or not) and verifies it into *out; an
 // uncompressed shard that can be mapped (`in_place`: the node-local level) is
 // verified where it lies, not copied. `expect` (may be null) is the manifest
@@ -27,13 +48,15 @@ namespace {
 // image in an aggregated version); `path` names it.
 status read_verified(result<std::unique_ptr<storage::readable_file>> file, const std::string& path, uint32_t rank,
                      uint32_t nranks, const std::string& name, int64_t version, const format::shard_entry* expect,
-                     bool in_place, format::shard_image* out) {
+                     bool in_place, const std::map<std::string, region>& regions, format::shard_image* out) {
   const auto identity = format::shard_identity_check(path, rank, nranks, name, version, expect);
-  // An image read into memory must fit in what the node has: checked on the
-  // header, before anything is allocated (a header that claims far more than
-  // its job ever wrote is refused, not obeyed).
+  // An image read into memory must fit in what the node has and in what the
+  // protected regions can take: checked on the header, before anything is
+  // allocated (a header that claims far more than its job ever wrote is
+  // refused, not obeyed).
   const auto check = [&, in_place](const format::shard_header& h) -> status {
     CAIRN_RETURN_IF_ERROR(identity(h));
+    if (!in_place) CAIRN_RETURN_IF_ERROR(image_fits_regions(h, regions, path));
     const uint64_t avail = util::available_memory();
     if (!in_place && avail > 0 && h.file_size > avail)
       return {errc::no_space, path + ": its image needs " + std::to_string(h.file_size) +
@@ -82,7 +105,7 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
     if (!others && !env_->exists(path)) return {errc::not_found, path + ": missing"};
     if (env_->exists(path)) {
       const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
-      status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, &restart_);
+      status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, regions_, &restart_);
       if (st && !committed && !store_attempts_.empty() && !store_attempts_.count(restart_.header.attempt)) {
         // Not committed, and no execution of this run in this store wrote it:
         // another store's run of the same name shares the directory.
@@ -129,7 +152,7 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
       const format::manifest* mf = &*m;
       st = read_verified(format::open_persistent_image(env_, cfg_.persistent, cfg_.run, name, version, me, mf),
                          format::persistent_image_where(cfg_.persistent, cfg_.run, name, version, me, mf), me, n,
-                         name, version, &m->shards[me], false, &restart_);
+                         name, version, &m->shards[me], false, regions_, &restart_);
     }
     if (st) {
       restart_name_ = name;

@@ -215,33 +215,57 @@ TEST_F(client_test, a_committed_version_damaged_on_every_level_is_replaced_after
   EXPECT_EQ(*again, 2);
 }
 
-TEST_F(client_test, a_header_claiming_more_memory_than_the_node_has_is_refused_before_allocating) {
-  // A writer of the store re-seals version 2's header (and its MANIFEST
-  // entry) so that its one region claims more bytes than this node has
-  // available, over a sparse file of that size. The restart refuses it on
-  // the header, before allocating or reading anything, says why, and
-  // restores version 1.
-  int64_t x = 0;
-  ASSERT_NO_FATAL_FAILURE(checkpoint_x_twice(&x));
+// A writer of the store re-seals version 2's header (and its MANIFEST entry)
+// so that its one region claims `claim` bytes, over a sparse file of that
+// size, and removes the node-local level (the persistent copy is then read
+// into memory).
+void forge_version_2_claiming(const std::string& store, const std::string& scratch, uint64_t claim) {
   auto* env = storage::storage_env::posix();
-  ASSERT_TRUE(env->remove_tree(scratch()));  // the persistent copy is read into memory
-  const std::string shard = format::shard_path(store(), "unit", "ck", 2, 0);
+  ASSERT_TRUE(env->remove_tree(scratch));
+  const std::string shard = format::shard_path(store, "unit", "ck", 2, 0);
   auto h = format::read_header(env, shard);
   ASSERT_TRUE(h);
-  const uint64_t claim = util::available_memory() + (uint64_t{1} << 30);
   h->regions.at(0).count = claim / 8;
   ASSERT_TRUE(format::plan_layout(*h));
   std::string head(h->data_offset, '\0');
   format::encode_header(*h, std::as_writable_bytes(std::span<char>(head.data(), head.size())));
   ASSERT_TRUE(env->write_atomic(shard, head, false));
   ASSERT_EQ(truncate(shard.c_str(), static_cast<off_t>(h->file_size)), 0);  // sparse
-  const std::string mpath = format::manifest_path(store(), "unit", "ck", 2);
+  const std::string mpath = format::manifest_path(store, "unit", "ck", 2);
   auto m = format::read_manifest(env, mpath);
   ASSERT_TRUE(m);
   m->shards.at(0).header_checksum = h->header_checksum;
   m->shards.at(0).size = h->file_size;
   ASSERT_TRUE(env->write_atomic(mpath, format::encode_manifest(*m), true));
+}
 
+TEST_F(client_test, a_header_claiming_more_memory_than_the_node_has_is_refused_before_allocating) {
+  // restart_test before any region is protected: the node's memory is the
+  // only bound. The restart refuses the header before allocating or reading
+  // anything, says why, and restores version 1.
+  int64_t x = 0;
+  ASSERT_NO_FATAL_FAILURE(checkpoint_x_twice(&x));
+  ASSERT_NO_FATAL_FAILURE(forge_version_2_claiming(store(), scratch(), util::available_memory() + (uint64_t{1} << 30)));
+  auto c = make_client();
+  x = 0;
+  testing::internal::CaptureStderr();
+  auto v = c.restart_test("ck");
+  const std::string err = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(v) << v.error().to_string();
+  EXPECT_EQ(*v, 1);
+  EXPECT_NE(err.find("bytes of memory; this node has"), std::string::npos) << err;
+  ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+  ASSERT_TRUE(c.restart("ck", 1));
+  EXPECT_EQ(x, 10);
+}
+
+TEST_F(client_test, a_header_claiming_more_than_a_protected_region_is_refused_before_allocating) {
+  // The region is protected: 64 MiB under its name for its 8 bytes is not
+  // this program's checkpoint, though the node could hold it. Refused on the
+  // header, before anything is read, with what to do; version 1 is restored.
+  int64_t x = 0;
+  ASSERT_NO_FATAL_FAILURE(checkpoint_x_twice(&x));
+  ASSERT_NO_FATAL_FAILURE(forge_version_2_claiming(store(), scratch(), uint64_t{64} << 20));
   auto c = make_client();
   x = 0;
   ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
@@ -250,7 +274,7 @@ TEST_F(client_test, a_header_claiming_more_memory_than_the_node_has_is_refused_b
   const std::string err = testing::internal::GetCapturedStderr();
   ASSERT_TRUE(v) << v.error().to_string();
   EXPECT_EQ(*v, 1);
-  EXPECT_NE(err.find("bytes of memory; this node has"), std::string::npos) << err;
+  EXPECT_NE(err.find("its region 'x' holds 67108864 bytes; this execution protected 8"), std::string::npos) << err;
   ASSERT_TRUE(c.restart("ck", 1));
   EXPECT_EQ(x, 10);
 }
