@@ -73,6 +73,7 @@ client_impl::client_impl(std::unique_ptr<comm::communicator> comm, config cfg)
     : comm_(std::move(comm)), cfg_(std::move(cfg)), env_(storage::storage_env::posix()) {}
 
 client_impl::~client_impl() {
+  pool_.stop_ahead();
   for (auto& [key, rec] : records_) rec->job->cancelled = true;
   for (const auto& l : levels_) l->abandon();
   if (engine_) engine_->shutdown(false);
@@ -327,7 +328,12 @@ status client_impl::protect(region r) {
   if (auto it = regions_.find(r.name); it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
     for (const auto& l : levels_) l->regions_changed();
   regions_[r.name] = std::move(r);
-  if (!restart_first_ || restart_asked_) prepare_staging();
+  // A run with versions may restart: its slots wait kRestartGrace after the
+  // last protect for the application to ask (a restart wants the memory
+  // first), then are made anyway, so that an execution that never asks
+  // does not make them in its first checkpoint.
+  if (restart_first_ && !restart_asked_) pool_.defer_until(std::chrono::steady_clock::now() + kRestartGrace);
+  prepare_staging();
   return {};
 }
 
@@ -597,6 +603,7 @@ status client_impl::wait(const std::string& name, int64_t version, unsigned leve
 status client_impl::finalize(bool wait_for_pending) {
   if (finalized_) return {};
   status first;
+  pool_.stop_ahead();  // a slot made ahead (or waiting for a restart) would not be used
   metrics_inline_ = true;  // the engine stops below: the textfile is written here from now on
   if (wait_for_pending) {
     while (!pending_.empty()) {

@@ -196,11 +196,19 @@ class client_impl final : private level_host {
   // Thread mode: an engine task (low priority) allocates and faults in the
   // staging slots the protected regions will need, so the first checkpoint
   // does not pay for it. Best effort: the capture makes sure. Called by
-  // protect where no restart comes first, else once the restart phase is
-  // over (restart_test found nothing, restart or restart_end returned): a
-  // restart's own buffers need the memory and its bandwidth first. The task
-  // pauses while a restart call runs.
+  // protect, and by restart_phase_over. Where a restart may come, the slots
+  // wait for it (kRestartGrace): a restart's own buffers need the memory and
+  // its bandwidth first. The task pauses while a restart call runs; an image
+  // the restart read into memory becomes a slot (release_restart_image).
   void prepare_staging();
+  // restart_test found nothing, or restart or restart_end returned: the
+  // slots no longer wait (staging_pool::defer_until) and are made for the
+  // regions protected now.
+  void restart_phase_over();
+  // How long after a protect the slots of a run with versions wait for a
+  // restart call (applications ask right after protecting; the slots must
+  // still be ready for a first checkpoint a few seconds later).
+  static constexpr std::chrono::seconds kRestartGrace{1};
   // Whether this execution may restart: the run has versions on the
   // persistent level or on some rank's node-local level, or agents may hold
   // some. Collective; called at init.

@@ -1,7 +1,7 @@
 // Staging of client_impl (docs/design/core.md): the shard layout
 // of a capture, how many staging slots staging_limit allows, and the slots
-// made ahead of the first checkpoint by a low-priority engine task (unless
-// a restart, which needs the memory first, may come).
+// made ahead of the first checkpoint by a low-priority engine task (where a
+// restart may come, after it or after kRestartGrace).
 #include "client/client.hpp"
 
 #include <algorithm>
@@ -60,6 +60,11 @@ bool client_impl::restart_may_come() {
   const bool mine = !cfg_.agents.empty() || (rank() == 0 && has_versions(cfg_.persistent)) ||
                     has_versions(cfg_.scratch);
   return comm_->min(mine ? -1 : 0) < 0;  // any rank's finding counts for all
+}
+
+void client_impl::restart_phase_over() {
+  pool_.defer_until({});
+  prepare_staging();
 }
 
 void client_impl::prepare_staging() {

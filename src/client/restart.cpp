@@ -282,7 +282,7 @@ result<int64_t> client_impl::restart_test(const std::string& name, int64_t max_v
     return agree_restartable(name, max_version);
   }();
   restart_asked_ = true;
-  if (!v) prepare_staging();  // no restart follows
+  if (!v) restart_phase_over();  // no restart follows
   return v;
 }
 
@@ -292,7 +292,7 @@ status client_impl::restart(const std::string& name, int64_t version) {
     return restore(name, version);
   }();
   if (st) adopt_local_versions(name, version);
-  prepare_staging();
+  restart_phase_over();
   return st;
 }
 
@@ -412,6 +412,12 @@ void client_impl::release_restart_image() {
       img.reset();
       return {};
     }, engine::task_priority::low);
+  } else if (restart_.image.size() > 0) {
+    // An image read into memory is faulted in and the size of this
+    // checkpoint's shard: the staging slot of the execution's first
+    // checkpoint, which then blocks like the later ones.
+    if (auto slots = staging_slots(restart_.header.name, restart_.image.size()))
+      (void)pool_.adopt(std::move(restart_.image), *slots);
   }
   restart_ = format::shard_image();
 }
@@ -541,7 +547,7 @@ status client_impl::restart_end(bool) {
   restart_version_ = -1;
   release_restart_image();
   reshard_.reset();
-  prepare_staging();
+  restart_phase_over();
   return {};
 }
 

@@ -13,7 +13,10 @@ namespace cairn::engine {
 status staging_pool::try_reserve(size_t need_bytes, size_t slot_bytes, int slots) {
   {
     cairn::lock_guard lk(mu_);
-    if (need_bytes <= slot_bytes_ && static_cast<int>(all_.size()) >= slots) return {};
+    if (need_bytes <= slot_bytes_) {
+      if (static_cast<int>(all_.size()) >= slots) return {};
+      slot_bytes = slot_bytes_;  // the slots there serve: more of their size, not a replacement
+    }
   }
   return make(slot_bytes, slots, false, true);
 }
@@ -27,6 +30,22 @@ void staging_pool::resume() {
   {
     cairn::lock_guard lk(mu_);
     --paused_;
+  }
+  cv_.notify_all();
+}
+
+void staging_pool::defer_until(std::chrono::steady_clock::time_point until) {
+  {
+    cairn::lock_guard lk(mu_);
+    deferred_until_ = until;
+  }
+  cv_.notify_all();
+}
+
+void staging_pool::stop_ahead() {
+  {
+    cairn::lock_guard lk(mu_);
+    ahead_stopped_ = true;
   }
   cv_.notify_all();
 }
@@ -56,6 +75,7 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
   constexpr size_t piece = size_t{16} << 20;  // faulted in between two looks at pause
   cairn::unique_lock lk(mu_);
   for (;;) {
+    if (ahead && ahead_stopped_) return {};
     const bool replace = slot_bytes > slot_bytes_;
     const size_t size = replace ? slot_bytes : slot_bytes_;
     const size_t have = replace ? 0 : all_.size();
@@ -83,15 +103,24 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
     making_.push_back(size);
     lk.unlock();
     auto buf = shared ? aligned_buffer::allocate_shared(size, !ahead) : aligned_buffer::allocate(size, !ahead);
-    for (size_t off = 0; buf && ahead && off < size; off += piece) {
+    bool stopped = false;
+    for (size_t off = 0; buf && ahead && off < size && !stopped; off += piece) {
       lk.lock();
-      cv_.wait(lk, [&]() CAIRN_REQUIRES(mu_) { return paused_ == 0 || waiting_ > 0; });
+      for (;;) {
+        stopped = ahead_stopped_;
+        if (stopped || waiting_ > 0) break;
+        const auto now = std::chrono::steady_clock::now();
+        if (paused_ == 0 && now >= deferred_until_) break;
+        if (paused_ > 0) cv_.wait(lk);
+        else cv_.wait_for(lk, deferred_until_ - now);
+      }
       lk.unlock();
-      buf->touch(off, off + piece);
+      if (!stopped) buf->touch(off, off + piece);
     }
     lk.lock();
     making_.erase(std::find(making_.begin(), making_.end(), size));
     cv_.notify_all();  // waiters look once this holder of mu_ lets go
+    if (stopped) return {};  // the buffer goes with it
     if (!buf) return buf.take_status();
     // Another reserve may have changed the pool meanwhile: then look again.
     if (replace ? (slot_bytes_ >= slot_bytes || free_.size() != all_.size()) : (slot_bytes_ != size))
@@ -109,6 +138,20 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
       all_.push_back(std::move(made));
     }
   }
+}
+
+bool staging_pool::adopt(aligned_buffer buf, int slots) {
+  {
+    cairn::lock_guard lk(mu_);
+    if (shared_ || buf.size() == 0 || static_cast<int>(all_.size()) >= slots) return false;
+    if (all_.empty()) slot_bytes_ = buf.size();
+    else if (buf.size() < slot_bytes_) return false;
+    auto slot = std::make_unique<aligned_buffer>(std::move(buf));
+    free_.push_back(slot.get());
+    all_.push_back(std::move(slot));
+  }
+  cv_.notify_all();
+  return true;
 }
 
 aligned_buffer* staging_pool::acquire(bool wait) {

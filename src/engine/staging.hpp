@@ -5,6 +5,7 @@
 #ifndef CAIRN_ENGINE_STAGING_HPP
 #define CAIRN_ENGINE_STAGING_HPP
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -44,7 +45,8 @@ class staging_pool {
   // make more.
   // reserve() ahead of need (from an engine task): does nothing when slots of
   // need_bytes are there already, or when it would have to wait for a slot in
-  // use; else reserves slots of slot_bytes (>= need_bytes, with room to spare).
+  // use; else reserves slots of slot_bytes (>= need_bytes, with room to
+  // spare), or more slots of the pool's size when those hold need_bytes.
   // It faults the memory in by pieces and stops between them while paused.
   status try_reserve(size_t need_bytes, size_t slot_bytes, int slots);
   // While paused (counted: each pause needs a resume), slots made ahead of
@@ -52,7 +54,22 @@ class staging_pool {
   // the memory bandwidth and the CPU they would take.
   void pause();
   void resume();
+  // Slots made ahead of need do not start (their memory is not touched)
+  // before `until`, unless a reserve is waiting for them; a later call
+  // moves the time (a past one lets them go at once). The client leaves a
+  // restart that may come the memory first: the images it reads and the
+  // application's regions it fills then take the pages the slots would.
+  void defer_until(std::chrono::steady_clock::time_point until);
+  // Slots being made ahead of need are dropped at their next piece, and no
+  // more are made ahead (finalize: nothing will use them).
+  void stop_ahead();
 
+  // Takes `buf`, memory already faulted in that its owner is done with (a
+  // restart's image), as a free slot when the pool has fewer than `slots`
+  // slots and buf is at least as large as theirs (any size when the pool is
+  // empty): the next capture finds its slot made. Returns whether it took it
+  // (never for a shared pool: the daemon maps only slots it was told of).
+  bool adopt(aligned_buffer buf, int slots);
   // Returns a free slot; blocks when `wait` is true, else returns nullptr.
   aligned_buffer* acquire(bool wait);
   void release(aligned_buffer* slot);
@@ -73,6 +90,8 @@ class staging_pool {
   std::vector<size_t> making_ CAIRN_GUARDED_BY(mu_);  // sizes of the slots being made
   int waiting_ CAIRN_GUARDED_BY(mu_) = 0;  // reserves waiting for them
   int paused_ CAIRN_GUARDED_BY(mu_) = 0;
+  std::chrono::steady_clock::time_point deferred_until_ CAIRN_GUARDED_BY(mu_);
+  bool ahead_stopped_ CAIRN_GUARDED_BY(mu_) = false;
 };
 
 // staging_pool::pause for the lifetime of the object.

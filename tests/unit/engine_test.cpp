@@ -569,6 +569,104 @@ TEST(staging, a_paused_maker_waits_for_resume_or_for_a_reserve_that_needs_its_sl
   EXPECT_EQ(other.slots(), 2);
 }
 
+TEST(staging, a_deferred_maker_starts_at_its_time_for_a_waiting_reserve_or_never_once_stopped) {
+  constexpr size_t size = size_t{32} << 20;
+  using clock = std::chrono::steady_clock;
+  // Deferred: no page touched until the time, which a later call moves.
+  staging_pool pool;
+  pool.defer_until(clock::now() + std::chrono::seconds(30));
+  std::atomic<bool> done{false};
+  std::thread maker([&] {
+    EXPECT_TRUE(pool.try_reserve(size, size, 1));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(done);
+  const auto lifted = clock::now();
+  pool.defer_until(lifted + std::chrono::milliseconds(300));
+  maker.join();
+  EXPECT_GE(clock::now() - lifted, std::chrono::milliseconds(300));
+  EXPECT_EQ(pool.slots(), 1);
+
+  // A capture's reserve does not wait for the time: the maker goes on for it.
+  staging_pool waited;
+  waited.defer_until(clock::now() + std::chrono::seconds(30));
+  std::thread ahead([&] { EXPECT_TRUE(waited.try_reserve(size, size, 1)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t0 = clock::now();
+  ASSERT_TRUE(waited.reserve(size, 1));
+  waited.stop_ahead();  // had the maker not begun when the reserve looked, it would wait its 30 s
+  ahead.join();
+  EXPECT_LT(clock::now() - t0, std::chrono::seconds(20));
+  EXPECT_EQ(waited.slots(), 1);
+
+  // Stopped (finalize): the deferred maker drops its slot at once, and no
+  // slot is made ahead any more.
+  staging_pool stopped;
+  stopped.defer_until(clock::now() + std::chrono::seconds(30));
+  std::thread dropped([&] { EXPECT_TRUE(stopped.try_reserve(size, size, 1)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const auto t1 = clock::now();
+  stopped.stop_ahead();
+  dropped.join();
+  EXPECT_LT(clock::now() - t1, std::chrono::seconds(20));
+  EXPECT_EQ(stopped.slots(), 0);
+  EXPECT_TRUE(stopped.try_reserve(size, size, 1));
+  EXPECT_EQ(stopped.slots(), 0);
+}
+
+TEST(staging, a_finished_restart_image_becomes_a_slot_when_one_is_missing) {
+  staging_pool pool;
+  auto image = aligned_buffer::allocate(3 * 4096);
+  ASSERT_TRUE(image);
+  std::byte* at = image->data();
+  ASSERT_TRUE(pool.adopt(std::move(image).value(), 2));  // an empty pool takes any size
+  EXPECT_EQ(pool.slots(), 1);
+  EXPECT_EQ(pool.slot_bytes(), 3u * 4096);
+  auto smaller = aligned_buffer::allocate(4096);
+  ASSERT_TRUE(smaller);
+  EXPECT_FALSE(pool.adopt(std::move(smaller).value(), 2));  // smaller than the pool's slots
+  auto larger = aligned_buffer::allocate(4 * 4096);
+  ASSERT_TRUE(larger);
+  ASSERT_TRUE(pool.adopt(std::move(larger).value(), 2));
+  auto third = aligned_buffer::allocate(3 * 4096);
+  ASSERT_TRUE(third);
+  EXPECT_FALSE(pool.adopt(std::move(third).value(), 2));  // the pool has its two slots
+  EXPECT_EQ(pool.slots(), 2);
+  // The first capture uses one without waiting and without a reserve.
+  ASSERT_TRUE(pool.reserve(3 * 4096, 1));
+  aligned_buffer* a = pool.acquire(false);
+  aligned_buffer* b = pool.acquire(false);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(a->data() == at || b->data() == at);
+  pool.release(a);
+  pool.release(b);
+  staging_pool shared;
+  shared.set_shared(true);
+  auto img = aligned_buffer::allocate(4096);
+  ASSERT_TRUE(img);
+  EXPECT_FALSE(shared.adopt(std::move(img).value(), 2));  // cairnd maps only the slots it was told of
+
+  // The slots made ahead beside an adopted one that holds the need are of
+  // its size (with no room to spare it is kept, not replaced).
+  staging_pool kept;
+  auto restored = aligned_buffer::allocate(3 * 4096);
+  ASSERT_TRUE(restored);
+  std::byte* kept_at = restored->data();
+  ASSERT_TRUE(kept.adopt(std::move(restored).value(), 2));
+  ASSERT_TRUE(kept.try_reserve(3 * 4096, 4 * 4096, 2));
+  EXPECT_EQ(kept.slots(), 2);
+  EXPECT_EQ(kept.slot_bytes(), 3u * 4096);
+  aligned_buffer* x = kept.acquire(false);
+  aligned_buffer* y = kept.acquire(false);
+  ASSERT_NE(x, nullptr);
+  ASSERT_NE(y, nullptr);
+  EXPECT_TRUE(x->data() == kept_at || y->data() == kept_at);
+  kept.release(x);
+  kept.release(y);
+}
+
 TEST(staging, acquire_blocks_until_release_and_buffers_are_aligned) {
   staging_pool pool;
   ASSERT_TRUE(pool.reserve(10000, 1));
