@@ -82,16 +82,22 @@ def main():
             root = Path(tempfile.mkdtemp(prefix="cairn-red-", dir=a.dir))
             try:
                 e = dict(env, CAIRN_PERSISTENT=str(root / "store"), CAIRN_RUN="bench", CAIRN_REDUNDANCY=scheme,
-                         CAIRN_REDUNDANCY_SET=str(a.k), CAIRN_RS_PARITY=str(a.m), CAIRN_KEEP_LOCAL="1")
+                         CAIRN_REDUNDANCY_SET=str(a.k), CAIRN_RS_PARITY=str(a.m), CAIRN_KEEP_LOCAL="1",
+                         # The restarts read the node-local level the first job leaves (a
+                         # normal end would give it back: keep_local_after_finalize).
+                         CAIRN_KEEP_LOCAL_AFTER_FINALIZE="true")
                 args = ["--bytes", mib << 20, "--checkpoints", a.checkpoints]
                 r = json.loads(run(mpirun(bench, a.nodes, a.rpn, root / "scratch", args), e).splitlines()[-1])
                 intact = json.loads(run(mpirun(bench, a.nodes, a.rpn, root / "scratch",
                                                args + ["--restart"]), e).splitlines()[-1])
-                # The persistent level must not serve the rebuild: hide it.
-                e2 = dict(e, CAIRN_PERSISTENT=str(root / "empty-store"))
+                # The persistent level must not serve the rebuild: its versions
+                # are moved aside. (Another store would not do: the node-local
+                # shards name the executions of this store's run, and a restart
+                # takes none of another store's.)
+                shutil.move(root / "store" / "runs" / "bench" / "bench", root / "hidden")
                 shutil.rmtree(root / "scratch" / "node1")
                 rebuilt = json.loads(run(mpirun(bench, a.nodes, a.rpn, root / "scratch",
-                                                args + ["--restart"]), e2).splitlines()[-1])
+                                                args + ["--restart"]), e).splitlines()[-1])
                 row = dict(mib=mib, scheme=scheme, ranks=n, nodes=a.nodes, **r, restart_l1_s=intact["restart_s"],
                            rebuild_s=rebuilt["restart_s"], rebuild_version=rebuilt["version"])
                 out["e2e"].append(row)

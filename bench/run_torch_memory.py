@@ -3,7 +3,8 @@
 state's size S: the process's resident memory beyond the training's own (the
 staging slots) plus what the node-local directory holds (node-local versions
 and recycled files, in /dev/shm), sampled after every save and at the end;
-with cairn's defaults and with one staging slot and one node-local version.
+with the Python binding's defaults (one staging slot, one node-local version)
+and with the core's (two and two).
 
 usage: bench/run_torch_memory.py [--mib 320] [--saves 6] [--build build]
 Results: docs/benchmarks.md ("memory").
@@ -61,8 +62,8 @@ def main():
     a = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     lib = str(Path(a.build).resolve() / "src" / "libcairn.so")
-    configs = [("defaults", {}),
-               ("staging_limit = S, keep_local = 1", {"CAIRN_KEEP_LOCAL": "1", "CAIRN_STAGING_LIMIT": "S"})]
+    configs = [("defaults (Python: one slot, keep_local 1)", {}),
+               ("the core's: two slots, keep_local 2", {"CAIRN_KEEP_LOCAL": "2", "CAIRN_STAGING_SLOTS": "2"})]
     print(f"state of about {a.mib} MiB, {a.saves} saves, each waited for; peak of (resident beyond the training) + "
           "(node-local directory), in units of S")
     for name, extra in configs:
@@ -71,9 +72,6 @@ def main():
         env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
         env.update(PYCAIRN_LIBRARY=lib, CAIRN_SCRATCH=str(scratch), CAIRN_PERSISTENT=str(store), CAIRN_RUN="mem",
                    CAIRN_KEEP_PERSISTENT="1")
-        if "CAIRN_STAGING_LIMIT" in extra:
-            # One slot: the state's bytes plus a page per tensor of headroom.
-            extra = dict(extra, CAIRN_STAGING_LIMIT=str(int(a.mib * 1.05) * 2**20))
         env.update(extra)
         try:
             out = subprocess.run([sys.executable, "-c", CHILD, str(root / "bindings" / "python"), str(a.mib),
@@ -84,7 +82,7 @@ def main():
         f = dict(kv.split("=") for kv in out.stdout.split())
         s = int(f["S"])
         st, nl, fin = int(f["staging"]) / s, int(f["node_local"]) / s, int(f["after_finalize"]) / s
-        print(f"  {name:36s} staging {st:4.2f} S + node-local {nl:4.2f} S = {st + nl:4.2f} S; "
+        print(f"  {name:42s} staging {st:4.2f} S + node-local {nl:4.2f} S = {st + nl:4.2f} S; "
               f"after finalize {fin:4.2f} S")
 
 

@@ -41,7 +41,7 @@ result<format::shard_header> client_impl::plan_header(const std::string& name, i
 }
 
 result<int> client_impl::staging_slots(const std::string& name, uint64_t file_size) const {
-  if (cfg_.staging_limit == 0) return 2;
+  if (cfg_.staging_limit == 0) return cfg_.staging_slots;
   int slots = static_cast<int>(std::min<uint64_t>(cfg_.staging_limit / file_size, 64));
   if (slots < 1)
     return status(errc::invalid_argument, "staging_limit (" + std::to_string(cfg_.staging_limit) +

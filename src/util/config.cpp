@@ -179,6 +179,9 @@ const std::vector<key_def>& keys() {
          auto r = parse_size(v);
          if (!r) return bad_value("staging_limit", v, "a size such as 512M or 2G, or 0");
          c.staging_limit = *r; return {}; }, [](const config& c) { return std::to_string(c.staging_limit); }},
+      {"staging_slots", "staging slots when staging_limit is 0", [](config& c, const std::string& v) {
+         return set_int("staging_slots", v, 1, 64, &c.staging_slots); },
+       [](const config& c) { return std::to_string(c.staging_slots); }},
       enum_key<staging_policy>("staging_policy", "block or eagain", &config::staging_policy,
                                {{"block", staging_policy::block}, {"eagain", staging_policy::eagain}}),
       {"io_rate_limit", "persistent level write bandwidth cap per rank", [](config& c, const std::string& v) -> status {

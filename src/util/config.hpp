@@ -68,7 +68,8 @@ struct config {
   // runs ask for every version with 0.
   int keep_persistent = 3;  // 0 = keep all
   int persistent_interval = 1;
-  uint64_t staging_limit = 0;  // bytes; 0 = two slots
+  uint64_t staging_limit = 0;  // bytes; 0 = staging_slots slots
+  int staging_slots = 2;        // slots when staging_limit is 0
   uint64_t io_rate_limit = 0;  // bytes/s per rank written to the persistent level; 0 = no cap
   cairn::staging_policy staging_policy = staging_policy::block;
   bool direct_io = true;

@@ -101,6 +101,32 @@ def test_batch_system_calls(store_env, monkeypatch):
         assert left is not None and 90 < left <= 100
 
 
+def test_python_defaults_fit_a_training_job_and_yield_to_the_users_keys(store_env, monkeypatch):
+    """Checkpointer.PYTHON_DEFAULTS (one staging slot, keep_local 1: about 3 S
+    of memory beside a state of S) apply to a dict configuration or none; a key
+    the user sets, in the dict or the environment, wins."""
+    assert cairn.Checkpointer.PYTHON_DEFAULTS == {"staging_slots": 1, "keep_local": 1}
+    monkeypatch.setenv("CAIRN_KEEP_LOCAL_AFTER_FINALIZE", "true")  # left to be counted
+    x = np.arange(1 << 16, dtype=np.float64)
+
+    def local_versions(run):
+        d = store_env / "scratch" / "runs" / run / "c"
+        return sorted(p.name for p in d.iterdir() if p.name.startswith("v")) if d.is_dir() else []
+
+    for run, config, env, kept in [("defaults", None, None, 1), ("dict", {"keep_local": 2}, None, 2),
+                                   ("environment", {}, "3", 3)]:
+        monkeypatch.setenv("CAIRN_RUN", run)
+        if env:
+            monkeypatch.setenv("CAIRN_KEEP_LOCAL", env)
+        with cairn.Checkpointer(config=config) as ck:
+            ck.protect("x", x)
+            for v in range(1, 5):
+                x += 1
+                ck.checkpoint("c", v)
+                ck.wait("c", v)
+        assert len(local_versions(run)) == kept, (run, local_versions(run))
+
+
 def test_exceptions_carry_the_c_message(store_env):
     with cairn.Checkpointer(config={"mode": "sync"}) as ck:
         with pytest.raises(cairn.NotFoundError) as e:
