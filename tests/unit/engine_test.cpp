@@ -591,13 +591,21 @@ TEST(staging, a_deferred_maker_starts_at_its_time_for_a_waiting_reserve_or_never
   // A capture's reserve does not wait for the time: the maker goes on for it.
   staging_pool waited;
   waited.defer_until(clock::now() + std::chrono::seconds(30));
-  std::thread ahead([&] { EXPECT_TRUE(waited.try_reserve(size, size, 1)); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::atomic<bool> made{false};
+  std::thread ahead([&] {
+    EXPECT_TRUE(waited.try_reserve(size, size, 1));
+    made = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the maker has mapped its slot and waits
   const auto t0 = clock::now();
   ASSERT_TRUE(waited.reserve(size, 1));
-  waited.stop_ahead();  // had the maker not begun when the reserve looked, it would wait its 30 s
+  EXPECT_LT(clock::now() - t0, std::chrono::seconds(20));  // not the maker's 30 s
+  // The reserve took the maker's slot: the maker is done, long before its
+  // time (had the reserve made a slot of its own, the maker would still wait).
+  for (int i = 0; i < 500 && !made; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(made);
+  waited.stop_ahead();  // ends a maker still waiting (the failure above) instead of its 30 s
   ahead.join();
-  EXPECT_LT(clock::now() - t0, std::chrono::seconds(20));
   EXPECT_EQ(waited.slots(), 1);
 
   // Stopped (finalize): the deferred maker drops its slot at once, and no
