@@ -2,7 +2,8 @@
 //
 // A checkpoint dataset is version <id> of the cairn checkpoint "scr" in file
 // mode: each rank's routed files, plus a small file "scr.dataset" holding the
-// dataset's name and flags. Output-only datasets are written in place.
+// dataset's name and flags. A file routed by several ranks (a shared file) is
+// kept by the lowest of them. Output-only datasets are written in place.
 // docs/design/compat.md describes the mapping and the differences from SCR.
 #include "scr.h"
 
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,6 +114,21 @@ bool make_dirs(const std::string& path) {
   return true;
 }
 
+std::string dir_name(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// A stable tag for a full path (FNV-1a): routed files of one dataset are
+// named by their original path, so ranks routing the same one share it.
+std::string path_tag(const std::string& path) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char ch : path) h = (h ^ ch) * 1099511628211ULL;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 bool copy_file(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   if (!in) return false;
@@ -123,6 +140,29 @@ bool copy_file(const std::string& from, const std::string& to) {
     if (!out) return false;
   }
   return std::rename(tmp.c_str(), to.c_str()) == 0;
+}
+
+bool move_file(const std::string& from, const std::string& to, std::string* why) {
+  if (std::rename(from.c_str(), to.c_str()) == 0) return true;
+  if (errno == EXDEV && copy_file(from, to)) {
+    std::remove(from.c_str());
+    return true;
+  }
+  *why = "cannot move " + from + " to " + to + ": " + std::strerror(errno);
+  return false;
+}
+
+// Which file a path names: two ranks see one shared file only when these match.
+struct file_id {
+  uint64_t dev = 0, ino = 0;
+  int64_t size = -1;  // -1: missing
+  bool operator==(const file_id& o) const { return dev == o.dev && ino == o.ino && size == o.size; }
+};
+
+file_id identify(const std::string& path) {
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0) return {};
+  return {static_cast<uint64_t>(sb.st_dev), static_cast<uint64_t>(sb.st_ino), static_cast<int64_t>(sb.st_size)};
 }
 
 enum class phase { none, output, restart_offered, restarting };
@@ -144,13 +184,23 @@ struct scr_state {
   std::string name;
   int flags = 0;
   bool in_cairn = false;  // a checkpoint dataset: cairn file mode is open
-  std::map<std::string, std::string> routed;  // base name -> original path (absolute)
+  struct routed_file {
+    std::string full;  // the original path (absolute)
+    std::string path;  // where the application writes it (shared by the ranks routing the same original)
+  };
+  std::map<std::string, routed_file> routed;  // base name -> file
+  std::string route_dir;  // this dataset's routed files
+  // SCR_CACHE_BYPASS=1: routed files are written under the prefix, which every
+  // node sees, so a file shared by ranks on different nodes is one file.
+  bool bypass = false;
+  std::string exec_tag;  // this execution (rank 0's random tag): bypass directories
   double started = 0;
   // Restart.
   int64_t restart_cap = -1;  // after a failed restart: offer versions at or below this
   int64_t offered = -1;
   int64_t newest_offered = -1;  // in this execution: new datasets go above it
   std::string offered_name;
+  std::map<std::string, std::string> restart_shared;  // base name -> readable path of a shared file
   std::string wanted;  // SCR_Current
   // Need_checkpoint (rank 0's view, broadcast).
   long calls = 0;
@@ -168,13 +218,59 @@ bool all_ranks(bool mine) {
   return out == 1;
 }
 
+// SCR_CACHE_BYPASS: this execution's routed files under the prefix.
+std::string bypass_root() { return g->prefix + "/.scr/route." + g->exec_tag; }
+
 int bcast_flag(int mine) {
   MPI_Bcast(&mine, 1, MPI_INT, 0, g->comm);
   return mine;
 }
 
-// Reads the restored dataset file: name and flags.
-bool read_meta(std::string* name, std::string* why) {
+// Every rank's `mine`, in rank order. Collective.
+std::vector<std::string> allgather_text(const std::string& mine) {
+  int nranks = 0;
+  MPI_Comm_size(g->comm, &nranks);
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(nranks), displs(nranks);
+  MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, g->comm);
+  int total = 0;
+  for (int r = 0; r < nranks; ++r) {
+    displs[r] = total;
+    total += lens[r];
+  }
+  std::vector<char> all(static_cast<size_t>(total) + 1);
+  MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, g->comm);
+  std::vector<std::string> out;
+  for (int r = 0; r < nranks; ++r) out.emplace_back(all.data() + displs[r], static_cast<size_t>(lens[r]));
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string line;
+  while (std::getline(ss, line))
+    if (!line.empty()) out.push_back(line);
+  return out;
+}
+
+void bcast_string(std::string* s, int root) {
+  long n = static_cast<long>(s->size());
+  MPI_Bcast(&n, 1, MPI_LONG, root, g->comm);
+  s->resize(static_cast<size_t>(n));
+  MPI_Bcast(s->data(), static_cast<int>(n), MPI_CHAR, root, g->comm);
+}
+
+// A shared file this rank routed in a dataset: kept in `owner`'s files under `base`.
+struct shared_entry {
+  int owner;
+  std::string base;
+  bool operator<(const shared_entry& o) const { return owner != o.owner ? owner < o.owner : base < o.base; }
+};
+
+// Reads the restored dataset file: name, flags, then "shared <owner> <base>"
+// for each shared file this rank routed.
+bool read_meta(std::string* name, std::vector<shared_entry>* shared, std::string* why) {
   char buf[4096];
   int rc = cairn_route_file(g->c, kMeta, buf, sizeof buf);
   if (rc != CAIRN_OK) {
@@ -188,7 +284,92 @@ bool read_meta(std::string* name, std::string* why) {
     return false;
   }
   *name = line;
+  std::getline(in, line);  // flags
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string word, base;
+    int owner = -1;
+    if (!(ls >> word >> owner) || word != "shared" || owner < 0 || !std::getline(ls >> std::ws, base) ||
+        base.empty() || base.find('/') != std::string::npos) {
+      *why = std::string(buf) + ": unreadable line '" + line + "'";
+      return false;
+    }
+    shared->push_back({owner, base});
+  }
   return true;
+}
+
+// Restart: makes every shared file of the offered dataset readable on each
+// rank that routed it, at the path its owner restored it to when this rank
+// sees that file, else as a local copy the owner sends. Collective.
+bool resolve_shared(const std::vector<shared_entry>& mine, std::string* why) {
+  g->restart_shared.clear();
+  std::string text;
+  for (const auto& e : mine) text += std::to_string(e.owner) + " " + e.base + "\n";
+  std::vector<shared_entry> all;
+  for (const auto& blob : allgather_text(text))
+    for (const auto& line : split_lines(blob)) {
+      size_t sp = line.find(' ');
+      all.push_back({std::atoi(line.substr(0, sp).c_str()), line.substr(sp + 1)});
+    }
+  std::sort(all.begin(), all.end());
+  all.erase(std::unique(all.begin(), all.end(),
+                        [](const shared_entry& a, const shared_entry& b) { return !(a < b) && !(b < a); }),
+            all.end());
+  bool ok = true;
+  for (const auto& e : all) {
+    const bool needs = std::any_of(mine.begin(), mine.end(),
+                                   [&](const shared_entry& m) { return !(m < e) && !(e < m); });
+    std::string path;
+    file_id id;
+    if (g->rank == e.owner) {
+      char buf[4096];
+      if (cairn_route_file(g->c, e.base.c_str(), buf, sizeof buf) == CAIRN_OK) {
+        path = buf;
+        id = identify(path);
+      }
+    }
+    bcast_string(&path, e.owner);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, e.owner, g->comm);
+    if (id.size < 0) {
+      *why = "shared file '" + e.base + "' is missing from rank " + std::to_string(e.owner) + "'s files";
+      return false;
+    }
+    const bool visible = !needs || identify(path) == id;
+    if (needs) g->restart_shared[e.base] = path;
+    if (all_ranks(visible)) continue;
+    // Another node: the owner sends the file, each rank that cannot see it keeps a copy.
+    std::string local;
+    int out = -1;
+    if (!visible) {
+      char buf[4096];
+      if (cairn_route_file(g->c, kMeta, buf, sizeof buf) == CAIRN_OK)
+        local = dir_name(buf) + "/shared-" + std::to_string(e.owner) + "-" + e.base;
+      out = local.empty() ? -1 : ::open(local.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      g->restart_shared[e.base] = local;
+    }
+    int in = g->rank == e.owner ? ::open(path.c_str(), O_RDONLY) : -1;
+    bool mine_ok = visible || out >= 0;
+    std::vector<char> chunk(size_t{64} << 20);
+    for (;;) {
+      long n = 0;
+      if (g->rank == e.owner) n = in < 0 ? -1 : static_cast<long>(::read(in, chunk.data(), chunk.size()));
+      MPI_Bcast(&n, 1, MPI_LONG, e.owner, g->comm);
+      if (n <= 0) {
+        if (n < 0) mine_ok = false;
+        break;
+      }
+      MPI_Bcast(chunk.data(), static_cast<int>(n), MPI_CHAR, e.owner, g->comm);
+      if (out >= 0 && ::write(out, chunk.data(), static_cast<size_t>(n)) != n) mine_ok = false;
+    }
+    if (in >= 0) ::close(in);
+    if (out >= 0 && ::close(out) != 0) mine_ok = false;
+    if (!all_ranks(mine_ok)) {
+      *why = "cannot copy shared file '" + e.base + "' from rank " + std::to_string(e.owner) + " to the ranks on other nodes";
+      ok = false;
+    }
+  }
+  return ok;
 }
 
 // Opens the restart of the newest dataset at or below cap (< 0: any) that
@@ -210,7 +391,8 @@ bool offer(const char* fn, int64_t cap, bool* error) {
     return false;
   }
   std::string name, why;
-  bool ok = all_ranks(read_meta(&name, &why));
+  std::vector<shared_entry> shared;
+  bool ok = all_ranks(read_meta(&name, &shared, &why)) && resolve_shared(shared, &why);
   if (!ok) {
     (void)cairn_restart_end(g->c, 0);
     *error = true;
@@ -350,6 +532,17 @@ int SCR_Init(void) {
     MPI_Comm_free(&st->comm);
     return fail_cairn(__func__, rc);
   }
+  st->bypass = param("SCR_CACHE_BYPASS", "0") != "0";
+  unsigned tag = 0;
+  if (st->rank == 0) {
+    std::FILE* f = std::fopen("/dev/urandom", "rb");
+    if (f == nullptr || std::fread(&tag, sizeof tag, 1, f) != 1) tag = static_cast<unsigned>(getpid() ^ time(nullptr));
+    if (f != nullptr) std::fclose(f);
+  }
+  MPI_Bcast(&tag, 1, MPI_UNSIGNED, 0, st->comm);
+  char tag_text[16];
+  std::snprintf(tag_text, sizeof tag_text, "%08x", tag);
+  st->exec_tag = tag_text;
   st->committed = std::max<int64_t>(newest, 0);
   st->next_id = st->committed + 1;
   st->last_end = now_s();
@@ -367,6 +560,7 @@ int SCR_Finalize(void) {
   }
   int rc = cairn_finalize(&g->c, 1);
   if (rc != CAIRN_OK) ret = fail_cairn(__func__, rc);
+  if (g->bypass) (void)::rmdir(bypass_root().c_str());  // the last rank's succeeds
   MPI_Comm_free(&g->comm);
   delete g;
   g = nullptr;
@@ -394,6 +588,18 @@ int SCR_Start_output(const char* name, int flags) {
   if (g->in_cairn) {
     int rc = cairn_checkpoint_begin(g->c, kCkpt, g->id);
     if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
+    // Routed files are named by their original path in a directory that the
+    // ranks of a node (with SCR_CACHE_BYPASS, of the job) share: ranks routing
+    // one file write one file. Node-local, it sits beside cairn's file-mode
+    // directories (this execution's), so handing a file to cairn is a rename.
+    char buf[4096];
+    rc = cairn_route_file(g->c, kMeta, buf, sizeof buf);
+    if (rc != CAIRN_OK) {
+      (void)cairn_checkpoint_end(g->c, 0);
+      return fail_cairn(__func__, rc);
+    }
+    g->route_dir = g->bypass ? bypass_root() + "/" + std::to_string(g->id)
+                             : dir_name(dir_name(buf)) + "/scr-route." + std::to_string(g->id);
   }
   g->ph = phase::output;
   return SCR_SUCCESS;
@@ -416,20 +622,24 @@ int SCR_Route_file(const char* name, char* file) {
       out = full;
     } else {
       auto it = g->routed.find(base);
-      if (it != g->routed.end() && it->second != full)
-        return fail(__func__, "two files of one dataset share the base name '" + base + "' (" + it->second + ", " +
-                                  full + "): not supported");
+      if (it != g->routed.end() && it->second.full != full)
+        return fail(__func__, "two files of one dataset share the base name '" + base + "' (" + it->second.full +
+                                  ", " + full + "): not supported");
+      if (!make_dirs(g->route_dir))
+        return fail(__func__, "cannot create " + g->route_dir + ": " + std::strerror(errno));
+      out = g->route_dir + "/" + path_tag(full) + "-" + base;
+      g->routed[base] = {full, out};
+    }
+  } else if (g->ph == phase::restarting) {
+    auto shared = g->restart_shared.find(base);
+    if (shared != g->restart_shared.end()) {
+      out = shared->second;
+    } else {
       char buf[4096];
       int rc = cairn_route_file(g->c, base.c_str(), buf, sizeof buf);
       if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
-      g->routed[base] = full;
       out = buf;
     }
-  } else if (g->ph == phase::restarting) {
-    char buf[4096];
-    int rc = cairn_route_file(g->c, base.c_str(), buf, sizeof buf);
-    if (rc != CAIRN_OK) return fail_cairn(__func__, rc);
-    out = buf;
   } else {
     out = name;
   }
@@ -438,34 +648,83 @@ int SCR_Route_file(const char* name, char* file) {
   return SCR_SUCCESS;
 }
 
+// Checkpoint dataset: finds the files several ranks routed (shared files;
+// each must be one file, seen alike by all of them, and is kept by the
+// lowest), then hands this rank's files to cairn. false: `why` says what is wrong.
+bool hand_over(bool ok, std::string* why) {
+  std::string mine;
+  for (const auto& [base, f] : g->routed) mine += f.full + "\n";
+  std::map<std::string, std::vector<int>> sharers;  // original path -> ranks routing it
+  std::vector<std::string> texts = allgather_text(mine);
+  for (int r = 0; r < static_cast<int>(texts.size()); ++r)
+    for (const auto& full : split_lines(texts[r])) sharers[full].push_back(r);
+  std::map<std::string, int> owner;  // base name -> owner, for this rank's shared files
+  bool any_shared = false;
+  for (const auto& [full, ranks] : sharers) {
+    if (ranks.size() < 2) continue;
+    any_shared = true;
+    const std::string base = base_name(full);
+    const bool mine_too = std::find(ranks.begin(), ranks.end(), g->rank) != ranks.end();
+    file_id id;
+    if (g->rank == ranks[0]) id = identify(g->routed[base].path);
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, ranks[0], g->comm);
+    if (!mine_too) continue;
+    owner[base] = ranks[0];
+    if (id.size < 0) {
+      if (ok) *why = "the shared file " + full + " was not written";
+      ok = false;
+    } else if (!(identify(g->routed[base].path) == id)) {
+      // Said even when the application failed: it is why a rank could not open the file.
+      ok = false;
+      *why = "ranks " + std::to_string(ranks[0]) + " and " + std::to_string(g->rank) + " routed " + full +
+             " (a shared file) but see different files: they are on different nodes and the cache is "
+             "node-local; set SCR_CACHE_BYPASS=1 to write datasets through the prefix, which every node sees";
+    }
+  }
+  // Nobody moves a shared file before every rank has looked at it.
+  if (any_shared && !all_ranks(ok) && ok) {
+    ok = false;
+    *why = "another rank could not use a shared file (see its message)";
+  }
+  if (ok) {
+    char buf[4096];
+    int rc = cairn_route_file(g->c, kMeta, buf, sizeof buf);
+    std::ofstream meta(rc == CAIRN_OK ? buf : "/dev/null");
+    meta << g->name << "\n" << g->flags << "\n";
+    for (const auto& [base, r] : owner) meta << "shared " << r << " " << base << "\n";
+    meta.flush();
+    ok = rc == CAIRN_OK && static_cast<bool>(meta);
+    if (!ok) *why = "cannot write the dataset file";
+  }
+  for (const auto& [base, f] : g->routed) {
+    auto shared = owner.find(base);
+    const bool keeps = shared == owner.end() || shared->second == g->rank;
+    if (!keeps) continue;  // the owner keeps it
+    char buf[4096];
+    // Checkpoint and output: the files also go to their paths.
+    if (ok && (g->flags & SCR_FLAG_OUTPUT) && (!make_dirs(dir_name(f.full)) || !copy_file(f.path, f.full))) {
+      ok = false;
+      *why = "cannot copy " + f.path + " to " + f.full;
+    }
+    if (ok && cairn_route_file(g->c, base.c_str(), buf, sizeof buf) != CAIRN_OK) {
+      ok = false;
+      *why = cairn_last_error();
+    }
+    if (ok && !move_file(f.path, buf, why)) ok = false;
+    if (!ok) std::remove(f.path.c_str());
+  }
+  (void)::rmdir(g->route_dir.c_str());  // the last rank of a node (or job) to hand over removes it
+  return ok;
+}
+
 int SCR_Complete_output(int valid) {
   SCR_NEED_INIT(__func__);
   if (g->ph != phase::output) return fail(__func__, "no output phase is open (call SCR_Start_output)");
   g->ph = phase::none;
   bool ok = valid != 0;
-  std::string why;
   if (g->in_cairn) {
-    if (ok) {
-      char buf[4096];
-      int rc = cairn_route_file(g->c, kMeta, buf, sizeof buf);
-      std::ofstream meta(rc == CAIRN_OK ? buf : "/dev/null");
-      meta << g->name << "\n" << g->flags << "\n";
-      meta.flush();
-      ok = rc == CAIRN_OK && static_cast<bool>(meta);
-      if (!ok) why = "cannot write the dataset file";
-    }
-    // Checkpoint and output: the files also go to their paths.
-    if (ok && (g->flags & SCR_FLAG_OUTPUT)) {
-      for (const auto& [base, full] : g->routed) {
-        char buf[4096];
-        if (cairn_route_file(g->c, base.c_str(), buf, sizeof buf) != CAIRN_OK ||
-            !make_dirs(full.substr(0, full.find_last_of('/'))) || !copy_file(buf, full)) {
-          ok = false;
-          why = "cannot copy " + base + " to " + full;
-          break;
-        }
-      }
-    }
+    std::string why;
+    ok = hand_over(ok, &why);
     if (!why.empty()) std::fprintf(stderr, "SCR (cairn): SCR_Complete_output: %s\n", why.c_str());
     int rc = cairn_checkpoint_end(g->c, ok ? 1 : 0);  // collective: every rank's validity
     // CAIRN_EEARLIER: this dataset was taken; an earlier one failed (a warning).

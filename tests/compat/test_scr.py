@@ -32,6 +32,19 @@ def heat(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def scr_api(tmp_path_factory) -> Path:
+    """tests/compat/scr_api.c: SCR's test_api.c scenarios (file per rank or --shared-file)."""
+    out = tmp_path_factory.mktemp("api") / "scr_api"
+    src = Path(__file__).resolve().parent / "scr_api.c"
+    inc, lib = os.environ["CAIRN_TEST_SCR_INCLUDE"], os.environ["CAIRN_TEST_SCR_LIBDIR"]
+    cmd = ["mpicc", "-O2", "-Wall", "-Werror", f"-I{inc}", str(src), "-o", str(out), f"-L{lib}",
+           f"-Wl,-rpath,{lib}", "-lscr"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout}\n{r.stderr}"
+    return out
+
+
 def env(root: Path, **scr) -> dict:
     e = harness.base_env()
     e = {k: v for k, v in e.items() if not k.startswith("SCR_")}
@@ -187,3 +200,72 @@ def test_a_fortran_application_checkpoints_and_restarts_from_the_prefix(fortran_
     assert lines(again.stdout, "restarted from ") == ["restarted from ckpt_00003"], again.describe()
     assert lines(again.stdout, "errors ") == ["errors 0"], again.describe()
     assert lines(again.stdout, "checkpoint ") == [f"checkpoint ckpt_{i:05d}" for i in (4, 5, 6)], again.describe()
+
+
+def api(scr_api: Path, nranks: int, times: int, *extra: str, node: Path = None) -> list:
+    wrap = [str(node)] if node else []
+    return ["mpirun", "--oversubscribe", "--bind-to", "none", "-n", str(nranks), *wrap, str(scr_api), str(times),
+            "300000", *extra]
+
+
+@pytest.mark.parametrize("nranks,layout", [(2, "--shared-file"), (4, "--shared-file"), (4, "--file-per-process")])
+def test_test_api_restarts_from_the_cache_and_with_it_wiped_from_the_prefix(scr_api, tmp_path, nranks, layout):
+    """SCR's test_api and test_api_shared_file (one file that every rank
+    writes at its offset): three datasets; a rerun restarts from the newest
+    in the cache, and, with the cache wiped as after a lost node, the next
+    from the newest in the prefix; every byte read back is checked."""
+    e = env(tmp_path)
+    first = harness.run_process(api(scr_api, nranks, 3, layout), e, tmp_path)
+    assert first.rc == 0 and lines(first.stdout, "no restart"), first.describe()
+    assert lines(first.stdout, "checkpoint ") == ["checkpoint ckpt.0", "checkpoint ckpt.1", "checkpoint ckpt.2"], \
+        first.describe()
+    again = harness.run_process(api(scr_api, nranks, 2, layout), e, tmp_path)
+    assert again.rc == 0 and lines(again.stdout, "restart from ") == ["restart from ckpt.2 timestep 2"], \
+        again.describe()
+    subprocess.run(["rm", "-rf", str(tmp_path / "cache")], check=True)
+    third = harness.run_process(api(scr_api, nranks, 1, layout), e, tmp_path)
+    assert third.rc == 0 and lines(third.stdout, "restart from ") == ["restart from ckpt.4 timestep 4"], \
+        third.describe()
+    for r in (first, again, third):
+        assert lines(r.stdout, "errors ") == ["errors 0"], r.describe()
+
+
+NODE = """#!/bin/sh
+# Emulated nodes of 2 consecutive ranks: each has its own cache; with
+# NODE_PRIVATE=1 a private one (a tmpfs in a mount namespace of the rank's
+# own, empty at start), which no other node sees.
+c=$CACHE_ROOT/node$((OMPI_COMM_WORLD_RANK / 2))
+mkdir -p "$c"
+if [ "$NODE_PRIVATE" = 1 ]; then
+  exec unshare -m --propagation private sh -c 'mount -t tmpfs none "$0" && SCR_CACHE_BASE="$0" exec "$@"' "$c" "$@"
+fi
+SCR_CACHE_BASE=$c exec "$@"
+"""
+
+
+def test_a_shared_file_across_nodes_needs_the_bypass_and_restarts_where_no_node_sees_another(scr_api, tmp_path):
+    """A shared file written by ranks on two nodes: with the node-local cache
+    (each node writes its own file) the dataset fails on every rank with a
+    message that says to set SCR_CACHE_BYPASS=1; with it, the file is one
+    file under the prefix and is kept. A restart on nodes that see nothing of
+    each other's storage (private mounts) gets the file from the rank that
+    kept it and reads back every byte."""
+    node = tmp_path / "node.sh"
+    node.write_text(NODE)
+    node.chmod(0o755)
+    e = env(tmp_path, CACHE_ROOT=tmp_path / "cache")
+    cached = harness.run_process(api(scr_api, 4, 1, "--shared-file", node=node), e, tmp_path)
+    assert lines(cached.stdout, "checkpoint ") == ["checkpoint ckpt.0 failed"], cached.describe()
+    assert "set SCR_CACHE_BYPASS=1" in cached.stderr, cached.describe()
+    e["SCR_CACHE_BYPASS"] = "1"
+    bypass = harness.run_process(api(scr_api, 4, 2, "--shared-file", node=node), e, tmp_path)
+    assert bypass.rc == 0 and lines(bypass.stdout, "checkpoint ") == ["checkpoint ckpt.0", "checkpoint ckpt.1"], \
+        bypass.describe()
+    assert lines(bypass.stdout, "errors ") == ["errors 0"], bypass.describe()
+    assert sorted(p.name for p in (tmp_path / "prefix" / ".scr").iterdir()) == ["cairn"], \
+        "the bypass left routed files under the prefix"
+    e["NODE_PRIVATE"] = "1"
+    again = harness.run_process(api(scr_api, 4, 1, "--shared-file", node=node), e, tmp_path)
+    assert again.rc == 0 and lines(again.stdout, "restart from ") == ["restart from ckpt.1 timestep 1"], \
+        again.describe()
+    assert lines(again.stdout, "errors ") == ["errors 0"], again.describe()
