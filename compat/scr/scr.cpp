@@ -10,6 +10,7 @@
 #include <cairn_mpi.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdarg>
@@ -19,6 +20,7 @@
 #include <ctime>
 #include <fstream>
 #include <map>
+#include <set>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -56,12 +58,99 @@ std::map<std::string, std::string>& set_params() {
   return m;
 }
 
-// SCR_Config values win over the environment, as in SCR.
+// The user's configuration file (SCR_CONF_FILE, else <prefix>/.scrconf), read at SCR_Init.
+std::map<std::string, std::string>& file_params() {
+  static std::map<std::string, std::string> m;
+  return m;
+}
+
+// A checkpoint descriptor ("CKPT=<id> KEY=VALUE ..."): id -> keys (upper case).
+using descriptor = std::map<std::string, std::string>;
+std::map<long, descriptor>& set_descriptors() {
+  static std::map<long, descriptor> m;
+  return m;
+}
+std::map<long, descriptor>& file_descriptors() {
+  static std::map<long, descriptor> m;
+  return m;
+}
+
+// SCR_Config values win over the environment, and the environment over the
+// configuration file, as in SCR.
 std::string param(const std::string& key, const std::string& dflt = "") {
   auto it = set_params().find(key);
   if (it != set_params().end()) return it->second;
   const char* v = std::getenv(key.c_str());
-  return v && *v ? v : dflt;
+  if (v && *v) return v;
+  it = file_params().find(key);
+  return it != file_params().end() ? it->second : dflt;
+}
+
+std::string upper(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+// "<id> KEY=VALUE ..." (what follows "CKPT=") into *out. false: *why says what is wrong.
+bool parse_descriptor(const std::string& text, std::map<long, descriptor>* out, std::string* why) {
+  std::istringstream in(text);
+  std::string id_text, word;
+  in >> id_text;
+  char* end = nullptr;
+  long id = std::strtol(id_text.c_str(), &end, 10);
+  if (id_text.empty() || *end || id < 0) {
+    *why = "checkpoint descriptor 'CKPT=" + text + "': the id must be an integer >= 0";
+    return false;
+  }
+  descriptor d;
+  while (in >> word) {
+    size_t eq = word.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      *why = "checkpoint descriptor 'CKPT=" + text + "': '" + word + "' is not KEY=VALUE";
+      return false;
+    }
+    d[upper(word.substr(0, eq))] = word.substr(eq + 1);
+  }
+  (*out)[id] = std::move(d);
+  return true;
+}
+
+// Reads SCR's user configuration file: "KEY=VALUE" lines, "CKPT=<id> ..."
+// descriptors, '#' comments. Other descriptors (STORE=..., CNTL=...) are
+// ignored: cairn has one node-local directory (SCR_CACHE_BASE).
+bool read_conf_file(const std::string& prefix, std::string* why) {
+  file_params().clear();
+  file_descriptors().clear();
+  std::string path = param("SCR_CONF_FILE");
+  bool must = !path.empty();
+  if (path.empty()) path = prefix + "/.scrconf";
+  std::ifstream in(path);
+  if (!in) {
+    if (must) *why = "SCR_CONF_FILE = " + path + ": cannot open it";
+    return !must;
+  }
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (size_t hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    size_t b = line.find_first_not_of(" \t"), e = line.find_last_not_of(" \t\r");
+    if (b == std::string::npos) continue;
+    line = line.substr(b, e - b + 1);
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) {
+      *why = path + ":" + std::to_string(n) + ": '" + line + "' is not KEY=VALUE";
+      return false;
+    }
+    std::string key = upper(line.substr(0, eq)), value = line.substr(eq + 1);
+    if (key == "CKPT") {
+      if (!parse_descriptor(value, &file_descriptors(), why)) {
+        *why = path + ":" + std::to_string(n) + ": " + *why;
+        return false;
+      }
+    } else if (value.find(' ') == std::string::npos || key.rfind("SCR_", 0) == 0) {
+      file_params()[key] = value;
+    }
+  }
+  return true;
 }
 
 bool param_int(const std::string& key, long dflt, long lo, long* out, std::string* why) {
@@ -88,6 +177,108 @@ std::string toml_string(const std::string& s) {
     out += ch;
   }
   return out + "\"";
+}
+
+long gcd(long a, long b) { return b == 0 ? a : gcd(b, a % b); }
+
+// SCR's redundancy (SCR_COPY_TYPE, SCR_SET_SIZE, SCR_SET_FAILURES, SCR_GROUP,
+// or with SCR_COPY_TYPE=FILE the CKPT descriptors) as cairn's keys: one
+// scheme over sets of ranks on distinct nodes, every n-th dataset. What cannot
+// be expressed exactly is warned about (rank 0, once). false: *why.
+bool translate_redundancy(bool rank0, std::ostringstream* toml, std::string* store, std::string* why) {
+  auto warn = [&](const std::string& text) {
+    if (rank0) std::fprintf(stderr, "SCR (cairn): warning: %s\n", text.c_str());
+  };
+  long set_size = 8, failures = 2;
+  if (!param_int("SCR_SET_SIZE", 8, 2, &set_size, why) || !param_int("SCR_SET_FAILURES", 2, 1, &failures, why))
+    return false;
+  std::map<long, descriptor> descs;
+  const std::string copy = upper(param("SCR_COPY_TYPE", "XOR"));
+  if (copy == "SINGLE" || copy == "PARTNER" || copy == "XOR" || copy == "RS") {
+    descs[0] = {{"TYPE", copy}};
+  } else {
+    descs = file_descriptors();
+    for (const auto& [id, d] : set_descriptors()) descs[id] = d;
+    if (descs.empty()) {
+      *why = "SCR_COPY_TYPE = " + copy + ": no checkpoint descriptor (CKPT=0 TYPE=XOR ...) in SCR_CONF_FILE or "
+             "SCR_Config; SCR_COPY_TYPE is one of SINGLE, PARTNER, XOR, RS, or FILE with descriptors";
+      return false;
+    }
+  }
+  struct scheme {
+    long id, interval, set, failures;
+    std::string type;
+  };
+  std::vector<scheme> protect;  // the descriptors that are not SINGLE
+  std::set<std::string> stores, groups;
+  for (const auto& entry : descs) {
+    const long id = entry.first;
+    const descriptor& d = entry.second;
+    auto get = [&](const char* k, const std::string& dflt) {
+      auto it = d.find(k);
+      return it == d.end() ? dflt : it->second;
+    };
+    auto num = [&](const char* k, long dflt, long lo, long* v) {
+      std::string text = get(k, std::to_string(dflt));
+      char* end = nullptr;
+      *v = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end || *v < lo) {
+        *why = "checkpoint descriptor CKPT=" + std::to_string(id) + ": " + k + " = '" + text +
+               "' must be an integer >= " + std::to_string(lo);
+        return false;
+      }
+      return true;
+    };
+    scheme sc{id, 1, set_size, failures, upper(get("TYPE", copy == "FILE" ? "XOR" : copy))};
+    if (!num("INTERVAL", 1, 1, &sc.interval) || !num("SET_SIZE", set_size, 2, &sc.set) ||
+        !num("SET_FAILURES", failures, 1, &sc.failures))
+      return false;
+    if (sc.type != "SINGLE" && sc.type != "PARTNER" && sc.type != "XOR" && sc.type != "RS") {
+      *why = "checkpoint descriptor CKPT=" + std::to_string(id) + ": TYPE = '" + sc.type +
+             "' is not SINGLE, PARTNER, XOR or RS";
+      return false;
+    }
+    stores.insert(get("STORE", ""));
+    groups.insert(upper(get("GROUP", param("SCR_GROUP", "NODE"))));
+    if (sc.type != "SINGLE") protect.push_back(sc);
+  }
+  stores.erase("");
+  if (!stores.empty()) {
+    *store = *stores.begin();
+    if (stores.size() > 1)
+      warn("checkpoint descriptors name " + std::to_string(stores.size()) + " STOREs; cairn keeps datasets in one "
+           "node-local directory: " + *store);
+  }
+  for (const auto& gr : groups)
+    if (gr != "NODE")
+      warn("GROUP = " + gr + ": cairn forms redundancy sets of ranks on distinct nodes (its failure domain, "
+           "CAIRN_NODE_ID or the host)");
+  if (protect.empty()) {
+    *toml << "redundancy = \"none\"\n";
+    return true;
+  }
+  // One scheme: the most frequent descriptor's, on every n-th dataset, n the
+  // greatest common divisor of the protecting intervals (a superset of the
+  // datasets SCR would protect).
+  const scheme& use = *std::min_element(protect.begin(), protect.end(), [](const scheme& a, const scheme& b) {
+    return a.interval != b.interval ? a.interval < b.interval : a.id < b.id;
+  });
+  long every = 0;
+  for (const auto& sc : protect) {
+    every = gcd(every, sc.interval);
+    if (sc.type != use.type || sc.set != use.set || (sc.type == "RS" && sc.failures != use.failures))
+      warn("checkpoint descriptor CKPT=" + std::to_string(sc.id) + " (" + sc.type + ") is not applied: cairn "
+           "protects a run with one scheme, CKPT=" + std::to_string(use.id) + "'s " + use.type);
+  }
+  if (protect.size() < descs.size() && every < use.interval)
+    warn("redundancy every " + std::to_string(every) + " dataset(s): some datasets SCR would keep as SINGLE are "
+         "protected too");
+  std::string type = use.type;
+  for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  *toml << "redundancy = " << toml_string(type) << "\nredundancy_set = " << use.set
+        << "\nrs_parity = " << use.failures << "\nredundancy_interval = " << every
+        << "\nredundancy_required = false\n";
+  return true;
 }
 
 std::string base_name(const std::string& path) {
@@ -430,6 +621,11 @@ const char* SCR_Config(const char* config) {
   }
   std::string key = s.substr(0, eq), value = s.substr(eq + 1);
   if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+  if (upper(key) == "CKPT") {
+    std::string why;
+    if (!parse_descriptor(value, &set_descriptors(), &why)) fail(__func__, why);
+    return nullptr;
+  }
   if (value.empty())
     set_params().erase(key);
   else
@@ -478,15 +674,17 @@ int SCR_Init(void) {
   MPI_Comm_rank(st->comm, &st->rank);
   std::string why;
   long cache_size = 0, flush = 0;
-  bool ok = param_int("SCR_CHECKPOINT_INTERVAL", 0, 0, &st->interval, &why) &&
+  st->prefix = absolute(param("SCR_PREFIX", "."));
+  std::ostringstream toml;
+  std::string store;  // the descriptors' STORE
+  bool ok = read_conf_file(st->prefix, &why) && translate_redundancy(st->rank == 0, &toml, &store, &why) &&
+            param_int("SCR_CHECKPOINT_INTERVAL", 0, 0, &st->interval, &why) &&
             param_int("SCR_CHECKPOINT_SECONDS", 0, 0, &st->seconds, &why) &&
             param_int("SCR_CHECKPOINT_OVERHEAD", 0, 0, &st->overhead, &why) &&
             param_int("SCR_HALT_SECONDS", 0, 0, &st->halt_seconds, &why) &&
             param_int("SCR_CACHE_SIZE", 2, 0, &cache_size, &why) && param_int("SCR_FLUSH", 1, 0, &flush, &why);
-  st->prefix = absolute(param("SCR_PREFIX", "."));
-  std::ostringstream toml;
   toml << "persistent = " << toml_string(st->prefix + "/.scr/cairn") << "\n";
-  std::string cache = param("SCR_CACHE_BASE");
+  std::string cache = param("SCR_CACHE_BASE", store);
   if (!cache.empty()) toml << "scratch = " << toml_string(absolute(cache) + "/scr-cairn") << "\n";
   // SCR_FLUSH = 0: datasets stay in the cache (the node-local level), none
   // is copied to the prefix; a rerun restarts from the cache.

@@ -106,7 +106,8 @@ struct translated {
 
 // Longer than 120 lines for a reason: the parser of VELOC's configuration
 // file and the table of its keys' translations, each key with its message.
-bool translate_config(const char* path, const std::string& run, bool is_rank0, translated* t, std::string* why) {
+bool translate_config(const char* path, const std::string& run, int ranks, bool is_rank0, translated* t,
+                      std::string* why) {
   if (path == nullptr || *path == '\0') {
     *why = "no configuration file given (VELOC needs one with at least scratch, persistent and mode)";
     return false;
@@ -231,8 +232,18 @@ bool translate_config(const char* path, const std::string& run, bool is_rank0, t
       return false;
     }
   }
-  if (kv.count("ec_interval") && kv["ec_interval"] != "-1")
-    warn("ec_interval: erasure coding is not done by the cairn drop-in; the key is ignored");
+  // Erasure coding: VELOC's default (0) codes every checkpoint of a parallel
+  // job, -1 none. cairn's xor sets span failure domains (nodes); a job on one
+  // node, or one that cannot form the sets, runs without (said once at init).
+  long ec = 0;
+  if (kv.count("ec_interval")) parse_int(kv["ec_interval"], &ec);
+  if (ec >= 0 && ranks > 1) {
+    out << "redundancy = \"xor\"\nredundancy_required = false\n";
+    if (ec > 0)
+      warn("ec_interval = " + std::to_string(ec) +
+           " s: the cairn drop-in protects every checkpoint with XOR parity on other nodes, not at most one per " +
+           std::to_string(ec) + " s");
+  }
   for (const char* key : {"chksum", "aggregated", "threaded"}) {
     bool b = false;
     if (kv.count(key) && !parse_bool(kv[key], &b)) {
@@ -406,12 +417,13 @@ bool move_file(const std::string& from, const std::string& to, std::string* why)
 
 int init_common(const char* fn, MPI_Comm comm, bool mpi, unsigned id, const char* cfg_file) {
   if (g != nullptr) return fail(fn, "VELOC is already initialized (call VELOC_Finalize first)");
-  int rank = 0;
+  int rank = 0, ranks = 1;
   if (mpi) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) return fail(fn, "MPI is not initialized: call MPI_Init before VELOC_Init");
     MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &ranks);
   }
   std::string run;
   if (!mpi) {
@@ -421,7 +433,7 @@ int init_common(const char* fn, MPI_Comm comm, bool mpi, unsigned id, const char
   }
   translated cfg;
   std::string why;
-  bool ok = translate_config(cfg_file, run, rank == 0, &cfg, &why);
+  bool ok = translate_config(cfg_file, run, ranks, rank == 0, &cfg, &why);
   // Every rank reads the same file; agree so that all fail together.
   if (mpi) {
     int v = ok ? 1 : 0, out = 0;

@@ -19,6 +19,7 @@
 #include "format/manifest.hpp"
 #include "format/commit.hpp"
 #include "format/run_info.hpp"
+#include "redundancy/sets.hpp"
 #include "util/names.hpp"
 #include "util/clock.hpp"
 #include "storage/geometry.hpp"
@@ -110,6 +111,32 @@ result<std::unique_ptr<client_impl>> client_impl::create(std::unique_ptr<comm::c
   return c;
 }
 
+void client_impl::settle_redundancy() {
+  if (cfg_.redundancy == "none" || cfg_.redundancy_required) return;
+  std::string why;
+#ifndef CAIRN_HAVE_FABRIC
+  why = "this build of cairn has no libfabric data plane";
+#endif
+  if (why.empty() && !cfg_.local_enabled) why = "it protects the node-local level, which is off";
+  if (why.empty() && !cfg_.agents.empty()) why = "checkpoint agents hold level L2";
+  if (why.empty()) {
+    // The same answer on every rank: every rank's node, in rank order.
+    auto nodes = comm::allgather_lines(*comm_, node_);
+    auto kind = redundancy::parse_scheme(cfg_.redundancy);
+    if (!kind) {
+      why = kind.error().message();
+    } else {
+      auto sets = redundancy::form_sets(nodes, *kind, cfg_.redundancy_set, cfg_.rs_parity);
+      if (!sets) why = sets.error().message();
+    }
+  }
+  if (why.empty()) return;
+  if (rank() == 0)
+    std::fprintf(stderr, "cairn: redundancy = %s is off for this job (redundancy_required = false): %s\n",
+                 cfg_.redundancy.c_str(), why.c_str());
+  cfg_.redundancy = "none";
+}
+
 status client_impl::start() {
   host_ = comm_->host();
   // The node (failure domain, leader spread): configured, else the batch
@@ -160,6 +187,7 @@ status client_impl::start() {
     }
   }
   CAIRN_RETURN_IF_ERROR(resolve_layout());
+  settle_redundancy();
   CAIRN_ASSIGN_OR_RETURN(levels_, make_levels(this));
   bool stages_elsewhere = false, reads_retired = false;
   for (const auto& l : levels_) {

@@ -165,6 +165,9 @@ class client_impl final : private level_host {
   status store_unwritable(const status& st) const;
   // File mode: where this execution's routed files are written and restored.
   std::string files_dir() const;
+  // redundancy_required = false: a job that cannot hold the scheme runs
+  // without it (cfg_.redundancy = none), said once by rank 0. Collective.
+  void settle_redundancy();
   status start_run_identity();
   // Rank 0: rewrites RUN from run_info_ (a failure is a warning on stderr,
   // except at init, where a store that cannot be written is an error; a full

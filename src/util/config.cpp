@@ -172,6 +172,16 @@ const std::vector<key_def>& keys() {
       {"redundancy_interval", "protect every k-th version at L2", [](config& c, const std::string& v) {
          return set_int("redundancy_interval", v, 1, 1 << 30, &c.redundancy_interval); },
        [](const config& c) { return std::to_string(c.redundancy_interval); }},
+      {"redundancy_required",
+       "a job that cannot hold the redundancy scheme fails at init (true, the default) or runs without it, said "
+       "once (false)",
+       [](config& c, const std::string& v) -> status {
+         auto r = parse_bool("redundancy_required", v);
+         if (!r) return r.take_status();
+         c.redundancy_required = *r;
+         return {};
+       },
+       [](const config& c) { return std::string(c.redundancy_required ? "true" : "false"); }},
       {"persistent_interval", "flush every k-th version", [](config& c, const std::string& v) {
          return set_int("persistent_interval", v, 1, 1 << 30, &c.persistent_interval); },
        [](const config& c) { return std::to_string(c.persistent_interval); }},

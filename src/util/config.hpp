@@ -96,6 +96,11 @@ struct config {
   int redundancy_set = 8;
   int rs_parity = 2;
   int redundancy_interval = 1;
+  // false: a job that cannot hold the scheme (its nodes cannot form the sets,
+  // no libfabric, no node-local level, agents hold L2) runs without it, and
+  // rank 0 says why at init; true: that is an error. The drop-ins set false
+  // (SCR's and VELOC's default schemes are requests that hold where they can).
+  bool redundancy_required = true;
   bool hash_trees = true;         // hash trees in the checksum's pass (history comparisons)
   uint64_t hash_chunk = 64 << 10; // bytes per tree leaf
   double hash_abs = 0;            // quantum of tolerant leaves; 0 = exact leaves only

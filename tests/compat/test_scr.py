@@ -269,3 +269,57 @@ def test_a_shared_file_across_nodes_needs_the_bypass_and_restarts_where_no_node_
     assert again.rc == 0 and lines(again.stdout, "restart from ") == ["restart from ckpt.1 timestep 1"], \
         again.describe()
     assert lines(again.stdout, "errors ") == ["errors 0"], again.describe()
+
+
+def on_nodes(scr_api: Path, root: Path, times: int) -> list:
+    """4 ranks on 2 emulated nodes (MPMD blocks): each node its own node id and cache."""
+    block = lambda n: ["-n", "2", "env", f"CAIRN_NODE_ID=node{n}", f"SCR_CACHE_BASE={root / f'cache{n}'}",
+                       str(scr_api), str(times), "300000"]
+    return ["mpirun", "--oversubscribe", "--bind-to", "none", *block(0), ":", *block(1)]
+
+
+@pytest.mark.parametrize("how", ["copy_type", "descriptors"])
+def test_redundancy_descriptors_rebuild_a_lost_node(scr_api, tmp_path, how):
+    """SCR's redundancy as cairn's sets across nodes, nothing flushed to the
+    prefix (SCR_FLUSH=0): SCR_COPY_TYPE=XOR protects every dataset; with
+    SCR_COPY_TYPE=FILE, descriptors in SCR_CONF_FILE (SINGLE every dataset,
+    PARTNER every 2nd) protect the even ones. Node 1's cache is wiped, and the
+    rerun rebuilds its ranks' files of the newest protected dataset from the
+    other node and reads back every byte."""
+    e = env(tmp_path, SCR_FLUSH=0, SCR_CACHE_SIZE=3)
+    if how == "copy_type":
+        e["SCR_COPY_TYPE"] = "XOR"
+        scheme, newest = "xor", "ckpt.2"
+    else:
+        conf = tmp_path / "scr.conf"
+        conf.write_text("# SCR's descriptors\nSCR_COPY_TYPE=FILE\n"
+                        "CKPT=0 INTERVAL=1 GROUP=NODE TYPE=SINGLE\nCKPT=1 INTERVAL=2 GROUP=NODE TYPE=PARTNER\n")
+        e["SCR_CONF_FILE"] = str(conf)
+        scheme, newest = "partner", "ckpt.1"  # dataset ids 1, 2, 3: only 2 (ckpt.1) is protected
+    first = harness.run_process(on_nodes(scr_api, tmp_path, 3), e, tmp_path)
+    assert first.rc == 0 and lines(first.stdout, "checkpoint ") == ["checkpoint ckpt.0", "checkpoint ckpt.1",
+                                                                     "checkpoint ckpt.2"], first.describe()
+    assert "is off for this job" not in first.stderr and "warning" not in first.stderr, first.describe()
+    subprocess.run(["rm", "-rf", str(tmp_path / "cache1")], check=True)
+    again = harness.run_process(on_nodes(scr_api, tmp_path, 1), e, tmp_path)
+    assert again.rc == 0, again.describe()
+    assert lines(again.stdout, "restart from ") == [f"restart from {newest} timestep {newest[-1]}"], again.describe()
+    for r in (2, 3):
+        assert f"rank {r}: rebuilt the node-local shard of 'scr' version" in again.stderr, again.describe()
+        assert f"from redundancy {scheme}" in again.stderr, again.describe()
+    assert lines(again.stdout, "errors ") == ["errors 0"], again.describe()
+
+
+def test_descriptors_cairn_cannot_express_are_warned_about_and_bad_ones_refused(scr_api, tmp_path):
+    """Two redundancy schemes in one job: the most frequent is applied, the
+    other named in a warning; a descriptor with an unknown TYPE fails SCR_Init
+    with a message naming it."""
+    conf = tmp_path / "scr.conf"
+    conf.write_text("SCR_COPY_TYPE=FILE\nCKPT=0 INTERVAL=1 TYPE=XOR SET_SIZE=16\nCKPT=1 INTERVAL=4 TYPE=RS\n")
+    r = harness.run_process(api(scr_api, 2, 1), env(tmp_path, SCR_CONF_FILE=conf), tmp_path)
+    assert r.rc == 0 and lines(r.stdout, "errors ") == ["errors 0"], r.describe()
+    assert "CKPT=1 (RS) is not applied: cairn protects a run with one scheme, CKPT=0's XOR" in r.stderr, r.describe()
+    assert r.stderr.count("redundancy = xor is off for this job") == 1, r.describe()  # one node
+    conf.write_text("SCR_COPY_TYPE=FILE\nCKPT=0 INTERVAL=1 TYPE=MIRROR\n")
+    bad = harness.run_process(api(scr_api, 2, 1), env(tmp_path / "b", SCR_CONF_FILE=conf), tmp_path)
+    assert bad.rc != 0 and "CKPT=0: TYPE = 'MIRROR' is not SINGLE, PARTNER, XOR or RS" in bad.stderr, bad.describe()
