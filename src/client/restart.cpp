@@ -467,24 +467,43 @@ status client_impl::checkpoint_end(bool success) {
   if (!files_ || files_->restarting) return {errc::invalid_argument, "cairn_checkpoint_end without cairn_checkpoint_begin"};
   file_mode fm = std::move(*files_);
   files_.reset();
-  // Read every routed file; a missing one is an error of this rank.
-  std::vector<std::string> contents;
-  std::vector<region> regs;
+  // Every routed file, mapped (capture copies it from the page cache into a
+  // staging slot: no copy into fresh memory first), else read; a missing one
+  // is an error of this rank.
+  std::vector<std::unique_ptr<storage::readable_file>> mapped;
+  std::vector<std::string> read;
+  read.reserve(fm.files.size());  // spans point into these strings: never moved
+  std::vector<std::span<const std::byte>> contents;
+  static const std::byte kEmpty[1] = {};  // an empty file's region: a valid pointer, no bytes
   status st = success ? status() : status(errc::cancelled, "the application reported failure to cairn_checkpoint_end");
   for (size_t i = 0; st && i < fm.files.size(); ++i) {
-    auto data = env_->read_all(storage::join(fm.dir, fm.files[i]));
-    if (!data) {
-      st = data.error().with_context("routed file '" + fm.files[i] + "' was not written");
+    const std::string path = storage::join(fm.dir, fm.files[i]);
+    auto f = env_->open_read(path);
+    if (!f) {
+      st = f.error().with_context("routed file '" + fm.files[i] + "' was not written");
       break;
     }
-    contents.push_back(std::move(data).value());
+    std::span<const std::byte> bytes = (*f)->size() > 0 ? (*f)->map() : std::span<const std::byte>(kEmpty, 0);
+    if (bytes.empty() && (*f)->size() > 0) {
+      auto data = env_->read_all(path);
+      if (!data) {
+        st = data.error().with_context("routed file '" + fm.files[i] + "'");
+        break;
+      }
+      read.push_back(std::move(data).value());
+      bytes = std::as_bytes(std::span<const char>(read.back()));
+    }
+    mapped.push_back(std::move(f).value());
+    contents.push_back(bytes);
   }
   st = agree(st);
+  std::vector<region> regs;
   if (st) {
     for (size_t i = 0; i < fm.files.size(); ++i) {
       region r;
       r.name = "file:" + fm.files[i];
-      r.ptr = contents[i].data();
+      // Capture only reads a region (a mapping is read-only).
+      r.ptr = const_cast<std::byte*>(contents[i].data());
       r.count = contents[i].size();
       r.type = CAIRN_BYTE;
       regs.push_back(std::move(r));
@@ -531,8 +550,10 @@ status client_impl::restart_begin(const std::string& name, int64_t version) {
                                         st.message() + " (the shard is damaged or forged; nothing was written)");
       break;
     }
-    std::string data(reinterpret_cast<const char*>(restart_.bytes().data() + d.offset), d.length);
-    st = env_->write_atomic(storage::join(fm.dir, base), data, false);
+    // Straight from the verified image: no copy into fresh memory first.
+    st = env_->write_atomic(storage::join(fm.dir, base),
+                            std::string_view(reinterpret_cast<const char*>(restart_.bytes().data() + d.offset), d.length),
+                            false);
   }
   CAIRN_RETURN_IF_ERROR(agree(st));
   last_version_[name] = version;

@@ -34,7 +34,7 @@ result<std::string> storage_env::read_all(const std::string& path) {
   return data;
 }
 
-status storage_env::write_atomic(const std::string& path, const std::string& data, bool durable, bool unique_tmp) {
+status storage_env::write_atomic(const std::string& path, std::string_view data, bool durable, bool unique_tmp) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = unique_tmp ? path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(++counter)
                                      : path + ".tmp";

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cairn/status.hpp"
@@ -72,7 +73,7 @@ class storage_env {
   // unique_tmp: the temporary name is unique to this call (pid and a
   // counter), for files several processes may write at once (a version's
   // MANIFEST written by whichever writer completes it); otherwise path.tmp.
-  status write_atomic(const std::string& path, const std::string& data, bool durable, bool unique_tmp = false);
+  status write_atomic(const std::string& path, std::string_view data, bool durable, bool unique_tmp = false);
   // Removes a directory tree (files and subdirectories).
   status remove_tree(const std::string& dir);
 
