@@ -10,6 +10,7 @@
 #include <set>
 
 #include "client/client.hpp"
+#include "client/restart_checks.hpp"
 #include "format/container.hpp"
 #include "format/commit.hpp"
 #include "format/layout.hpp"
@@ -17,14 +18,7 @@
 #include "util/names.hpp"
 
 namespace cairn {
-namespace {
 
-// The image of a header against the protected regions: a region of the
-// image that this execution protected may not hold more bytes than the
-// protected region (a restore would refuse it after reading, and a forged
-// header would make the read allocate what it claims). Regions not protected
-// yet (restart_test may come before every protect) are bounded by the node's
-// memory only.
 status image_fits_regions(const format::shard_header& h, const std::map<std::string, region>& regions,
                           const std::string& path) {
   for (const auto& d : h.regions) {
@@ -39,6 +33,8 @@ status image_fits_regions(const format::shard_header& h, const std::map<std::str
   }
   return {};
 }
+
+namespace {
 
 // Reads a whole shard (compressed or not) and verifies it into *out; an
 // uncompressed shard that can be mapped (`in_place`: the node-local level) is

@@ -307,7 +307,10 @@ result<shard_header> decode_header(std::span<const std::byte> buf, const std::st
   const uint64_t data_start = align_up(hb);
   if (h.stored_size % kAlign != 0 || data_start > h.stored_size)
     return corrupt("stored size " + std::to_string(h.stored_size) + " is not a multiple of 4096 past the header");
-  if (header_bytes(h) > h.data_offset) return corrupt("the image's header does not fit before its data");
+  // Where plan_layout puts it (the image's header, then its data): a reader
+  // rebuilds that header in data_offset bytes before it allocates the image.
+  if (h.data_offset != align_up(header_bytes(h)))
+    return corrupt("the image's data offset " + std::to_string(h.data_offset) + " is not where its header ends");
   for (auto& r : h.regions) {
     if (!rest.get(&r.stored_offset) || !rest.get(&r.stored_length)) return corrupt("truncated stored table");
     if (r.stored_offset % kAlign != 0 || r.stored_offset < data_start)

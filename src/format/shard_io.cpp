@@ -39,7 +39,7 @@ class span_file final : public storage::readable_file {
   status read_at(uint64_t offset, void* data, size_t len) const override {
     if (offset > b_.size() || len > b_.size() - offset)
       return {errc::corruption, where_ + ": read past the end (" + std::to_string(b_.size()) + " bytes)"};
-    std::memcpy(data, b_.data() + offset, len);
+    if (len > 0) std::memcpy(data, b_.data() + offset, len);  // an empty file's span and buffer may both be null
     return {};
   }
   uint64_t size() const override { return b_.size(); }
@@ -369,7 +369,19 @@ result<shard_image> read_image(shard_reader& rd, const header_check& check) {
   if (check) CAIRN_RETURN_IF_ERROR(check(h));
   shard_image out;
   out.header = h;
-  CAIRN_ASSIGN_OR_RETURN(out.image, util::aligned_buffer::allocate(h.file_size));
+  shard_header plain = h;  // a compressed shard's image header, as encode_header wrote it before compression
+  if (h.compressed()) {
+    // Its checksum must be the one the compressed header records: checked
+    // before the image is allocated (a forged header claims any size).
+    std::vector<std::byte> head(h.data_offset);
+    encode_header(plain, head);
+    if (plain.header_checksum != h.header_checksum)
+      return corrupt(rd.path(), "the rebuilt image header has checksum " + util::hex64(plain.header_checksum) +
+                                    ", the file records " + util::hex64(h.header_checksum));
+  }
+  // A compressed image's pages are not touched in advance: only what its
+  // frames fill uses memory (the rest is zero, as padding must be).
+  CAIRN_ASSIGN_OR_RETURN(out.image, util::aligned_buffer::allocate(h.file_size, /*touch=*/!h.compressed()));
   std::span<std::byte> image = out.image.span().first(h.file_size);
   if (!h.compressed()) {
     // The file is the image. A large one is read in pieces by a second
@@ -383,14 +395,8 @@ result<shard_image> read_image(shard_reader& rd, const header_check& check) {
       return out;
     }
   } else {
-    // The image's header, as encode_header wrote it before compression: its
-    // checksum must be the one the compressed header records.
-    shard_header plain = h;
+    plain = h;
     encode_header(plain, image);
-    if (plain.header_checksum != h.header_checksum) {
-      return corrupt(rd.path(), "the rebuilt image header has checksum " + util::hex64(plain.header_checksum) +
-                                    ", the file records " + util::hex64(h.header_checksum));
-    }
     for (const auto& r : h.regions) CAIRN_RETURN_IF_ERROR(rd.read(r.offset, image.data() + r.offset, r.length));
     out.header = std::move(plain);  // describes the image returned
   }

@@ -5,6 +5,7 @@
 // the form that target takes them. Usage: cairn_fuzz_seeds <dir>.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -18,9 +19,11 @@
 #include "daemon/protocol.hpp"
 #include "format/manifest.hpp"
 #include "format/run_info.hpp"
+#include "format/shard_io.hpp"
 #include "format/tree.hpp"
 #include "redundancy/parity_file.hpp"
 #include "test_store.hpp"
+#include "util/hash.hpp"
 #include "util/hex.hpp"
 #include "util/json.hpp"
 
@@ -62,6 +65,29 @@ int main(int argc, char** argv) {
     // The image's tree as the engine builds it.
     format::tree_file t = format::build_tree(img->header, img->bytes, 64, 0);
     put("tree", rank, format::encode_tree(t));
+  }
+  // Whole shard files as restart reads them: uncompressed, and compressed
+  // (zstd frames: a region of zeros that shrinks, beside ones that do not).
+  {
+    std::vector<test::region_spec> more = regions;
+    more.push_back({"zeros", 1 /* uint8 */, 1 << 16, {}, false});
+    int s = 0;
+    for (uint32_t rank : {0u, 1u}) {
+      auto img = test::make_shard_image("run-a", "ckpt", 6, rank, 2, more);
+      if (!img) return 1;
+      for (auto& r : img->header.regions)
+        if (r.name == "zeros") {
+          std::fill(img->bytes.begin() + static_cast<long>(r.offset),
+                    img->bytes.begin() + static_cast<long>(r.offset + r.length), std::byte{0});
+          r.checksum = util::xxh3(img->bytes.data() + r.offset, r.length);
+        }
+      format::encode_header(img->header, img->bytes);
+      put("shard_image", s++, str(img->bytes));
+      auto c = format::compress_shard(img->header, img->bytes);
+      if (!c) return 1;
+      const auto f = c->file();
+      put("shard_image", s++, std::string(reinterpret_cast<const char*>(f.data()), f.size()));
+    }
   }
   // A store's MANIFEST (as written), a part record and RUN.
   test::temp_dir dir;
