@@ -46,6 +46,7 @@ result<std::unique_ptr<redundancy_level>> redundancy_level::create(level_host* h
 }
 
 unsigned redundancy_level::wants(uint64_t count) const {
+  if (off_) return 0;
   return count % static_cast<uint64_t>(cfg_.redundancy_interval) == 0 ? CAIRN_LEVEL_PROTECTED : 0u;
 }
 
@@ -96,6 +97,7 @@ status redundancy_level::rebuild(const std::string&, int64_t, const format::shar
 status redundancy_level::add_stages(graph_points& g) {
   redundancy::set_info mine;
   CAIRN_RETURN_IF_ERROR(form_set(&mine));
+  if (off_) return {};
   // Encodes from the image but follows the local level: a protected
   // version's shards are on their nodes (rebuild reads them).
   g.graph->add(redundancy::make_stage(host_->env(), g.paths, std::move(mine), plane_, {kill_version_, kill_after_}),
@@ -106,6 +108,7 @@ status redundancy_level::add_stages(graph_points& g) {
 result<nlohmann::json> redundancy_level::for_daemon(const std::vector<std::string>& peers) {
   redundancy::set_info set;
   CAIRN_RETURN_IF_ERROR(form_set(&set));
+  if (off_) return nlohmann::json(nullptr);  // the daemons encode nothing
   CAIRN_ASSIGN_OR_RETURN(std::string key, host_->plane_key());  // the one form_set agreed on
   const auto& rec = record_;  // what a protected version's MANIFEST records: the daemon commits it
   return nlohmann::json{{"scheme", cfg_.redundancy}, {"k", set.geo.k},         {"m", set.geo.m},
@@ -122,8 +125,15 @@ status redundancy_level::form_set(redundancy::set_info* out) {
   o.bind = cfg_.agents_bind == "auto" ? "" : cfg_.agents_bind;
   o.what = "redundancy data plane";
   auto p = redundancy::plane::create(o);
-  status st = p ? status() : p.error();
-  CAIRN_RETURN_IF_ERROR(host_->agree(st));
+  status st = host_->agree(p ? status() : p.error());
+  if (!st && !cfg_.redundancy_required) {
+    if (host_->rank() == 0)
+      std::fprintf(stderr, "cairn: redundancy = %s is off for this job (redundancy_required = false): %s\n",
+                   cfg_.redundancy.c_str(), st.message().c_str());
+    off_ = true;
+    return {};
+  }
+  CAIRN_RETURN_IF_ERROR(st);
   plane_ = std::move(p).value();
   // Every rank's node and endpoint, in rank order.
   auto lines = comm::allgather_lines(host_->comm(), host_->node() + "\t" + fabric::to_hex(plane_->name()));
@@ -318,6 +328,7 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
 
 status redundancy_level::rebuild(const std::string& name, int64_t version, const format::shard_image* mine) {
   const bool have = mine != nullptr;
+  if (off_) return have ? status() : status(errc::not_found, "redundancy is off for this job");
   storage::storage_env* env = host_->env();
   using nlohmann::json;
   const uint32_t me = static_cast<uint32_t>(host_->rank());

@@ -59,6 +59,10 @@ class redundancy_level final : public level {
   std::shared_ptr<fabric::mailbox> plane_;
   format::redundancy_info record_;             // what protected versions' manifests record
   std::map<std::string, int64_t> newest_protected_;  // per name: local retention keeps it and above
+  // redundancy_required = false and the job's data plane could not be made:
+  // the level protects nothing (said once at init; client settle_redundancy
+  // turns the scheme off before the levels exist for the other reasons).
+  bool off_ = false;
   // Test hook (fault_inject level=redundancy): this rank dies in the middle
   // of encoding `version`, after `after` windows.
   int64_t kill_version_ = -1;

@@ -323,3 +323,14 @@ def test_descriptors_cairn_cannot_express_are_warned_about_and_bad_ones_refused(
     conf.write_text("SCR_COPY_TYPE=FILE\nCKPT=0 INTERVAL=1 TYPE=MIRROR\n")
     bad = harness.run_process(api(scr_api, 2, 1), env(tmp_path / "b", SCR_CONF_FILE=conf), tmp_path)
     assert bad.rc != 0 and "CKPT=0: TYPE = 'MIRROR' is not SINGLE, PARTNER, XOR or RS" in bad.stderr, bad.describe()
+
+
+def test_a_job_that_cannot_make_its_data_plane_runs_without_redundancy_and_says_so(scr_api, tmp_path):
+    """SCR's default XOR on two nodes whose data plane cannot be made (a
+    provider that does not exist): the job runs and keeps its datasets, and
+    rank 0 says once why they are not protected."""
+    e = env(tmp_path, CAIRN_AGENTS_PROVIDER="no-such-provider")
+    r = harness.run_process(on_nodes(scr_api, tmp_path, 2), e, tmp_path)
+    assert r.rc == 0 and lines(r.stdout, "errors ") == ["errors 0"], r.describe()
+    assert r.stderr.count("redundancy = xor is off for this job") == 1, r.describe()
+    assert "no-such-provider" in r.stderr, r.describe()
