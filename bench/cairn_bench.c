@@ -693,6 +693,10 @@ int main(int argc, char **argv) {
     g_agents = agents && *agents;
   }
   if (!getenv("CAIRN_KEEP_PERSISTENT")) set_env("CAIRN_KEEP_PERSISTENT", "2");
+  /* "Restart from local" restores what the checkpointing handle left at the
+   * node-local level, which finalize removes by default (the run finished
+   * normally): without this it measured the persistent level. */
+  set_env("CAIRN_KEEP_LOCAL_AFTER_FINALIZE", "true");
   snprintf(ref_persistent, sizeof ref_persistent, "%s/ref.%06d", store, g_rank);
   snprintf(ref_local, sizeof ref_local, "%s/ref.%06d", scratch, g_rank);
 
