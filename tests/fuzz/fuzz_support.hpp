@@ -29,6 +29,16 @@ inline uint32_t get_u32(const std::string& s, size_t off) {
   return v;
 }
 
+// A shard file's header checksum (either format): it covers the header's
+// first hb bytes (hb at offset 16) with its own field (offset 56) zeroed.
+inline void reseal_shard_header(std::string* buf) {
+  const uint32_t hb = get_u32(*buf, 16);
+  if (buf->size() >= 64 && hb >= 64 && hb <= buf->size()) {
+    put_u64(buf, 56, 0);
+    put_u64(buf, 56, util::xxh3(buf->data(), hb));
+  }
+}
+
 }  // namespace cairn::fuzz
 
 #endif
