@@ -261,7 +261,28 @@ status client_impl::start() {
                       std::find(engine_cpus.begin(), engine_cpus.end(), home) == engine_cpus.end();
   util::thread_setup setup{std::move(engine_cpus), cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads, std::move(setup), std::move(stages));
+  start_cow();
   return {};
+}
+
+void client_impl::start_cow() {
+  // Copy-on-write needs the engine's threads (sync mode waits for every
+  // level anyway) and a version that may complete after cairn_checkpoint
+  // returns (not the daemon's, which holds it at return).
+  if (cfg_.capture == capture_method::copy) return;
+  const char* why = nullptr;
+  if (cfg_.mode != engine_mode::thread) why = "mode = sync waits for every level inside cairn_checkpoint";
+  for (const auto& l : levels_)
+    if (l->takes_capture()) why = "engine_host = daemon holds the whole version when cairn_checkpoint returns";
+  std::string reason;
+  if (!why) {
+    auto c = engine::cow_capture::make();
+    if (c) cow_ = std::move(*c);
+    else reason = c.error().message();
+    why = reason.empty() ? nullptr : reason.c_str();
+  }
+  if (why && cfg_.capture == capture_method::cow && rank() == 0)
+    std::fprintf(stderr, "cairn: notice: capture = cow does not apply here (%s): checkpoints copy\n", why);
 }
 
 status client_impl::resolve_layout() {
@@ -353,8 +374,10 @@ status client_impl::protect(region r) {
       std::reverse(r.mem_start.begin(), r.mem_start.end());
     }
   }
-  if (auto it = regions_.find(r.name); it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count))
+  if (auto it = regions_.find(r.name); it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count)) {
+    drain_capture();  // the region's old memory may be freed once this returns
     for (const auto& l : levels_) l->regions_changed();
+  }
   regions_[r.name] = std::move(r);
   // A run with versions may restart: its slots wait kRestartGrace after the
   // last protect for the application to ask (a restart wants the memory
@@ -376,6 +399,7 @@ result<int> client_impl::probe() {
 }
 
 status client_impl::unprotect(const std::string& name) {
+  drain_capture();  // the application may free the memory once this returns
   if (regions_.erase(name) == 0) return {errc::not_found, "region '" + name + "' is not protected"};
   for (const auto& l : levels_) l->regions_changed();
   return {};
@@ -395,7 +419,8 @@ status client_impl::checkpoint(const std::string& name, int64_t version) {
   return capture(name, version, regs);
 }
 
-status client_impl::capture(const std::string& name, int64_t version, const std::vector<region>& regs) {
+status client_impl::capture(const std::string& name, int64_t version, const std::vector<region>& regs,
+                            bool may_cow) {
   if (finalized_) return {errc::invalid_argument, "handle already finalized"};
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
   if (version < 0) return {errc::invalid_argument, "checkpoint '" + name + "': version must be >= 0"};
@@ -469,17 +494,20 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   // The copy goes 16 MiB at a time (non-temporal stores: no slower in
   // pieces); with `stream` the persistent write follows it piece by piece
   // and need not wait for the whole image.
-  const bool stream = stream_capture_ && !lend && (wanted & CAIRN_LEVEL_PERSISTENT);
-  if (stream) engine_->submit(job, true);
-  copy_image(*job, regs, lend, stream);
+  const bool cow = use_cow(job->header.file_size, lend, may_cow);
+  const bool stream = !cow && stream_capture_ && !lend && (wanted & CAIRN_LEVEL_PERSISTENT);
+  // A lent version is captured once the agents hold it (or it was copied);
+  // a copy-on-write one once the background copy ends (engine::captured).
+  job->done = job->lent.empty() && !cow ? CAIRN_LEVEL_CAPTURED : 0;
+  if (stream || cow) engine_->submit(job, true);
+  const double t0 = util::now_s();
+  if (cow) capture_cow(job, regs);
+  else copy_image(*job, regs, lend, stream);
   warnings_at_capture_ = warnings;
   ++stats_.checkpoints;
-  stats_.stage_seconds["capture"] += job->capture_s;
+  stats_.stage_seconds["capture"] += util::now_s() - t0;  // the application's part (cow: the protection)
   stats_dirty_ = true;
   if (near_deadline()) deadline_checkpointed_ = true;  // agreed: the same on every rank
-
-  // A lent version is captured once the agents hold it (or it was copied).
-  job->done = job->lent.empty() ? CAIRN_LEVEL_CAPTURED : 0;
   last_version_[name] = version;
 
   version_record* rec = track(name, version, job);
@@ -488,7 +516,7 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   // daemon: the application may die right after) gets it before the engine.
   for (const auto& l : levels_) l->captured(*rec);
   if (stream) engine_->captured(*job);
-  else engine_->submit(job);
+  else if (!cow) engine_->submit(job);
   for (const auto& l : levels_) l->submitted(*rec);
   if (cfg_.mode == engine_mode::sync) {
     // The baseline: the application waits for every level of this version.
@@ -497,6 +525,57 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   }
   if (earlier_failed) return report_earlier_failure(name, version);
   return {};
+}
+
+bool client_impl::use_cow(uint64_t bytes, bool lend, bool may_cow) const {
+  if (!cow_ || lend || !may_cow) return false;
+  return cfg_.capture == capture_method::cow || bytes >= kCowMinBytes;
+}
+
+void client_impl::capture_cow(const std::shared_ptr<engine::version_job>& job, const std::vector<region>& regs) {
+  std::byte* img = job->image->data();
+  const auto& regions = job->header.regions;
+  std::vector<engine::cow_region> protect;
+  std::vector<size_t> which;  // index in regs of protect[k]
+  for (size_t i = 0; i < regs.size(); ++i) {
+    const auto& d = regions[i];
+    if (regs[i].mem_shape.empty() && d.length) {
+      protect.push_back({static_cast<const std::byte*>(regs[i].ptr), d.length, img + d.offset});
+      which.push_back(i);
+    }
+    // Zero the alignment padding so no stale bytes of earlier layouts leak to disk.
+    const uint64_t end = format::align_up(d.offset + d.length);
+    if (end > d.offset + d.length) std::memset(img + d.offset + d.length, 0, end - d.offset - d.length);
+  }
+  // The background copy ends the capture; the job (and the engine, which
+  // outlives cow_) stay until it has.
+  std::vector<int> refused = cow_->begin(protect, [this, job](status st, const engine::cow_report& r) {
+    job->capture_s = r.copy_s;
+    cow_faults_ += r.faults;
+    engine_->captured(*job, std::move(st));
+  });
+  if (job->header.version == kill_capture_version_) ::raise(SIGKILL);  // test hook: crash mid-copy
+  std::vector<bool> copy_here(regs.size(), true);
+  for (size_t k = 0; k < which.size(); ++k) {
+    copy_here[which[k]] = refused[k] != 0;
+    if (refused[k] && cow_refused_.insert(refused[k]).second)
+      std::fprintf(stderr,
+                   "cairn: rank %d: notice: capture = cow: region '%s' is copied, not write-protected (%s%s)\n",
+                   rank(), regs[which[k]].name.c_str(), std::strerror(refused[k]),
+                   refused[k] == EINVAL ? ": shared, file-backed or huge-page memory" : "");
+  }
+  for (size_t i = 0; i < regs.size(); ++i)
+    if (copy_here[i]) copy_region(img, regions[i], regs[i]);
+  cow_->caller_done();
+}
+
+void client_impl::copy_region(std::byte* img, const format::region_desc& d, const region& r) {
+  if (!r.mem_shape.empty()) {
+    copy_block(img + d.offset, static_cast<std::byte*>(r.ptr), format::type_size(d.type), row_major_dims(r), r.mem_shape,
+               r.mem_start, true);
+  } else if (d.length) {
+    util::stream_copy(img + d.offset, r.ptr, d.length);
+  }
 }
 
 void client_impl::copy_image(engine::version_job& job, const std::vector<region>& regs, bool lend, bool stream) {
@@ -630,6 +709,7 @@ status client_impl::wait(const std::string& name, int64_t version, unsigned leve
 
 status client_impl::finalize(bool wait_for_pending) {
   if (finalized_) return {};
+  drain_capture();
   status first;
   pool_.stop_ahead();  // a slot made ahead (or waiting for a restart) would not be used
   metrics_inline_ = true;  // the engine stops below: the textfile is written here from now on

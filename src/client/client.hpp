@@ -21,6 +21,7 @@
 #include "cairn.h"
 #include "cairn/status.hpp"
 #include "comm/comm.hpp"
+#include "engine/cow.hpp"
 #include "engine/engine.hpp"
 #include "engine/recycler.hpp"
 #include "engine/staging.hpp"
@@ -175,7 +176,27 @@ class client_impl final : private level_host {
   status write_run_identity(bool at_init = false);
 
   // Captures `regions` as (name, version) and submits the job. Collective.
-  status capture(const std::string& name, int64_t version, const std::vector<region>& regions);
+  // may_cow: the regions stay mapped after the call (not file mode's mappings).
+  status capture(const std::string& name, int64_t version, const std::vector<region>& regions,
+                 bool may_cow = true);
+  // capture = cow: the version's contiguous regions write-protected and
+  // copied in the background (engine::cow_capture), the rest copied here;
+  // the job was submitted capturing, and engine::captured ends it.
+  void capture_cow(const std::shared_ptr<engine::version_job>& job, const std::vector<region>& regions);
+  // Whether this capture of `bytes` goes copy-on-write.
+  bool use_cow(uint64_t bytes, bool lend, bool may_cow) const;
+  // capture = auto: the smallest image captured copy-on-write (below it, the
+  // protection and the thread's wake-up cost about what the copy does).
+  static constexpr uint64_t kCowMinBytes = uint64_t{8} << 20;
+  // Copies region r into its place d in the image.
+  static void copy_region(std::byte* img, const format::region_desc& d, const region& r);
+  // Waits until no capture copies in the background (the regions may then
+  // be freed, moved or overwritten by a restart).
+  // Makes cow_ where capture asks for it and it applies (init); says once why not for capture = cow.
+  void start_cow();
+  void drain_capture() {
+    if (cow_) cow_->drain();
+  }
   // Local: plans the shard header of a capture of `regs` into *h and makes
   // sure staging can hold it (the status is agreed by the capture's round).
   status reserve_staging(const std::string& name, int64_t version, const std::vector<region>& regs,
@@ -363,6 +384,11 @@ class client_impl final : private level_host {
   bool staging_queued_ CAIRN_GUARDED_BY(staging_mu_) = false;
   std::shared_ptr<engine::local_recycler> recycler_;  // local level on: retired node-local shards reused
   std::unique_ptr<engine::engine> engine_;
+  // capture = cow or auto where userfaultfd serves (null otherwise). After
+  // engine_: its last capture ends (engine::captured) before the engine goes.
+  std::unique_ptr<engine::cow_capture> cow_;
+  std::set<int> cow_refused_;                 // errnos already explained once (copied regions)
+  std::atomic<uint64_t> cow_faults_{0};       // writes that waited for their block, all captures
   cairn::mutex catalog_mu_;
   std::unique_ptr<history::catalog> catalog_ CAIRN_GUARDED_BY(catalog_mu_);  // rank 0 only
 

@@ -32,6 +32,9 @@ class daemon_level final : public level {
   // Collective: starts and connects to the node's daemon; adds the proxies.
   status start(graph_points& g) override;
   void captured(version_record& rec) override;
+  // The daemon holds the version when cairn_checkpoint returns, so that it
+  // survives the application dying right after.
+  bool takes_capture() const override { return true; }
   void on_level_complete(version_record& rec, unsigned level) override;
   void abandon() override;
   status finish(bool waited) override;

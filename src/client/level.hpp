@@ -161,6 +161,9 @@ class level {
   // The image is complete, before the engine gets the version: what must
   // hold the version before cairn_checkpoint returns takes it here.
   virtual void captured(version_record&) {}
+  // Whether captured() needs the whole image before cairn_checkpoint
+  // returns: copy-on-write capture (which completes it later) does not apply.
+  virtual bool takes_capture() const { return false; }
   // The version was submitted to the engine (before cairn_checkpoint returns).
   virtual void submitted(version_record&) {}
   // The manifest's part of this level for a version (an engine thread: reads

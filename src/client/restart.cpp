@@ -283,6 +283,7 @@ result<int64_t> client_impl::restart_test(const std::string& name, int64_t max_v
 }
 
 status client_impl::restart(const std::string& name, int64_t version) {
+  drain_capture();  // a background copy reads the regions the restart writes
   status st = [&] {
     engine::staging_pause pause(pool_);
     return restore(name, version);
@@ -506,7 +507,7 @@ status client_impl::checkpoint_end(bool success) {
     }
     if (regs.empty()) st = agree(status(errc::invalid_argument, "cairn_checkpoint_end: no file was routed"));
   }
-  if (st) st = capture(fm.name, fm.version, regs);
+  if (st) st = capture(fm.name, fm.version, regs, false);  // the mappings go below
   (void)env_->remove_tree(fm.dir);  // the files now live in the shard
   return st;
 }

@@ -82,7 +82,8 @@ void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
   }
 }
 
-void engine::captured(version_job& job) {
+void engine::captured(version_job& job, status error) {
+  if (error.is_ok()) job.capture.publish(job.header.file_size);
   job.capture.end();
   bool wake = false;
   std::vector<std::shared_ptr<version_job>> finished;
@@ -90,9 +91,12 @@ void engine::captured(version_job& job) {
     cairn::lock_guard lk(mu_);
     if (!job.capturing) return;
     job.capturing = false;
+    if (error.is_ok() && job.lent.empty()) job.done |= kLevelCaptured;
+    job.capture_error = std::move(error);
     finished = schedule();
     wake = claim_wake();
   }
+  state_cv_.notify_all();  // a wait for kLevelCaptured
   if (wake) work_cv_.notify_one();
   release_slots(std::move(finished));
 }

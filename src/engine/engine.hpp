@@ -71,6 +71,10 @@ struct version_job {
   // for stages that follow it (stage::follows_capture); complete unless the
   // job was submitted with capturing = true.
   util::byte_progress capture;
+  // Why a capture that ended in the background (capture = cow) is not
+  // complete: the checksum stage fails the version with it. Written before
+  // engine::captured.
+  status capture_error;
   std::unique_ptr<stage_carry> carry;  // see stage_carry
   // agents_lend: per region (header.regions order), the application memory
   // that holds its bytes, lent until the version reaches kLevelCaptured
@@ -185,8 +189,10 @@ class engine {
   // publishes its progress in job->capture; only stages that follow the
   // capture start before captured(job).
   void submit(std::shared_ptr<version_job> job, bool capturing = false);
-  // The capture of a job submitted with capturing = true is complete.
-  void captured(version_job& job);
+  // The capture of a job submitted with capturing = true is over: complete
+  // (kLevelCaptured done, unless regions are lent), or failed with `error`
+  // (the version fails at its checksum stage). Any thread.
+  void captured(version_job& job, status error = {});
   // Queues a task (thread mode; tasks of one priority run in submission
   // order) or runs it now (sync mode). A failing task's status is latched.
   void submit_task(std::function<status()> task, task_priority priority = task_priority::normal);

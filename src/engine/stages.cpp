@@ -86,6 +86,7 @@ class checksum_stage final : public stage {
   const char* name() const override { return trees_ ? "checksum and hash trees" : "checksum"; }
   bool essential() const override { return true; }
   status run(version_job& job) override {
+    if (!job.capture_error.is_ok()) return job.capture_error;
     const double t0 = util::now_s();
     std::vector<const std::byte*> regions(job.header.regions.size());
     for (size_t i = 0; i < regions.size(); ++i) regions[i] = job.region_data(i);

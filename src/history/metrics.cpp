@@ -60,6 +60,8 @@ std::string to_openmetrics(const std::vector<rank_metrics>& ranks) {
                        "Newest committed version: from the earliest capture of any rank to its MANIFEST commit."};
   const family warnings{"cairn_warning_signals", "counter", "Warning signals (warning_signals) this process received."};
   const family staging{"cairn_staging_bytes", "gauge", "Staging memory this rank holds."};
+  const family faults{"cairn_capture_write_faults", "counter",
+                      "Writes of the application that waited for their block to be copied (capture = cow)."};
 
   if (std::any_of(ranks.begin(), ranks.end(), [](const rank_metrics& r) { return r.checkpoints > 0; }) ||
       std::any_of(ranks.begin(), ranks.end(), [](const rank_metrics& r) { return r.warning_signals.has_value(); })) {
@@ -95,6 +97,10 @@ std::string to_openmetrics(const std::vector<rank_metrics>& ranks) {
     head(staging);
     for (const auto& r : ranks) sample(staging, labels(r), std::to_string(r.staging_bytes.value_or(0)));
   }
+  if (std::any_of(ranks.begin(), ranks.end(), [](const rank_metrics& r) { return r.capture_write_faults.has_value(); })) {
+    head(faults);
+    for (const auto& r : ranks) sample(faults, labels(r), std::to_string(r.capture_write_faults.value_or(0)));
+  }
   out += "# EOF\n";
   return out;
 }
@@ -118,6 +124,7 @@ std::string to_json(const std::vector<rank_metrics>& ranks) {
     j["time_to_durable_s"] = r.time_to_durable_s;
     if (r.warning_signals) j["warning_signals"] = *r.warning_signals;
     if (r.staging_bytes) j["staging_bytes"] = *r.staging_bytes;
+    if (r.capture_write_faults) j["capture_write_faults"] = *r.capture_write_faults;
     arr.push_back(std::move(j));
   }
   return arr.dump(1) + "\n";

@@ -34,6 +34,7 @@ struct rank_metrics {
   // Only the live process knows these (absent from `cairn stats`).
   std::optional<uint64_t> warning_signals;
   std::optional<uint64_t> staging_bytes;
+  std::optional<uint64_t> capture_write_faults;  // capture = cow: writes that waited for their block
 };
 
 inline const char* const kLevelNames[] = {"local", "persistent"};

@@ -21,6 +21,12 @@ enum class placement { none, core, socket, node };
 // copies the image (write_during_capture): automatic = only when the engine
 // threads are placed on other CPUs than the application thread.
 enum class capture_overlap { automatic, on, off };
+// How cairn_checkpoint captures the regions (docs/design/cow-capture.md):
+// copy = into staging before it returns; cow = write-protect them and copy in
+// the background, a write to a page not copied yet copying its block first
+// (userfaultfd; copy where it is unavailable or does not apply); automatic =
+// cow where it is available, for captures of at least kCowMinBytes.
+enum class capture_method { copy, cow, automatic };
 // Scheduling of engine threads (issue 11): normal (inherit), batch
 // (SCHED_BATCH: never preempts the application on wakeup), idle (SCHED_IDLE:
 // runs only on otherwise idle CPUs).
@@ -61,6 +67,7 @@ struct config {
   double daemon_drain_s = 20;
   cairn::placement placement = placement::none;
   cairn::capture_overlap write_during_capture = capture_overlap::automatic;
+  cairn::capture_method capture = capture_method::copy;
   cairn::thread_priority engine_priority = thread_priority::batch;
   int engine_nice = 0;  // added to engine threads' nice value (0..19)
   int keep_local = 2;       // 0 = keep all
