@@ -35,12 +35,12 @@ uint64_t page_size() {
   return p;
 }
 
-// A registered range: whole pages, disjoint from the others, sorted.
+// A range of whole pages, disjoint from the others, sorted: registered with
+// the userfaultfd by the caller, protected and lifted by the thread.
 struct span {
   uint64_t lo = 0, hi = 0;
   uint32_t first_block = 0, blocks = 0;
   int error = 0;  // why it is not protected (0: it is)
-  bool registered = false;
 };
 
 // The unit copied and unprotected at a time: kBlock-aligned, inside one span.
@@ -140,6 +140,7 @@ struct cow_capture::control {
   size_t nblocks = 0;
   uint32_t* refs = nullptr;
 
+  bool dropped = false;  // the thread unregistered spans (after a failure)
   // The thread's result: which region could not be read, or which call failed.
   int fail_errno = 0;
   int fail_region = -1;
@@ -206,7 +207,11 @@ cow_capture::~cow_capture() {
   }
   ctl_->cv.notify_all();
   thread_.join();
-  ::close(uffd_);
+  for (const auto& [lo, hi] : registered_) {
+    uffdio_range range{lo, hi - lo};
+    (void)::ioctl(uffd_, UFFDIO_UNREGISTER, &range);
+  }
+  ::close(uffd_);  // would unregister too
   if (ctl_->arena) ::munmap(ctl_->arena, ctl_->arena_bytes);
   ctl_->~control();
   ::munmap(ctl_, sizeof(control));
@@ -220,6 +225,40 @@ bool cow_capture::busy() const {
 void cow_capture::drain() {
   cairn::unique_lock lk(ctl_->mu);
   ctl_->cv.wait(lk, [&]() CAIRN_REQUIRES(ctl_->mu) { return ctl_->ended; });
+}
+
+// Registration lasts from one capture to the next (a capture of the same
+// regions registers nothing: unregistering walks every page table entry,
+// as long as the protection itself); spans no longer wanted are let go.
+// Nothing is protected here (the thread is idle), so this thread may do it.
+void cow_capture::register_spans(std::vector<span_ref> spans) {
+  if (ctl_->dropped) {  // the last capture failed and unregistered
+    registered_.clear();
+    ctl_->dropped = false;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> keep;
+  for (const auto& r : registered_) {
+    const bool wanted = std::any_of(spans.begin(), spans.end(), [&](const span_ref& s) {
+      return !*s.error && s.lo == r.first && s.hi == r.second;
+    });
+    if (wanted) {
+      keep.push_back(r);
+    } else {
+      uffdio_range range{r.first, r.second - r.first};
+      (void)::ioctl(uffd_, UFFDIO_UNREGISTER, &range);  // gone already if the memory was unmapped
+    }
+  }
+  registered_ = std::move(keep);
+  for (auto& s : spans) {
+    if (*s.error || std::find(registered_.begin(), registered_.end(), std::make_pair(s.lo, s.hi)) != registered_.end())
+      continue;
+    uffdio_register reg{};
+    reg.range.start = s.lo;
+    reg.range.len = s.hi - s.lo;
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    if (::ioctl(uffd_, UFFDIO_REGISTER, &reg) != 0) *s.error = errno;  // EBUSY: another userfaultfd has it
+    else registered_.emplace_back(s.lo, s.hi);
+  }
 }
 
 std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn done) {
@@ -253,6 +292,11 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
     checked_spans_ = std::move(bounds);
   }
   for (size_t k = 0; k < spans.size(); ++k) spans[k].error = checked_errors_[k];
+  {
+    std::vector<span_ref> refs;
+    for (auto& sp : spans) refs.push_back({sp.lo, sp.hi, &sp.error});
+    register_spans(std::move(refs));
+  }
   std::vector<block> blocks;
   for (auto& s : spans) {
     s.first_block = static_cast<uint32_t>(blocks.size());
@@ -333,6 +377,10 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
     c.cv.wait(lk, [&]() CAIRN_REQUIRES(c.mu) { return c.state != control::arm; });
   }
   for (size_t i = 0; i < regions.size(); ++i) result[i] = c.reg_error[i];
+  // A span the thread could not protect (its memory changed under the
+  // registration) is registered again at the next capture.
+  for (size_t k = 0; k < c.nspans; ++k)
+    if (c.spans[k].error && !spans[k].error) std::erase(registered_, std::make_pair(spans[k].lo, spans[k].hi));
   return result;
 }
 
@@ -446,27 +494,13 @@ void cow_capture::thread_main() {
       if (c.state == control::stop) return;
     }
     c.t0 = util::now_s();
-    // Arm: register and protect every span; a span that cannot be is the caller's to copy.
+    // Arm: protect every registered span; a span that cannot be is the caller's to copy.
     for (size_t s = 0; s < c.nspans; ++s) {
       span& sp = c.spans[s];
-      if (sp.error) {  // not private anonymous memory
+      if (!sp.error && (sp.error = wp(sp.lo, sp.hi - sp.lo, true)) != 0 && wp(sp.lo, sp.hi - sp.lo, false) != 0)
+        unregister(sp.lo, sp.hi - sp.lo);  // a part may be protected: lift it, whatever it takes
+      if (sp.error)
         for (uint32_t b = 0; b < sp.blocks; ++b) c.blocks[sp.first_block + b].done = true;
-        continue;
-      }
-      uffdio_register reg{};
-      reg.range.start = sp.lo;
-      reg.range.len = sp.hi - sp.lo;
-      reg.mode = UFFDIO_REGISTER_MODE_WP;
-      if (::ioctl(fd, UFFDIO_REGISTER, &reg) != 0) {
-        sp.error = errno;
-      } else {
-        sp.registered = true;
-        if (int e = wp(sp.lo, sp.hi - sp.lo, true)) sp.error = e;
-      }
-      if (sp.error) {
-        if (sp.registered) unregister(sp.lo, sp.hi - sp.lo);
-        for (uint32_t b = 0; b < sp.blocks; ++b) c.blocks[sp.first_block + b].done = true;
-      }
     }
     for (size_t i = 0; i < c.nregs; ++i)
       if (c.reg_span[i] != UINT32_MAX) c.reg_error[i] = c.spans[c.reg_span[i]].error;
@@ -494,10 +528,18 @@ void cow_capture::thread_main() {
       }
     }
     if (ok) ok = serve();
-    // Unregister: lifts any protection left (after a failure) and wakes its writers.
-    for (size_t s = 0; s < c.nspans; ++s)
-      if (c.spans[s].registered && !c.spans[s].error) unregister(c.spans[s].lo, c.spans[s].hi - c.spans[s].lo);
-    (void)serve(false);  // messages of writes a failure let go
+    if (!ok) {
+      // Lift what is still protected (and wake its writers); where even that
+      // fails, unregister, which lifts it too (the caller registers again).
+      for (size_t s = 0; s < c.nspans; ++s) {
+        const span& sp = c.spans[s];
+        if (!sp.error && wp(sp.lo, sp.hi - sp.lo, false) != 0) {
+          unregister(sp.lo, sp.hi - sp.lo);
+          c.dropped = true;
+        }
+      }
+      (void)serve(false);  // messages of writes the failure let go
+    }
     c.report.copy_s = util::now_s() - c.t0;
     {
       cairn::lock_guard lk(c.mu);

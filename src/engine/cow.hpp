@@ -90,7 +90,12 @@ class cow_capture {
 
  private:
   struct control;
+  struct span_ref {
+    uint64_t lo, hi;
+    int* error;  // in: why it cannot be protected (0: it may be); out: also why it could not be registered
+  };
   explicit cow_capture(int uffd, control* ctl);
+  void register_spans(std::vector<span_ref> spans);
   void thread_main();
   void finish_part();
 
@@ -99,6 +104,7 @@ class cow_capture {
   // The spans begin checked against /proc/self/maps last, and what it found.
   std::vector<std::pair<uint64_t, uint64_t>> checked_spans_;
   std::vector<int> checked_errors_;
+  std::vector<std::pair<uint64_t, uint64_t>> registered_;  // spans registered now
   done_fn done_;
   std::thread thread_;
 };
