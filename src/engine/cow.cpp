@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -50,6 +51,21 @@ struct block {
   uint64_t copied = 0;               // [lo, copied) is in the image (0: nothing yet)
   bool done = false;                 // copied and unprotected (or not the thread's)
 };
+
+// UFFDIO_WRITEPROTECT over [lo, lo + len): on, or off (which wakes the
+// writers waiting there). 0 or the errno.
+int write_protect(int fd, uint64_t lo, uint64_t len, bool on) {
+  uffdio_writeprotect w{};
+  w.range.start = lo;
+  w.range.len = len;
+  w.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0;
+  return ::ioctl(fd, UFFDIO_WRITEPROTECT, &w) == 0 ? 0 : errno;
+}
+
+void unregister_range(int fd, uint64_t lo, uint64_t len) {
+  uffdio_range r{lo, len};
+  (void)::ioctl(fd, UFFDIO_UNREGISTER, &r);  // lifts what protection is left and wakes its writers
+}
 
 void* map_pages(size_t bytes) {
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -122,17 +138,20 @@ int check_private_anonymous(const std::vector<mapping_kind>& maps, uint64_t lo, 
 struct cow_capture::control {
   cairn::mutex mu;
   cairn::condition_variable cv;
-  enum phase { idle, arm, running, stop };
-  phase state CAIRN_GUARDED_BY(mu) = idle;
   bool ended CAIRN_GUARDED_BY(mu) = true;  // done returned for the capture begun last
   std::atomic<int> parts{0};               // the thread's part and the caller's, not over yet
+  // The thread waits in poll(2) on the userfaultfd and on `wake` (an
+  // eventfd): between captures, and while the caller protects, it serves
+  // faults without being woken first. active: the tables below are the
+  // current capture's (faults are served from them); go: the caller has
+  // protected what it could (spans[].error final), copy; stop: end.
+  int wake = -1;
+  std::atomic<bool> active{false}, go{false}, stop{false};
 
   pid_t pid = 0;
   size_t arena_bytes = 0;
   std::byte* arena = nullptr;
   cow_region* regs = nullptr;
-  int* reg_error = nullptr;
-  uint32_t* reg_span = nullptr;
   size_t nregs = 0;
   span* spans = nullptr;
   size_t nspans = 0;
@@ -192,6 +211,14 @@ result<std::unique_ptr<cow_capture>> cow_capture::make() {
   }
   auto* ctl = new (mem) control();
   ctl->pid = ::getpid();
+  ctl->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (ctl->wake < 0) {
+    const int e = errno;
+    ::close(fd);
+    ctl->~control();
+    ::munmap(mem, sizeof(control));
+    return status(errc::not_supported, std::string("cow capture: eventfd: ") + std::strerror(e));
+  }
   return std::unique_ptr<cow_capture>(new cow_capture(fd, ctl));
 }
 
@@ -201,17 +228,13 @@ cow_capture::cow_capture(int uffd, control* ctl) : uffd_(uffd), ctl_(ctl) {
 
 cow_capture::~cow_capture() {
   drain();
-  {
-    cairn::lock_guard lk(ctl_->mu);
-    ctl_->state = control::stop;
-  }
-  ctl_->cv.notify_all();
+  ctl_->stop.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  (void)!::write(ctl_->wake, &one, sizeof(one));
   thread_.join();
-  for (const auto& [lo, hi] : registered_) {
-    uffdio_range range{lo, hi - lo};
-    (void)::ioctl(uffd_, UFFDIO_UNREGISTER, &range);
-  }
+  for (const auto& [lo, hi] : registered_) unregister_range(uffd_, lo, hi - lo);
   ::close(uffd_);  // would unregister too
+  ::close(ctl_->wake);
   if (ctl_->arena) ::munmap(ctl_->arena, ctl_->arena_bytes);
   ctl_->~control();
   ::munmap(ctl_, sizeof(control));
@@ -244,8 +267,7 @@ void cow_capture::register_spans(std::vector<span_ref> spans) {
     if (wanted) {
       keep.push_back(r);
     } else {
-      uffdio_range range{r.first, r.second - r.first};
-      (void)::ioctl(uffd_, UFFDIO_UNREGISTER, &range);  // gone already if the memory was unmapped
+      unregister_range(uffd_, r.first, r.second - r.first);  // gone already if the memory was unmapped
     }
   }
   registered_ = std::move(keep);
@@ -323,8 +345,7 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
 
   // The tables go where the thread may write (see the header comment).
   auto bytes_of = [](size_t n, size_t each) { return (n * each + 63) / 64 * 64; };
-  const size_t need = bytes_of(regions.size(), sizeof(cow_region)) + bytes_of(regions.size(), sizeof(int)) +
-                      bytes_of(regions.size(), sizeof(uint32_t)) + bytes_of(spans.size(), sizeof(span)) +
+  const size_t need = bytes_of(regions.size(), sizeof(cow_region)) + bytes_of(spans.size(), sizeof(span)) +
                       bytes_of(blocks.size(), sizeof(block)) + bytes_of(nrefs, sizeof(uint32_t));
   std::vector<int> result(regions.size(), 0);
   if (need > c.arena_bytes) {
@@ -344,14 +365,10 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
     return p;
   };
   c.regs = reinterpret_cast<cow_region*>(carve(regions.size(), sizeof(cow_region)));
-  c.reg_error = reinterpret_cast<int*>(carve(regions.size(), sizeof(int)));
-  c.reg_span = reinterpret_cast<uint32_t*>(carve(regions.size(), sizeof(uint32_t)));
   c.spans = reinterpret_cast<span*>(carve(spans.size(), sizeof(span)));
   c.blocks = reinterpret_cast<block*>(carve(blocks.size(), sizeof(block)));
   c.refs = reinterpret_cast<uint32_t*>(carve(nrefs, sizeof(uint32_t)));
   std::copy(regions.begin(), regions.end(), c.regs);
-  std::fill(c.reg_error, c.reg_error + regions.size(), 0);
-  std::copy(reg_span.begin(), reg_span.end(), c.reg_span);
   std::copy(spans.begin(), spans.end(), c.spans);
   std::copy(blocks.begin(), blocks.end(), c.blocks);
   for (size_t b = 0; b < blocks.size(); ++b)
@@ -363,24 +380,33 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
   c.fail_region = -1;
   c.fail_what = nullptr;
   c.report = {};
+  c.t0 = util::now_s();
   done_ = std::move(done);
-
-  // The thread protects: it must be serving faults from the moment the first
-  // page is protected (this thread's own writes, on its way back to the
-  // application, may touch protected pages).
   c.parts.store(2, std::memory_order_relaxed);
   {
-    cairn::unique_lock lk(c.mu);
+    cairn::lock_guard lk(c.mu);
     c.ended = false;
-    c.state = control::arm;
-    c.cv.notify_all();
-    c.cv.wait(lk, [&]() CAIRN_REQUIRES(c.mu) { return c.state != control::arm; });
   }
-  for (size_t i = 0; i < regions.size(); ++i) result[i] = c.reg_error[i];
-  // A span the thread could not protect (its memory changed under the
-  // registration) is registered again at the next capture.
-  for (size_t k = 0; k < c.nspans; ++k)
-    if (c.spans[k].error && !spans[k].error) std::erase(registered_, std::make_pair(spans[k].lo, spans[k].hi));
+
+  // Protect. The thread serves faults from the tables from here on (this
+  // thread's own writes, on its way back to the application, may touch
+  // protected pages), and this thread never sleeps waiting for it: on a
+  // loaded node, a wake-up would cost the application a time slice.
+  c.go.store(false, std::memory_order_relaxed);
+  c.active.store(true, std::memory_order_release);
+  for (size_t k = 0; k < c.nspans; ++k) {
+    span& sp = c.spans[k];
+    if (sp.error || (sp.error = write_protect(uffd_, sp.lo, sp.hi - sp.lo, true)) == 0) continue;
+    // A part may be protected: lift it, whatever it takes; the span is
+    // registered again at the next capture (its memory changed under the registration?).
+    if (write_protect(uffd_, sp.lo, sp.hi - sp.lo, false) != 0) unregister_range(uffd_, sp.lo, sp.hi - sp.lo);
+    std::erase(registered_, std::make_pair(sp.lo, sp.hi));
+  }
+  for (size_t i = 0; i < regions.size(); ++i)
+    result[i] = reg_span[i] == UINT32_MAX ? 0 : c.spans[reg_span[i]].error;
+  c.go.store(true, std::memory_order_release);
+  const uint64_t one = 1;
+  (void)!::write(c.wake, &one, sizeof(one));
   return result;
 }
 
@@ -413,17 +439,6 @@ void cow_capture::finish_part() {
 void cow_capture::thread_main() {
   control& c = *ctl_;
   const int fd = uffd_;
-  auto wp = [fd](uint64_t lo, uint64_t len, bool on) {
-    uffdio_writeprotect w{};
-    w.range.start = lo;
-    w.range.len = len;
-    w.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0;  // lifting it wakes the writers waiting in the range
-    return ::ioctl(fd, UFFDIO_WRITEPROTECT, &w) == 0 ? 0 : errno;
-  };
-  auto unregister = [fd](uint64_t lo, uint64_t len) {
-    uffdio_range r{lo, len};
-    (void)::ioctl(fd, UFFDIO_UNREGISTER, &r);  // lifts what protection is left and wakes its writers
-  };
   // Keeps the first failure; returns false for the caller to pass on.
   auto fail = [&](const char* what, int err, int region) {
     if (!c.fail_what) {
@@ -456,7 +471,7 @@ void cow_capture::thread_main() {
     b.done = true;
     ++c.report.blocks;
     if (!ok) return false;
-    if (int e = wp(b.lo, b.hi - b.lo, false)) return fail("lifting the write protection", e, -1);
+    if (int e = write_protect(fd, b.lo, b.hi - b.lo, false)) return fail("lifting the write protection", e, -1);
     return true;
   };
   auto find_block = [&](uint64_t addr) -> block* {
@@ -488,30 +503,23 @@ void cow_capture::thread_main() {
   };
 
   for (;;) {
-    {
-      cairn::unique_lock lk(c.mu);
-      c.cv.wait(lk, [&]() CAIRN_REQUIRES(c.mu) { return c.state == control::arm || c.state == control::stop; });
-      if (c.state == control::stop) return;
-    }
-    c.t0 = util::now_s();
-    // Arm: protect every registered span; a span that cannot be is the caller's to copy.
-    for (size_t s = 0; s < c.nspans; ++s) {
-      span& sp = c.spans[s];
-      if (!sp.error && (sp.error = wp(sp.lo, sp.hi - sp.lo, true)) != 0 && wp(sp.lo, sp.hi - sp.lo, false) != 0)
-        unregister(sp.lo, sp.hi - sp.lo);  // a part may be protected: lift it, whatever it takes
-      if (sp.error)
-        for (uint32_t b = 0; b < sp.blocks; ++b) c.blocks[sp.first_block + b].done = true;
-    }
-    for (size_t i = 0; i < c.nregs; ++i)
-      if (c.reg_span[i] != UINT32_MAX) c.reg_error[i] = c.spans[c.reg_span[i]].error;
-    {
-      cairn::lock_guard lk(c.mu);
-      c.state = control::running;
-    }
-    c.cv.notify_all();
+    pollfd fds[2] = {{fd, POLLIN, 0}, {c.wake, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) continue;  // EINTR
+    if (fds[0].revents) (void)serve(c.active.load(std::memory_order_acquire));
+    if (!fds[1].revents) continue;
+    uint64_t n;
+    (void)!::read(c.wake, &n, sizeof(n));
+    if (c.stop.load(std::memory_order_acquire)) return;
+    if (!c.go.load(std::memory_order_acquire)) continue;
+    c.go.store(false, std::memory_order_relaxed);
+    // Spans the caller could not protect are its to copy.
+    for (size_t s = 0; s < c.nspans; ++s)
+      if (c.spans[s].error)
+        for (uint32_t b = 0; b < c.spans[s].blocks; ++b) c.blocks[c.spans[s].first_block + b].done = true;
 
-    // Copy in address order, serving writes between pieces.
-    bool ok = true;
+    // Copy in address order, serving writes between pieces (a fault served
+    // while the caller protected may have failed already).
+    bool ok = c.fail_what == nullptr;
     for (size_t bi = 0; ok && bi < c.nblocks; ++bi) {
       block& b = c.blocks[bi];
       b.copied = b.lo;
@@ -533,18 +541,15 @@ void cow_capture::thread_main() {
       // fails, unregister, which lifts it too (the caller registers again).
       for (size_t s = 0; s < c.nspans; ++s) {
         const span& sp = c.spans[s];
-        if (!sp.error && wp(sp.lo, sp.hi - sp.lo, false) != 0) {
-          unregister(sp.lo, sp.hi - sp.lo);
+        if (!sp.error && write_protect(fd, sp.lo, sp.hi - sp.lo, false) != 0) {
+          unregister_range(fd, sp.lo, sp.hi - sp.lo);
           c.dropped = true;
         }
       }
       (void)serve(false);  // messages of writes the failure let go
     }
     c.report.copy_s = util::now_s() - c.t0;
-    {
-      cairn::lock_guard lk(c.mu);
-      c.state = control::idle;
-    }
+    c.active.store(false, std::memory_order_release);
     finish_part();
   }
 }
