@@ -23,12 +23,12 @@ import harness
 from harness import CAIRN_EEARLIER, CAIRN_EIO, CAIRN_ENOSPC, assert_same_state, flip_in_region, remove_tree
 
 
-def restart_and_compare(job, ref, expected, steps=0, label=""):
-    """Runs job to `steps` (0: restore only), asserts it restarted from
-    `expected` (None: from scratch) with exactly the uninterrupted state, and
-    returns the result."""
+def restart_and_compare(job, ref, expected, steps=0, label="", **cfg):
+    """Runs job to `steps` (0: restore only), with configuration keys `cfg`,
+    asserts it restarted from `expected` (None: from scratch) with exactly the
+    uninterrupted state, and returns the result."""
     prefix = job.dumps / f"restored{label}"
-    res = job.run(*ref.app_args(), "--steps", steps, "--dump-restored", prefix).ok()
+    res = job.run(*ref.app_args(), "--steps", steps, "--dump-restored", prefix, **cfg).ok()
     assert res.restarted_from == expected, res.describe()
     if expected is not None:
         assert_same_state(ref.dump(expected), job.read_dump(prefix), f"state restored from version {expected}")
@@ -61,17 +61,21 @@ class TestKill:
     # the shard's: the process dies halfway through the shard. Level
     # "manifest": rank 0 killed while writing the MANIFEST of version 6
     # (file=MANIFEST), all shards durable.
-    # overlap: write_during_capture = true, the persistent write following the
-    # copy (the path taken when engine threads have cores of their own).
-    @pytest.mark.parametrize("nranks,level,rank,overlap", [
-        (2, "capture", 0, False), (2, "capture", 1, False),
-        (2, "local", 0, False), (2, "local", 1, False),
-        (2, "persistent", 0, False), (2, "persistent", 1, False),
-        (2, "manifest", 0, False),
-        (4, "capture", 2, False), (4, "local", 3, False), (4, "persistent", 3, False),
-        (2, "capture", 1, True), (2, "persistent", 0, True), (2, "manifest", 0, True),
+    # variant "overlap": write_during_capture = true, the persistent write
+    # following the copy (the path taken when engine threads have cores of
+    # their own). "cow": capture = cow, the regions write-protected and
+    # copied in the background while the application computes on (killed
+    # at "capture": right after the protection, the copy under way).
+    @pytest.mark.parametrize("nranks,level,rank,variant", [
+        (2, "capture", 0, ""), (2, "capture", 1, ""),
+        (2, "local", 0, ""), (2, "local", 1, ""),
+        (2, "persistent", 0, ""), (2, "persistent", 1, ""),
+        (2, "manifest", 0, ""),
+        (4, "capture", 2, ""), (4, "local", 3, ""), (4, "persistent", 3, ""),
+        (2, "capture", 1, "overlap"), (2, "persistent", 0, "overlap"), (2, "manifest", 0, "overlap"),
+        (2, "capture", 1, "cow"), (2, "local", 0, "cow"), (2, "persistent", 1, "cow"), (2, "manifest", 0, "cow"),
     ])
-    def test_kill_restores_newest_committed_version(self, nranks, level, rank, overlap, reference, make_job):
+    def test_kill_restores_newest_committed_version(self, nranks, level, rank, variant, reference, make_job):
         ref = reference(nranks)
         job = make_job(nranks)
         if level == "capture":
@@ -84,7 +88,8 @@ class TestKill:
         else:
             spec = f"level={level},action=kill,kind=write,version=6,rank={rank}"
         killed = job.run("--steps", 10, "--wait-persistent", fault_inject=spec, hash_trees="false",
-                         write_during_capture="true" if overlap else "auto")
+                         write_during_capture="true" if variant == "overlap" else "auto",
+                         capture="cow" if variant == "cow" else "copy")
         assert killed.rc != 0 and not killed.timed_out, killed.describe()
         assert "final hash" not in killed.stdout, killed.describe()
         waits = killed.waits()
@@ -150,7 +155,7 @@ class TestKill:
         # Restart from the persistent level alone: the newest committed
         # version, never a partial one.
         remove_tree(job.scratch)
-        restart_and_compare(job, ref, expected, steps=10, label=".b")
+        restart_and_compare(job, ref, expected, steps=10, label=".b", capture="cow" if variant == "cow" else "copy")
         assert job.committed() == [2, 4, 6, 8, 10]
 
     @pytest.mark.parametrize("level,rank", [("local", 1), ("persistent", 0)])
