@@ -3,6 +3,8 @@
 // begin, bit for bit.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -218,6 +220,36 @@ TEST(cow, fork_during_the_copy) {
   cow->drain();
   ASSERT_TRUE(o.st) << o.st.message();
   EXPECT_EQ(std::memcmp(image.data, expect.data, n), 0);
+}
+
+// MPI's single-copy transfers (CMA): another process writes into a
+// protected region with process_vm_writev; its write waits for the block too.
+TEST(cow, another_process_writing_with_process_vm_writev) {
+  COW_OR_SKIP(cow);
+  (void)::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // Yama: the child may write here
+  const size_t n = size_t{16} << 20;
+  mapping region(n), image(n), expect(n);
+  fill(region.data, n, 31);
+  std::memcpy(expect.data, region.data, n);
+  const pid_t parent = ::getpid();
+  outcome o;
+  cow_region r{region.data, n, image.data};
+  ASSERT_EQ(cow->begin({&r, 1}, record(&o)), std::vector<int>{0});
+  pid_t child = ::fork();
+  if (child == 0) {
+    std::vector<char> msg(n / 2, 'm');
+    iovec local{msg.data(), msg.size()}, remote{region.data + n / 4, msg.size()};
+    _exit(::process_vm_writev(parent, &local, 1, &remote, 1, 0) == ssize_t(msg.size()) ? 0 : 1);
+  }
+  ASSERT_GT(child, 0);
+  int ws = 0;
+  ASSERT_EQ(::waitpid(child, &ws, 0), child);
+  ASSERT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0) << "process_vm_writev into a protected region failed";
+  cow->caller_done();
+  cow->drain();
+  ASSERT_TRUE(o.st) << o.st.message();
+  EXPECT_EQ(std::memcmp(image.data, expect.data, n), 0);
+  EXPECT_EQ(region.data[n / 4], std::byte('m'));
 }
 
 TEST(cow, captures_in_a_row_and_an_empty_one) {
