@@ -44,7 +44,7 @@ has_target cairn_agent && targets+=(cairn_agent)
 tests=()
 if [ "$sanitize" = thread ]; then
   targets=()
-  for t in engine_test client_test daemon_test agents_fabric_test agents_client_test agents_control_test \
+  for t in engine_test cow_test client_test daemon_test agents_fabric_test agents_client_test agents_control_test \
            redundancy_test aggregate_test storage_test batch_test util_test; do
     has_target "$t" && targets+=("$t")
   done
