@@ -10,7 +10,10 @@ the blocked time alone does not.
 
 usage: bench/run_torch_loop.py [--mib 320] [--steps 40] [--every 10]
                                [--rounds 3] [--threads 2] [--priority batch]
-                               [--build build] [--dir /var/tmp]
+                               [--capture copy,cow] [--build build] [--dir /var/tmp]
+--capture: one cairn variant per capture method (a Checkpointer each, runs
+loop-copy and loop-cow): `cow` write-protects the state and copies it while
+the next step's forward and backward passes read it.
 Every variant ends with its last save complete: cairn's and DCP's waited
 for, torch.save's returned (torch.save is not fsynced: the plain
 alternative; cairn's persistent level is durable). The local level goes
@@ -39,6 +42,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--dir", default="/var/tmp")
     ap.add_argument("--skip-dcp", action="store_true")
+    ap.add_argument("--capture", default="copy", help="comma-separated capture methods, a cairn variant each")
     a = ap.parse_args()
     root = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(root / "bindings" / "python"))
@@ -53,7 +57,7 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="cairn-loop-", dir=a.dir))
     for k in [k for k in os.environ if k.startswith("CAIRN_")]:
         del os.environ[k]
-    os.environ.update(CAIRN_SCRATCH=str(scratch), CAIRN_PERSISTENT=str(work / "store"), CAIRN_RUN="loop",
+    os.environ.update(CAIRN_SCRATCH=str(scratch), CAIRN_PERSISTENT=str(work / "store"),
                       CAIRN_KEEP_PERSISTENT="1", CAIRN_KEEP_LOCAL="1", CAIRN_MODE="thread",
                       CAIRN_ENGINE_PRIORITY=a.priority)
     width = 1024
@@ -105,18 +109,23 @@ def main():
             torch.save(state, work / "state.pt")
         return loop(save)
 
-    ck = cairn.Checkpointer()
-    saver = cairn.pytorch.StateSaver(ck, "loop")
+    captures = a.capture.split(",")
+    savers = {}
+    for how in captures:
+        ck = cairn.Checkpointer(config={"run": f"loop-{how}", "capture": how})
+        savers[how] = (ck, cairn.pytorch.StateSaver(ck, "loop"))
 
-    blocked = []  # each cairn save's blocked time, the first one first
+    blocked = {how: [] for how in captures}  # each cairn save's blocked time, the first one first
 
-    def cairn_loop():
+    def cairn_loop(how):
+        saver = savers[how][1]
+
         def save(i):
             version[0] += 1
             t = time.perf_counter()
             saver.save(state, version[0])
-            blocked.append(time.perf_counter() - t)
-        return loop(save, lambda: saver.wait(version[0]))
+            blocked[how].append(time.perf_counter() - t)
+        return lambda: loop(save, lambda: saver.wait(version[0]))
 
     def dcp_loop():
         fut = [None]
@@ -132,21 +141,26 @@ def main():
                 fut[0].result()
         return loop(save, finish)
 
-    variants = [("none", none_loop), ("cairn", cairn_loop), ("torch.save", torch_loop)]
+    name_of = {how: "cairn" if len(captures) == 1 else f"cairn ({how})" for how in captures}
+    variants = [("none", none_loop)] + [(name_of[how], cairn_loop(how)) for how in captures] + \
+        [("torch.save", torch_loop)]
     if dcp is not None:
         variants.append(("dcp.async_save", dcp_loop))
     times = {name: [] for name, _ in variants}
     try:
-        saver.prepare(state)  # staging made in the background while the training goes on
+        for how in captures:
+            savers[how][1].prepare(state)  # staging made in the background while the training goes on
         none_loop()
-        cairn_loop()  # warm-up: the first save of the execution is in it
+        for how in captures:
+            cairn_loop(how)()  # warm-up: the first save of the execution is in it
         for r in range(a.rounds):
             for name, fn in variants:
                 times[name].append(fn())
                 shutil.rmtree(work / "store" / "runs" / "loop" / "dcp", ignore_errors=True)
                 for d in work.glob("dcp*"):
                     shutil.rmtree(d, ignore_errors=True)
-        ck.finalize()
+        for ck, _ in savers.values():
+            ck.finalize()
         base = statistics.median(times["none"])
         step_ms = base / a.steps * 1e3
         print(f"state: {nbytes / 2**20:.1f} MiB ({layers} Linear({width}, {width}) + Adam); {a.steps} steps of "
@@ -159,15 +173,17 @@ def main():
             per[name] = (t - base) / nsaves
             extra = "" if name == "none" else f"   {per[name] * 1e3:8.1f} ms of loop time per save"
             print(f"  {name:16s} loop {t:7.2f} s{extra}")
-        print(f"  cairn blocked: first save of the execution {blocked[0] * 1e3:.1f} ms, later saves median "
-              f"{statistics.median(blocked[1:]) * 1e3:.1f} ms")
-        if per["cairn"] > 0:
-            line = f"  cairn: {per['torch.save'] / per['cairn']:.1f} x less loop time per save than torch.save"
-            if "dcp.async_save" in per:
-                line += f", {per['dcp.async_save'] / per['cairn']:.1f} x less than dcp.async_save"
-            print(line)
-        else:
-            print("  cairn: no measurable loop time per save (within the noise of the loop)")
+        for how in captures:
+            name, b = name_of[how], blocked[how]
+            print(f"  {name} blocked: first save of the execution {b[0] * 1e3:.1f} ms, later saves median "
+                  f"{statistics.median(b[1:]) * 1e3:.1f} ms")
+            if per[name] > 0:
+                line = f"  {name}: {per['torch.save'] / per[name]:.1f} x less loop time per save than torch.save"
+                if "dcp.async_save" in per:
+                    line += f", {per['dcp.async_save'] / per[name]:.1f} x less than dcp.async_save"
+                print(line)
+            else:
+                print(f"  {name}: no measurable loop time per save (within the noise of the loop)")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
