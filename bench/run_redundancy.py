@@ -17,7 +17,8 @@ docs/benchmarks.md, "Redundancy".
    restart_test + restart, maximum over ranks.
 
 Usage: bench/run_redundancy.py [--build build] [--dir /dev/shm/...] [--mib 64]
-           [--nodes 4] [--rpn 1] [--k 4] [--m 2] [--checkpoints 3] [--json FILE]
+           [--nodes 4] [--rpn 1] [--k 4] [--m 2] [--checkpoints 3]
+           [--schemes partner,xor,rs] [--provider P] [--json FILE]
 """
 import argparse
 import json
@@ -55,6 +56,7 @@ def main():
     ap.add_argument("--m", type=int, default=2)
     ap.add_argument("--checkpoints", type=int, default=3)
     ap.add_argument("--schemes", default="partner,xor,rs")
+    ap.add_argument("--provider", help="the data plane's libfabric provider (agents_provider; default tcp;ofi_rxm)")
     ap.add_argument("--json")
     a = ap.parse_args()
     build = Path(a.build)
@@ -86,6 +88,8 @@ def main():
                          # The restarts read the node-local level the first job leaves (a
                          # normal end would give it back: keep_local_after_finalize).
                          CAIRN_KEEP_LOCAL_AFTER_FINALIZE="true")
+                if a.provider:
+                    e["CAIRN_AGENTS_PROVIDER"] = a.provider
                 args = ["--bytes", mib << 20, "--checkpoints", a.checkpoints]
                 r = json.loads(run(mpirun(bench, a.nodes, a.rpn, root / "scratch", args), e).splitlines()[-1])
                 intact = json.loads(run(mpirun(bench, a.nodes, a.rpn, root / "scratch",
