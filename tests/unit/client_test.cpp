@@ -163,6 +163,27 @@ TEST_F(client_test, cow_capture_keeps_each_version_as_it_was_at_its_checkpoint) 
   }
 }
 
+// Where copy-on-write does not apply, capture = cow says why once and copies.
+TEST_F(client_test, cow_capture_where_it_does_not_apply_says_so_and_copies) {
+  setenv("CAIRN_CAPTURE", "cow", 1);
+  setenv("CAIRN_MODE", "sync", 1);
+  std::vector<double> a(1000, 2.5);
+  testing::internal::CaptureStderr();
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("a", std::span<double>(a)));
+    ASSERT_TRUE(c.checkpoint("ck", 1));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("capture = cow does not apply here (mode = sync"), std::string::npos) << err;
+  std::vector<double> back(1000);
+  auto r = make_client();
+  ASSERT_TRUE(r.protect("a", std::span<double>(back)));
+  ASSERT_TRUE(r.restart("ck", 1));
+  EXPECT_EQ(back, a);
+}
+
 TEST_F(client_test, restart_with_mismatched_region_leaves_buffers_untouched) {
   std::vector<double> a(100, 1.5);
   std::vector<double> b(10, 2.5);
