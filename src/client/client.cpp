@@ -500,12 +500,10 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   // a copy-on-write one once the background copy ends (engine::captured).
   job->done = job->lent.empty() && !cow ? CAIRN_LEVEL_CAPTURED : 0;
   if (stream || cow) engine_->submit(job, true);
-  const double t0 = util::now_s();
   if (cow) capture_cow(job, regs);
   else copy_image(*job, regs, lend, stream);
   warnings_at_capture_ = warnings;
   ++stats_.checkpoints;
-  stats_.stage_seconds["capture"] += util::now_s() - t0;  // the application's part (cow: the protection)
   stats_dirty_ = true;
   if (near_deadline()) deadline_checkpointed_ = true;  // agreed: the same on every rank
   last_version_[name] = version;

@@ -27,7 +27,10 @@ void client_impl::count_level(version_record& rec, unsigned level, bool failed) 
   c.bytes += job.header.file_size;
   stats_.stage_seconds[name] += level == CAIRN_LEVEL_LOCAL ? job.local_s : job.persistent_s;
   if (!rec.counted_checksum) {
+    // The capture's seconds with the checksum's: a copy-on-write capture's
+    // are known only once its background copy ended (the manifest's too).
     rec.counted_checksum = true;
+    stats_.stage_seconds["capture"] += job.capture_s;
     stats_.stage_seconds["checksum"] += job.checksum_s;
   }
 }
