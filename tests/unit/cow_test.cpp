@@ -62,26 +62,39 @@ cow_capture::done_fn record(outcome* o) {
   };
 }
 
+// One region of n bytes filled from `seed`, the image it is captured into,
+// and the bytes the image must hold.
+struct one_region {
+  one_region(size_t n, uint64_t seed, bool huge = true)
+      : region(n, MAP_PRIVATE | MAP_ANONYMOUS, huge), image(n), expect(n) {
+    fill(region.data, n, seed);
+    std::memcpy(expect.data, region.data, n);
+  }
+  std::vector<int> begin(cow_capture& cow, outcome* o) {
+    r = {region.data, region.size, image.data};
+    return cow.begin({&r, 1}, record(o));
+  }
+  bool captured() const { return std::memcmp(image.data, expect.data, region.size) == 0; }
+  mapping region, image, expect;
+  cow_region r;
+};
+
 TEST(cow, rewrite_right_after_begin_leaves_the_image_as_it_was) {
   COW_OR_SKIP(cow);
   const size_t n = size_t{64} << 20;
-  mapping region(n), image(n), expect(n);
-  fill(region.data, n, 1);
-  std::memcpy(expect.data, region.data, n);
+  one_region t(n, 1);
   outcome o;
-  cow_region r{region.data, n, image.data};
-  auto errs = cow->begin({&r, 1}, record(&o));
-  ASSERT_EQ(errs, std::vector<int>{0});
-  fill(region.data, n, 2);  // the worst case: every block written at once
+  ASSERT_EQ(t.begin(*cow, &o), std::vector<int>{0});
+  fill(t.region.data, n, 2);  // the worst case: every block written at once
   cow->caller_done();
   cow->drain();
   ASSERT_TRUE(o.st) << o.st.message();
   EXPECT_EQ(o.calls, 1);
-  EXPECT_EQ(std::memcmp(image.data, expect.data, n), 0);
+  EXPECT_TRUE(t.captured());
   EXPECT_GT(o.report.faults, 0u);
   EXPECT_EQ(o.report.blocks, n / cow_capture::kBlock);
   // Writable again, without faults, after the capture.
-  fill(region.data, n, 3);
+  fill(t.region.data, n, 3);
   EXPECT_FALSE(cow->busy());
 }
 
@@ -103,31 +116,29 @@ TEST(cow, pages_never_touched_are_captured_as_zeros) {
 TEST(cow, threads_and_the_kernel_write_during_the_copy) {
   COW_OR_SKIP(cow);
   const size_t n = size_t{32} << 20;
-  mapping region(n, MAP_PRIVATE | MAP_ANONYMOUS, false), image(n), expect(n);  // 4 KiB pages
-  fill(region.data, n, 7);
-  std::memcpy(expect.data, region.data, n);
+  one_region t(n, 7, false);  // 4 KiB pages
+  std::byte* region = t.region.data;
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
   std::vector<char> msg(4096, 'k');
   ASSERT_EQ(::write(fds[1], msg.data(), msg.size()), ssize_t(msg.size()));
   outcome o;
-  cow_region r{region.data, n, image.data};
-  ASSERT_EQ(cow->begin({&r, 1}, record(&o)), std::vector<int>{0});
+  ASSERT_EQ(t.begin(*cow, &o), std::vector<int>{0});
   std::vector<std::thread> writers;
-  for (int t = 0; t < 4; ++t)
-    writers.emplace_back([&, t] {
-      for (size_t at = size_t(t) * 4096 * 3; at < n; at += 4096 * 17) region.data[at] = std::byte(0xee);
+  for (int w = 0; w < 4; ++w)
+    writers.emplace_back([&, w] {
+      for (size_t at = size_t(w) * 4096 * 3; at < n; at += 4096 * 17) region[at] = std::byte(0xee);
     });
   // read(2) into the last page: the kernel's write waits for the block too.
-  ASSERT_EQ(::read(fds[0], region.data + n - 4096, 4096), 4096);
+  ASSERT_EQ(::read(fds[0], region + n - 4096, 4096), 4096);
   for (auto& w : writers) w.join();
   cow->caller_done();
   cow->drain();
   ::close(fds[0]);
   ::close(fds[1]);
   ASSERT_TRUE(o.st) << o.st.message();
-  EXPECT_EQ(std::memcmp(image.data, expect.data, n), 0);
-  EXPECT_EQ(std::memcmp(region.data + n - 4096, msg.data(), 4096), 0);
+  EXPECT_TRUE(t.captured());
+  EXPECT_EQ(std::memcmp(region + n - 4096, msg.data(), 4096), 0);
 }
 
 TEST(cow, regions_sharing_pages_and_overlapping) {
@@ -200,26 +211,23 @@ TEST(cow, memory_unmapped_during_the_copy_fails_the_capture_not_the_process) {
 TEST(cow, fork_during_the_copy) {
   COW_OR_SKIP(cow);
   const size_t n = size_t{32} << 20;
-  mapping region(n), image(n), expect(n);
-  fill(region.data, n, 21);
-  std::memcpy(expect.data, region.data, n);
+  one_region t(n, 21);
   outcome o;
-  cow_region r{region.data, n, image.data};
-  ASSERT_EQ(cow->begin({&r, 1}, record(&o)), std::vector<int>{0});
+  ASSERT_EQ(t.begin(*cow, &o), std::vector<int>{0});
   pid_t child = ::fork();
   if (child == 0) {
-    fill(region.data, n, 22);  // the child's own copy: no fault, nobody to serve it
-    _exit(std::memcmp(region.data, expect.data, 64) != 0 ? 0 : 1);
+    fill(t.region.data, n, 22);  // the child's own copy: no fault, nobody to serve it
+    _exit(std::memcmp(t.region.data, t.expect.data, 64) != 0 ? 0 : 1);
   }
   ASSERT_GT(child, 0);
-  fill(region.data, n, 23);
+  fill(t.region.data, n, 23);
   int ws = 0;
   ASSERT_EQ(::waitpid(child, &ws, 0), child);
   EXPECT_TRUE(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
   cow->caller_done();
   cow->drain();
   ASSERT_TRUE(o.st) << o.st.message();
-  EXPECT_EQ(std::memcmp(image.data, expect.data, n), 0);
+  EXPECT_TRUE(t.captured());
 }
 
 // MPI's single-copy transfers (CMA): another process writes into a
@@ -228,17 +236,14 @@ TEST(cow, another_process_writing_with_process_vm_writev) {
   COW_OR_SKIP(cow);
   (void)::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);  // Yama: the child may write here
   const size_t n = size_t{16} << 20;
-  mapping region(n), image(n), expect(n);
-  fill(region.data, n, 31);
-  std::memcpy(expect.data, region.data, n);
+  one_region t(n, 31);
   const pid_t parent = ::getpid();
   outcome o;
-  cow_region r{region.data, n, image.data};
-  ASSERT_EQ(cow->begin({&r, 1}, record(&o)), std::vector<int>{0});
+  ASSERT_EQ(t.begin(*cow, &o), std::vector<int>{0});
   pid_t child = ::fork();
   if (child == 0) {
     std::vector<char> msg(n / 2, 'm');
-    iovec local{msg.data(), msg.size()}, remote{region.data + n / 4, msg.size()};
+    iovec local{msg.data(), msg.size()}, remote{t.region.data + n / 4, msg.size()};
     _exit(::process_vm_writev(parent, &local, 1, &remote, 1, 0) == ssize_t(msg.size()) ? 0 : 1);
   }
   ASSERT_GT(child, 0);
@@ -248,8 +253,8 @@ TEST(cow, another_process_writing_with_process_vm_writev) {
   cow->caller_done();
   cow->drain();
   ASSERT_TRUE(o.st) << o.st.message();
-  EXPECT_EQ(std::memcmp(image.data, expect.data, n), 0);
-  EXPECT_EQ(region.data[n / 4], std::byte('m'));
+  EXPECT_TRUE(t.captured());
+  EXPECT_EQ(t.region.data[n / 4], std::byte('m'));
 }
 
 TEST(cow, captures_in_a_row_and_an_empty_one) {
