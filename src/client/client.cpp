@@ -556,11 +556,12 @@ void client_impl::capture_cow(const std::shared_ptr<engine::version_job>& job, c
   std::vector<bool> copy_here(regs.size(), true);
   for (size_t k = 0; k < which.size(); ++k) {
     copy_here[which[k]] = refused[k] != 0;
-    if (refused[k] && cow_refused_.insert(refused[k]).second)
+    // capture = cow says once per reason which region it copies (auto: silently).
+    if (refused[k] && cfg_.capture == capture_method::cow && cow_refused_.insert(refused[k]).second)
       std::fprintf(stderr,
                    "cairn: rank %d: notice: capture = cow: region '%s' is copied, not write-protected (%s%s)\n",
                    rank(), regs[which[k]].name.c_str(), std::strerror(refused[k]),
-                   refused[k] == EINVAL ? ": shared, file-backed or huge-page memory" : "");
+                   refused[k] == EINVAL ? ": shared, file-backed or hugetlbfs memory" : "");
   }
   for (size_t i = 0; i < regs.size(); ++i)
     if (copy_here[i]) copy_region(img, regions[i], regs[i]);

@@ -185,15 +185,15 @@ class client_impl final : private level_host {
   void capture_cow(const std::shared_ptr<engine::version_job>& job, const std::vector<region>& regions);
   // Whether this capture of `bytes` goes copy-on-write.
   bool use_cow(uint64_t bytes, bool lend, bool may_cow) const;
-  // capture = auto: the smallest image captured copy-on-write (below it, the
-  // protection and the thread's wake-up cost about what the copy does).
+  // capture = auto: the smallest image captured copy-on-write (below it,
+  // protecting costs about what copying does).
   static constexpr uint64_t kCowMinBytes = uint64_t{8} << 20;
   // Copies region r into its place d in the image.
   static void copy_region(std::byte* img, const format::region_desc& d, const region& r);
-  // Waits until no capture copies in the background (the regions may then
-  // be freed, moved or overwritten by a restart).
   // Makes cow_ where capture asks for it and it applies (init); says once why not for capture = cow.
   void start_cow();
+  // Waits until no capture copies in the background (the regions may then
+  // be freed, moved or overwritten by a restart).
   void drain_capture() {
     if (cow_) cow_->drain();
   }
