@@ -70,7 +70,8 @@ typedef enum cairn_type {
 
 /* Storage levels, as bits of a mask. */
 #define CAIRN_LEVEL_CAPTURED 0x1u   /* L0: copied into staging memory; with agents_lend, held by the
-                                       agents (until then the regions must not change) */
+                                       agents (until then the regions must not change); with
+                                       capture = cow, the background copy ended */
 #define CAIRN_LEVEL_LOCAL 0x2u      /* L1: node-local directory */
 #define CAIRN_LEVEL_PROTECTED 0x4u  /* L2: survives the loss of nodes: held in the memory of remote checkpoint
                                        agents, or the version's redundancy set (partner copies, XOR or
@@ -123,12 +124,19 @@ int cairn_protect_block(cairn_t *c, const char *region, void *ptr, cairn_type_t 
                         const uint64_t *global_shape, const uint64_t *start, const uint64_t *count,
                         const uint64_t *mem_shape, const uint64_t *mem_start, int column_major);
 
+/* With capture = cow, waits for a background copy still reading the region,
+ * so that its memory may be freed once this returns. */
 int cairn_unprotect(cairn_t *c, const char *region);
 
 /* Collective. Captures every protected region as version `version` (>= 0, larger
  * than any earlier version of `name` in this run) of checkpoint `name` and
  * returns: in mode "thread" once the copy to staging memory is complete, in
  * mode "sync" once the local and (when due) persistent levels are written.
+ * With capture = cow (thread mode), once the regions are write-protected: they
+ * are copied in the background, a write to a part not copied yet waits for
+ * that part's copy, and CAIRN_LEVEL_CAPTURED says when the copy ended. Until
+ * then, do not unmap, madvise(MADV_DONTNEED) or mremap a region's memory
+ * (docs/design/cow-capture.md).
  * An earlier version's background failure (on any rank) never costs this
  * version: it is captured all the same, and the call then returns
  * CAIRN_EEARLIER on every rank, once per failure, with a message that starts
