@@ -2,6 +2,7 @@
 #ifndef CAIRN_UTIL_PROGRESS_HPP
 #define CAIRN_UTIL_PROGRESS_HPP
 
+#include <algorithm>
 #include <cstdint>
 #include "util/mutex.hpp"
 
@@ -18,10 +19,12 @@ class byte_progress {
     bytes_ = 0;
     ended_ = false;
   }
+  // Never moves back: a late publish of less (engine::captured's of the
+  // file size after the capture published its own end) changes nothing.
   void publish(uint64_t bytes) {
     {
       cairn::lock_guard lk(mu_);
-      bytes_ = bytes;
+      bytes_ = std::max(bytes_, bytes);
     }
     cv_.notify_one();
   }
