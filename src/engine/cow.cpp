@@ -348,14 +348,26 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
   const size_t need = bytes_of(regions.size(), sizeof(cow_region)) + bytes_of(spans.size(), sizeof(span)) +
                       bytes_of(blocks.size(), sizeof(block)) + bytes_of(nrefs, sizeof(uint32_t));
   std::vector<int> result(regions.size(), 0);
+  c.fail_errno = 0;
+  c.fail_region = -1;
+  c.fail_what = nullptr;
+  c.report = {};
+  c.t0 = util::now_s();
+  done_ = std::move(done);
+  {
+    cairn::lock_guard lk(c.mu);
+    c.ended = false;
+  }
   if (need > c.arena_bytes) {
     if (c.arena) ::munmap(c.arena, c.arena_bytes);
     const size_t size = std::max<size_t>(need * 2, 1 << 16);
     c.arena = static_cast<std::byte*>(map_pages(size));
     c.arena_bytes = c.arena ? size : 0;
     if (!c.arena) {
+      // The caller copies everything; its caller_done runs done (the thread has no part).
+      c.parts.store(1, std::memory_order_relaxed);
       for (size_t i = 0; i < regions.size(); ++i) result[i] = regions[i].length ? ENOMEM : 0;
-      return result;  // the caller copies everything; no capture began
+      return result;
     }
   }
   std::byte* at = c.arena;
@@ -376,17 +388,7 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
   c.nregs = regions.size();
   c.nspans = spans.size();
   c.nblocks = blocks.size();
-  c.fail_errno = 0;
-  c.fail_region = -1;
-  c.fail_what = nullptr;
-  c.report = {};
-  c.t0 = util::now_s();
-  done_ = std::move(done);
   c.parts.store(2, std::memory_order_relaxed);
-  {
-    cairn::lock_guard lk(c.mu);
-    c.ended = false;
-  }
 
   // Protect. The thread serves faults from the tables from here on (this
   // thread's own writes, on its way back to the application, may touch
