@@ -15,7 +15,9 @@
 //                       [--strategy bandwidth|memory|activity|power] [--check-every N] [--seed S] [--json]
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -50,7 +52,9 @@ double peak_rss_mib() {
 }
 
 // Every invariant of the state; "" when all hold.
-std::string check(const controller_state& s) {
+std::string check(controller_state& s) {
+  // The placement index (what the decisions read) equals a fresh ranking.
+  if (std::string why = s.index_mismatch(); !why.empty()) return why;
   std::map<std::string, uint32_t> per_node;
   std::map<uint64_t, uint32_t> per_app;
   for (const auto& [id, g] : s.agents()) {
@@ -130,7 +134,9 @@ int main(int argc, char** argv) {
   double clock = 0;
   uint64_t next_node = 0, next_app = 0, decisions = 0, failed = 0;
   std::vector<std::string> live_nodes;
-  std::map<uint64_t, uint32_t> live_apps;  // id -> ranks
+  // (id, ranks), picked at random in O(1): a walk of a map to a random
+  // element would cost the harness more than a decision costs the controller.
+  std::vector<std::pair<uint64_t, uint32_t>> live_apps;
   uint64_t live_ranks = 0;
   auto add_node = [&]() {
     std::string id = "n" + std::to_string(next_node++);
@@ -155,7 +161,7 @@ int main(int argc, char** argv) {
       ++failed;
       return;
     }
-    live_apps[*id] = r;
+    live_apps.emplace_back(*id, r);
     live_ranks += r;
   };
 
@@ -168,14 +174,18 @@ int main(int argc, char** argv) {
 
   // Churn.
   uint64_t kinds[7] = {0};
+  double kind_s[7] = {0};  // seconds per event kind (what each costs the controller and the harness)
   const double t1 = now_s();
   double check_s = 0, heartbeat_round_s = 0, death_s = 0;
   uint64_t heartbeat_rounds = 0;
   for (uint64_t e = 0; e < events && broken.empty(); ++e) {
     clock += 0.01;
     const uint64_t k = rng() % 100;
+    const double e0 = now_s();
+    uint64_t before[7];
+    std::copy(std::begin(kinds), std::end(kinds), before);
     if (k < 40 && !live_apps.empty()) {  // progress report (the most common message)
-      auto it = std::next(live_apps.begin(), static_cast<long>(rng() % live_apps.size()));
+      auto it = live_apps.begin() + static_cast<long>(rng() % live_apps.size());
       const auto& a = s.apps().at(it->first);
       status st = s.app_progress(it->first, a.checkpoints_done + 1, 0.5 + static_cast<double>(rng() % 100) / 50,
                                  (rng() % 10 == 0) ? 2.5 : 0);
@@ -188,15 +198,16 @@ int main(int argc, char** argv) {
       if (!st) ++failed;
     } else if (k < 70) {  // an application finishes, another arrives
       if (!live_apps.empty()) {
-        auto it = std::next(live_apps.begin(), static_cast<long>(rng() % live_apps.size()));
+        auto it = live_apps.begin() + static_cast<long>(rng() % live_apps.size());
         if (!s.app_unregister(it->first)) ++failed;
         live_ranks -= it->second;
-        live_apps.erase(it);
+        *it = live_apps.back();
+        live_apps.pop_back();
       }
       add_app(static_cast<uint32_t>(8 + rng() % 120));
       ++kinds[2];
     } else if (k < 78 && !live_apps.empty()) {  // a resize request (the break-even rule decides)
-      auto it = std::next(live_apps.begin(), static_cast<long>(rng() % live_apps.size()));
+      auto it = live_apps.begin() + static_cast<long>(rng() % live_apps.size());
       auto d = s.app_resize(it->first, 1 + static_cast<uint32_t>(rng() % std::min<uint32_t>(it->second, 16)), false);
       ++kinds[3];
       if (!d) ++failed;
@@ -217,6 +228,7 @@ int main(int argc, char** argv) {
       const double h0 = now_s();
       for (const auto& id : live_nodes) (void)s.node_heartbeat(id, metrics(0.5), {}, later);
       const double round = now_s() - h0;
+      kind_s[5] -= round;
       heartbeat_round_s += round;
       check_s += round;  // not part of the churn's decisions
       ++heartbeat_rounds;
@@ -232,12 +244,16 @@ int main(int argc, char** argv) {
       ++kinds[5];
     } else if (!live_apps.empty()) {  // a migration asked by an administrator
       if (!s.agents().empty()) {
-        auto it = std::next(s.agents().begin(), static_cast<long>(rng() % s.agents().size()));
+        // The first agent at or after a random id (ids are dense enough).
+        auto it = s.agents().lower_bound(1 + rng() % s.agents().rbegin()->first);
         (void)s.agent_migrate(it->first, "");  // may be refused: no other node with room
       }
       ++kinds[6];
     }
     ++decisions;
+    for (int i = 0; i < 7; ++i) {
+      if (kinds[i] != before[i]) kind_s[i] += now_s() - e0;
+    }
     if ((e + 1) % check_every == 0) {
       const double c0 = now_s();
       broken = check(s);
@@ -275,6 +291,13 @@ int main(int argc, char** argv) {
               {"events", {{"progress", kinds[0]}, {"heartbeat", kinds[1]}, {"app_replaced", kinds[2]},
                           {"resize", kinds[3]}, {"node_left", kinds[4]}, {"node_died", kinds[5]},
                           {"migrate", kinds[6]}}},
+              {"us_per_event", {{"progress", kind_s[0] / std::max<double>(1, kinds[0]) * 1e6},
+                                {"heartbeat", kind_s[1] / std::max<double>(1, kinds[1]) * 1e6},
+                                {"app_replaced", kind_s[2] / std::max<double>(1, kinds[2]) * 1e6},
+                                {"resize", kind_s[3] / std::max<double>(1, kinds[3]) * 1e6},
+                                {"node_left", kind_s[4] / std::max<double>(1, kinds[4]) * 1e6},
+                                {"node_died", kind_s[5] / std::max<double>(1, kinds[5]) * 1e6},
+                                {"migrate", kind_s[6] / std::max<double>(1, kinds[6]) * 1e6}}},
               {"refused", failed}, {"peak_rss_mib", peak_rss_mib()},
               {"heartbeat_round_s", heartbeat_rounds ? heartbeat_round_s / static_cast<double>(heartbeat_rounds) : 0},
               {"node_death_s", kinds[5] ? death_s / static_cast<double>(kinds[5]) : 0}, {"journal_records", journal.size()},

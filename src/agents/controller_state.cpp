@@ -68,6 +68,7 @@ status controller_state::apply(const json& rec) {
     n.address = address;
     n.capacity = capacity;
     dirty_.insert(id);
+    stale_.insert(id);
     return {};
   }
   if (op == "node_remove") {
@@ -78,12 +79,16 @@ status controller_state::apply(const json& rec) {
     if (!nodes_.count(id)) return bad("unknown node " + id);
     if (auto on = by_node_.find(id); on != by_node_.end()) {
       for (uint64_t a : std::set<uint64_t>(on->second)) {
-        touch_app(agents_.at(a).app);
+        const uint64_t app_id = agents_.at(a).app;
+        touch_app(app_id);
         drop_agent(a);
+        stale_apps_.insert(app_id);
+        note_short(app_id);
       }
     }
     nodes_.erase(id);
     dirty_.insert(id);
+    stale_.insert(id);
     return {};
   }
   if (op == "app_add") {
@@ -114,6 +119,7 @@ status controller_state::apply(const json& rec) {
     uint64_t id = a.id;
     apps_[id] = std::move(a);
     touch_app(id);
+    note_short(id);
     return {};
   }
   if (op == "app_target") {
@@ -126,6 +132,7 @@ status controller_state::apply(const json& rec) {
     if (it == apps_.end()) return bad("unknown application " + std::to_string(id));
     it->second.target = target;
     touch_app(id);
+    note_short(id);
     return {};
   }
   if (op == "app_hints") {
@@ -138,6 +145,7 @@ status controller_state::apply(const json& rec) {
     auto it = apps_.find(id);
     if (it == apps_.end()) return bad("unknown application " + std::to_string(id));
     it->second.hints = *hints;
+    stale_apps_.insert(id);
     return {};
   }
   if (op == "app_remove") {
@@ -148,10 +156,12 @@ status controller_state::apply(const json& rec) {
     if (auto of = by_app_.find(id); of != by_app_.end()) {
       for (uint64_t a : std::set<uint64_t>(of->second)) {
         dirty_.insert(agents_.at(a).node);
+        stale_.insert(agents_.at(a).node);
         drop_agent(a);
       }
     }
     apps_.erase(id);
+    short_apps_.erase(id);
     ++generation_;
     return {};
   }
@@ -169,9 +179,12 @@ status controller_state::apply(const json& rec) {
     dirty_.insert(g.node);
     touch_app(g.app);
     uint64_t id = g.id;
+    const uint64_t app_id = g.app;
     by_node_[g.node].insert(id);
     by_app_[g.app].insert(id);
     agents_[id] = std::move(g);
+    stale_apps_.insert(app_id);  // its node, and its application's others (their share changed)
+    note_short(app_id);
     return {};
   }
   if (op == "agent_move") {
@@ -185,6 +198,8 @@ status controller_state::apply(const json& rec) {
     if (!nodes_.count(to)) return bad("unknown node " + to);
     dirty_.insert(it->second.node);
     dirty_.insert(to);
+    stale_.insert(it->second.node);
+    stale_.insert(to);
     agent moved;
     moved.id = id;
     moved.app = it->second.app;
@@ -202,9 +217,13 @@ status controller_state::apply(const json& rec) {
     if (!f.ok()) return f.error();
     auto it = agents_.find(id);
     if (it == agents_.end()) return bad("unknown agent " + std::to_string(id));
+    const uint64_t app_id = it->second.app;
     dirty_.insert(it->second.node);
-    touch_app(it->second.app);
+    stale_.insert(it->second.node);
+    touch_app(app_id);
     drop_agent(id);
+    stale_apps_.insert(app_id);
+    note_short(app_id);
     return {};
   }
   return bad("unknown operation");
@@ -287,22 +306,20 @@ double controller_state::transfer_estimate(const app& a, uint32_t agents) const 
   return 0;  // unknown
 }
 
-std::vector<node_view> controller_state::views(const std::string& exclude) const {
-  std::vector<node_view> out;
-  out.reserve(nodes_.size());
-  auto on = by_node_.begin();  // both maps are ordered by node id: walk them together
-  for (const auto& [id, n] : nodes_) {
-    while (on != by_node_.end() && on->first < id) ++on;
-    if (!n.reported || n.leaving || id == exclude) continue;
-    node_view v;
-    v.id = id;
-    v.mem_free = n.metrics.mem_free;
-    v.bw_in_use = n.metrics.bw_in_use;
-    v.activity = n.metrics.activity;
-    v.power_w = n.metrics.power_w;
-    uint32_t used = 0;
-    static const std::set<uint64_t> none;
-    for (uint64_t gid : (on != by_node_.end() && on->first == id) ? on->second : none) {
+std::optional<node_view> controller_state::view_of(const std::string& id) const {
+  auto it = nodes_.find(id);
+  if (it == nodes_.end()) return std::nullopt;
+  const node& n = it->second;
+  if (!n.reported || n.leaving) return std::nullopt;
+  node_view v;
+  v.id = id;
+  v.mem_free = n.metrics.mem_free;
+  v.bw_in_use = n.metrics.bw_in_use;
+  v.activity = n.metrics.activity;
+  v.power_w = n.metrics.power_w;
+  uint32_t used = 0;
+  if (auto on = by_node_.find(id); on != by_node_.end()) {
+    for (uint64_t gid : on->second) {
       const agent* g = &agents_.at(gid);
       ++used;
       // What an agent will take but its node has not measured yet.
@@ -316,10 +333,68 @@ std::vector<node_view> controller_state::views(const std::string& exclude) const
         v.activity += std::max(0.0, 1.0 / a.hints.interval_s - g->rate);
       }
     }
-    v.free_slots = n.capacity > used ? n.capacity - used : 0;
-    out.push_back(std::move(v));
+  }
+  v.free_slots = n.capacity > used ? n.capacity - used : 0;
+  return v;
+}
+
+std::vector<node_view> controller_state::views(const std::string& exclude) const {
+  std::vector<node_view> out;
+  out.reserve(nodes_.size());
+  for (const auto& entry : nodes_) {
+    if (entry.first == exclude) continue;
+    if (auto v = view_of(entry.first)) out.push_back(std::move(*v));
   }
   return out;
+}
+
+const node_index& controller_state::placement_index() {
+  // An application's nodes are looked up only now: a replayed journal marks
+  // applications by the thousand and places nothing.
+  for (uint64_t app : stale_apps_) {
+    if (auto of = by_app_.find(app); of != by_app_.end()) {
+      for (uint64_t gid : of->second) stale_.insert(agents_.at(gid).node);
+    }
+  }
+  stale_apps_.clear();
+  for (const std::string& id : stale_) put_view(id);
+  stale_.clear();
+  return index_;
+}
+
+void controller_state::note_short(uint64_t app) {
+  auto it = apps_.find(app);
+  auto of = by_app_.find(app);
+  const size_t have = of == by_app_.end() ? 0 : of->second.size();
+  if (it != apps_.end() && have < it->second.target) short_apps_.insert(app);
+  else short_apps_.erase(app);
+}
+
+void controller_state::put_view(const std::string& id) {
+  if (auto v = view_of(id)) index_.put(std::move(*v));
+  else index_.erase(id);
+}
+
+std::string controller_state::index_mismatch() {
+  auto same = [](const node_view& a, const node_view& b) {
+    auto eq = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+    return a.id == b.id && a.free_slots == b.free_slots && a.mem_free == b.mem_free && eq(a.bw_in_use, b.bw_in_use) &&
+           eq(a.activity, b.activity) && eq(a.power_w, b.power_w);
+  };
+  const std::vector<node_view> want = views();
+  const std::vector<node_view> have = placement_index().all();
+  for (size_t i = 0; i < std::max(want.size(), have.size()); ++i) {
+    if (i >= want.size()) return "the placement index holds node " + have[i].id + ", which cannot take agents";
+    if (i >= have.size() || want[i].id != have[i].id) return "the placement index lacks node " + want[i].id;
+    if (!same(want[i], have[i])) return "the placement index holds a stale view of node " + want[i].id;
+  }
+  for (const auto& [id, a] : apps_) {
+    auto of = by_app_.find(id);
+    const bool is_short = (of == by_app_.end() ? 0 : of->second.size()) < a.target;
+    if (is_short != (short_apps_.count(id) > 0))
+      return "application " + std::to_string(id) + (is_short ? " is short of agents but not listed so" : " is listed short of agents but is not");
+  }
+  return "";
 }
 
 controller_state::resize_decision controller_state::expansion_decision(const app& a, uint32_t from,
@@ -361,8 +436,7 @@ controller_state::resize_decision controller_state::expansion_decision(const app
 result<uint32_t> controller_state::add_agents(const app& a, uint32_t count) {
   uint32_t have = static_cast<uint32_t>(agents_of(a.id).size());
   uint64_t per = reserve_per_agent(a, have + count);
-  std::vector<node_view> v = views();
-  std::vector<std::string> where = place_agents(v, count, a.strat, a.dist, a.block_size, per);
+  std::vector<std::string> where = placement_index().place(count, a.strat, a.dist, a.block_size, per);
   uint64_t app_id = a.id;  // `a` may move while records are applied
   for (const std::string& node : where) {
     CAIRN_RETURN_IF_ERROR(commit({{"op", "agent_add"}, {"agent", next_agent_}, {"app", app_id}, {"node", node},
@@ -385,9 +459,8 @@ status controller_state::evacuate(const std::string& node, uint32_t* moved) {
     // room must fit the reservation it carries.
     uint64_t per = std::max(reserve_per_agent(a, static_cast<uint32_t>(agents_of(app_id).size())),
                             largest_reserve[app_id]);
-    std::vector<node_view> v = views(node);
     std::vector<std::string> where =
-        place_agents(v, static_cast<uint32_t>(ids.size()), a.strat, a.dist, a.block_size, per);
+        placement_index().place(static_cast<uint32_t>(ids.size()), a.strat, a.dist, a.block_size, per, node);
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i < where.size()) {
         CAIRN_RETURN_IF_ERROR(commit({{"op", "agent_move"}, {"agent", ids[i]}, {"node", where[i]}}));
@@ -424,9 +497,9 @@ status controller_state::node_heartbeat(const std::string& id, const node_metric
   n.leaving = false;
   n.last_seen = now;
   n.metrics = m;
+  static const std::set<uint64_t> none;
   auto on = by_node_.find(id);
-  if (on == by_node_.end()) return {};
-  for (uint64_t gid : on->second) {
+  for (uint64_t gid : on == by_node_.end() ? none : on->second) {
     agent& g = agents_.at(gid);
     auto it_r = std::find_if(reports.begin(), reports.end(), [&](const agent_report& x) { return x.agent == gid; });
     const agent_report* r = it_r == reports.end() ? nullptr : &*it_r;
@@ -454,6 +527,11 @@ status controller_state::node_heartbeat(const std::string& id, const node_metric
       touch_app(g.app);
     }
   }
+  // Its view now, not at the next placement: a heartbeat pays for itself
+  // (every node sends one each interval). view_of reads the whole state, so
+  // a stale mark of this node is settled too.
+  stale_.erase(id);
+  put_view(id);
   return {};
 }
 
@@ -461,6 +539,7 @@ result<uint32_t> controller_state::node_leave(const std::string& id) {
   auto it = nodes_.find(id);
   if (it == nodes_.end()) return status(errc::not_found, "node " + id + " is not registered");
   it->second.leaving = true;
+  stale_.insert(id);
   uint32_t moved = 0;
   CAIRN_RETURN_IF_ERROR(evacuate(id, &moved));
   CAIRN_RETURN_IF_ERROR(commit({{"op", "node_remove"}, {"node", id}, {"reason", "left"}}));
@@ -472,6 +551,7 @@ std::vector<std::string> controller_state::expire(double now) {
   for (auto& [id, n] : nodes_) {
     if (now - n.last_seen > policy_.heartbeat_timeout_s) {
       n.leaving = true;  // no placement onto any lost node while the others are evacuated
+      stale_.insert(id);
       lost.push_back(id);
     }
   }
@@ -560,7 +640,7 @@ result<controller_state::resize_decision> controller_state::app_resize(uint64_t 
   if (count > have) {
     uint64_t per = reserve_per_agent(a, count);
     uint32_t room = static_cast<uint32_t>(
-        place_agents(views(), count - have, a.strat, a.dist, a.block_size, per).size());
+        placement_index().place(count - have, a.strat, a.dist, a.block_size, per).size());
     d = expansion_decision(a, have, have + room);
     if (room == 0) {
       d.applied = force;
@@ -606,17 +686,17 @@ result<std::string> controller_state::agent_migrate(uint64_t agent_id, const std
   const agent& g = it->second;
   const app& a = apps_.at(g.app);
   std::string from = g.node;
-  std::vector<node_view> v = views(from);
+  const node_index& index = placement_index();
   std::string chosen;
   if (to.empty()) {
-    std::vector<size_t> order = rank_nodes(v, a.strat, g.reserve);
-    if (order.empty()) return status(errc::again, "no other node has room for agent " + std::to_string(agent_id));
-    chosen = v[order.front()].id;
+    std::vector<std::string> best = index.place(1, a.strat, distribution::fill, 1, g.reserve, from);
+    if (best.empty()) return status(errc::again, "no other node has room for agent " + std::to_string(agent_id));
+    chosen = best.front();
   } else {
     if (to == from) return status(errc::invalid_argument, "agent " + std::to_string(agent_id) + " is on " + to + " already");
-    auto nv = std::find_if(v.begin(), v.end(), [&](const node_view& x) { return x.id == to; });
     if (!nodes_.count(to)) return status(errc::not_found, "node " + to + " is not registered");
-    if (nv == v.end() || node_room(*nv, g.reserve) == 0) {
+    const node_view* nv = index.find(to);
+    if (nv == nullptr || node_room(*nv, g.reserve) == 0) {
       return status(errc::again, "node " + to + " has no room for agent " + std::to_string(agent_id) +
                                      " (full, short of memory, leaving, or not reporting yet)");
     }
@@ -627,20 +707,17 @@ result<std::string> controller_state::agent_migrate(uint64_t agent_id, const std
 }
 
 status controller_state::fill_shortfalls() {
-  std::vector<uint64_t> ids;
-  for (const auto& [id, a] : apps_) ids.push_back(id);
-  // The nodes' views change only when agents are added: computed once, and
-  // again after each placement (not once per application: O(apps x nodes)).
-  std::vector<node_view> v = views();
+  // In id order, as a walk of every application would find them.
+  const std::vector<uint64_t> ids(short_apps_.begin(), short_apps_.end());
   for (uint64_t id : ids) {
     const app& a = apps_.at(id);
     auto of = by_app_.find(id);
     uint32_t have = of == by_app_.end() ? 0 : static_cast<uint32_t>(of->second.size());
     if (have >= a.target) continue;
-    if (v.empty()) break;  // no node can take an agent
+    const node_index& index = placement_index();
+    if (index.size() == 0) break;  // no node can take an agent
     uint64_t per = reserve_per_agent(a, a.target);
-    uint32_t room = static_cast<uint32_t>(
-        place_agents(v, a.target - have, a.strat, a.dist, a.block_size, per).size());
+    uint32_t room = static_cast<uint32_t>(index.place(a.target - have, a.strat, a.dist, a.block_size, per).size());
     if (room == 0) continue;
     resize_decision d = expansion_decision(a, have, have + room);
     std::string note = "expand " + std::to_string(have) + " -> " + std::to_string(have + room) + ": " + d.reason;
@@ -649,7 +726,6 @@ status controller_state::fill_shortfalls() {
     auto placed = add_agents(apps_.at(id), room);
     if (!placed) return placed.take_status();
     ++decisions_.expansions;
-    v = views();
   }
   return {};
 }

@@ -172,8 +172,13 @@ class controller_state {
   status fill_shortfalls();
 
   // Estimated metrics of every node that can take agents now (reported, up,
-  // not leaving), minus `exclude`.
+  // not leaving), minus `exclude`. Computed afresh: what the placement index
+  // holds must equal it.
   std::vector<node_view> views(const std::string& exclude = {}) const;
+  // "" when the placement index holds exactly views() and the applications
+  // listed short of agents are exactly those; else what differs (the
+  // simulation's and the tests' check of the indexes' upkeep).
+  std::string index_mismatch();
   // The decision of growing `a` from `from` to `to` agents.
   resize_decision expansion_decision(const app& a, uint32_t from, uint32_t to) const;
 
@@ -202,6 +207,14 @@ class controller_state {
     it->second.erase(id);
     if (it->second.empty()) index.erase(it);
   }
+  // The view of one node, nullopt when it cannot take agents now.
+  std::optional<node_view> view_of(const std::string& id) const;
+  // The placement index, with every stale node's view recomputed.
+  const node_index& placement_index();
+  // Recomputes one node's view in the index (removes it if it cannot take agents).
+  void put_view(const std::string& id);
+  // Keeps short_apps_: in it iff the application has fewer agents than its target.
+  void note_short(uint64_t app);
   uint64_t reserve_per_agent(const app& a, uint32_t agents) const;
   double transfer_estimate(const app& a, uint32_t agents) const;
   // Moves every agent off `node` (to other nodes with room, else removes it).
@@ -220,6 +233,19 @@ class controller_state {
   // application, which a scan of every agent makes quadratic at scale.
   std::map<std::string, std::set<uint64_t>> by_node_;
   std::map<uint64_t, std::set<uint64_t>> by_app_;
+  // The views of the nodes that can take agents, in every strategy's order,
+  // so that a placement does not rank every node. Whatever changes a node's
+  // view marks it in stale_ (apply() for the journaled state, the heartbeat,
+  // leave and expiry for the volatile one), or its application in
+  // stale_apps_ when the estimates of all the application's nodes change
+  // (its agent count or hints); placement_index() recomputes those before a
+  // placement reads the index.
+  node_index index_;
+  std::set<std::string> stale_;
+  std::set<uint64_t> stale_apps_;
+  // Applications with fewer agents than their target, kept by apply():
+  // fill_shortfalls visits these, not every application.
+  std::set<uint64_t> short_apps_;
   uint64_t next_app_ = 1;
   uint64_t next_agent_ = 1;
   uint64_t generation_ = 0;

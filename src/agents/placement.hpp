@@ -7,8 +7,11 @@
 #ifndef CAIRN_AGENTS_PLACEMENT_HPP
 #define CAIRN_AGENTS_PLACEMENT_HPP
 
+#include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,8 +53,13 @@ struct node_view {
 // per_agent_bytes > 0, no more than mem_free / per_agent_bytes.
 uint32_t node_room(const node_view& n, uint64_t per_agent_bytes);
 
+// True iff `a` ranks before `b` under the strategy: the better metric first (a
+// metric that is not a number ranks last), equal metrics by free slots (more
+// first), then by node id. A strict weak order on any views.
+bool ranks_before(const node_view& a, const node_view& b, strategy s);
+
 // Indexes of the nodes with room for at least one agent, best first under the
-// strategy; equal metrics are ordered by free slots (more first), then node id.
+// strategy (ranks_before).
 std::vector<size_t> rank_nodes(std::span<const node_view> nodes, strategy s, uint64_t per_agent_bytes);
 
 // Spreads `count` agents over nodes[order[0]], nodes[order[1]], ... in that
@@ -66,6 +74,39 @@ std::vector<std::string> distribute(std::span<const node_view> nodes, std::span<
 // rank_nodes then distribute.
 std::vector<std::string> place_agents(std::span<const node_view> nodes, uint32_t count, strategy s,
                                       distribution d, uint32_t block_size, uint64_t per_agent_bytes);
+
+// The nodes' views kept in the order of every strategy, so that a placement
+// reads the few best nodes it needs instead of ranking every node (at 10,000
+// nodes a ranking costs milliseconds; docs/benchmarks/agents.md). Only nodes
+// with a free slot are in the orders. Each put or erase costs O(log nodes)
+// per strategy.
+class node_index {
+ public:
+  // Inserts v, or replaces the view of the node v.id.
+  void put(node_view v);
+  void erase(const std::string& id);
+  const node_view* find(const std::string& id) const;
+  size_t size() const { return views_.size(); }
+  // The views of every node in id order (for checks).
+  std::vector<node_view> all() const;
+
+  // Exactly place_agents(every view but `exclude`, ...), reading only the
+  // prefix of the strategy's order that the distribution's first pass uses.
+  std::vector<std::string> place(uint32_t count, strategy s, distribution d, uint32_t block_size,
+                                 uint64_t per_agent_bytes, const std::string& exclude = {}) const;
+
+ private:
+  struct order_by {
+    strategy s;
+    bool operator()(const node_view* a, const node_view* b) const { return ranks_before(*a, *b, s); }
+  };
+  using order = std::set<const node_view*, order_by>;
+  static constexpr size_t kStrategies = 4;
+  void unlink(const node_view& v);
+  std::map<std::string, node_view> views_;  // a map: the orders hold pointers into it
+  std::array<order, kStrategies> orders_{order(order_by{strategy::bandwidth}), order(order_by{strategy::memory}),
+                                         order(order_by{strategy::activity}), order(order_by{strategy::power})};
+};
 
 // What an application says about itself when it registers (0 = not known).
 struct app_hints {

@@ -14,6 +14,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <random>
 #include <thread>
 
 #include "agents/auth.hpp"
@@ -445,6 +447,48 @@ TEST(agents_placement, place_agents_combines_strategy_and_distribution) {
   EXPECT_EQ(place_agents(v, 5, strategy::activity, distribution::block, 2, 0), (strs{"n3", "n3", "n1", "n1", "n4"}));
 }
 
+TEST(agents_placement, the_index_places_exactly_as_a_full_ranking) {
+  // Random views, updated, erased and put back; every placement the index
+  // makes must equal place_agents over all the views (ties included: the
+  // metrics take few values, slots and memory are often short).
+  std::mt19937_64 rng(7);
+  node_index index;
+  std::map<std::string, node_view> truth;
+  auto random_view = [&](const std::string& id) {
+    node_view v;
+    v.id = id;
+    v.free_slots = static_cast<uint32_t>(rng() % 4);
+    v.mem_free = (rng() % 8) << 30;
+    v.bw_in_use = static_cast<double>(rng() % 5) * 1e8;
+    v.activity = rng() % 13 == 0 ? std::nan("") : static_cast<double>(rng() % 3);
+    v.power_w = static_cast<double>(100 + rng() % 4 * 50);
+    return v;
+  };
+  const distribution dists[] = {distribution::block, distribution::round_robin, distribution::fill};
+  for (int round = 0; round < 3000; ++round) {
+    const std::string id = "n" + std::to_string(rng() % 60);
+    if (rng() % 5 == 0) {
+      index.erase(id);
+      truth.erase(id);
+    } else {
+      node_view v = random_view(id);
+      index.put(v);
+      truth[id] = v;
+    }
+    ASSERT_EQ(index.size(), truth.size());
+    const auto s = static_cast<strategy>(rng() % 4);
+    const distribution d = dists[rng() % 3];
+    const uint32_t count = static_cast<uint32_t>(rng() % 12), block = static_cast<uint32_t>(rng() % 4);
+    const uint64_t per = rng() % 3 == 0 ? 0 : (rng() % 4) << 30;
+    const std::string exclude = rng() % 3 == 0 ? "n" + std::to_string(rng() % 60) : "";
+    std::vector<node_view> all;
+    for (const auto& [k, v] : truth)
+      if (k != exclude) all.push_back(v);
+    ASSERT_EQ(index.place(count, s, d, block, per, exclude), place_agents(all, count, s, d, block, per))
+        << "round " << round << ", strategy " << strategy_name(s) << ", " << distribution_name(d);
+  }
+}
+
 TEST(agents_placement, initial_agent_count_from_hints) {
   count_policy p;  // 1 agent per node, max 16, 1 GB/s per agent, 10% of the interval
   EXPECT_EQ(initial_agent_count(app_hints{}, p), 1u);
@@ -531,6 +575,8 @@ struct state_fixture {
           records.push_back(r);
           return status();
         }) {}
+  // Every test's state ends with its placement index equal to a fresh ranking.
+  ~state_fixture() { EXPECT_EQ(state.index_mismatch(), ""); }
   std::vector<json> records;
   bool fail_journal = false;
   controller_state state;
