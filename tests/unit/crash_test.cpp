@@ -241,8 +241,11 @@ void check_store(const std::string& store, const outcome& out, const std::string
     }
     intact.insert(v);
   }
-  for (int64_t v : out.committed)
-    if (!out.retiring.count(v)) EXPECT_TRUE(intact.count(v)) << what << ": version " << v << " was reported committed";
+  for (int64_t v : out.committed) {
+    if (!out.retiring.count(v)) {
+      EXPECT_TRUE(intact.count(v)) << what << ": version " << v << " was reported committed";
+    }
+  }
 }
 
 class crash_points : public ::testing::TestWithParam<layout> {};
