@@ -9,10 +9,8 @@
 namespace cairn {
 
 result<client> create_mpi(MPI_Comm comm, const std::string& config_path) {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) return status(errc::invalid_argument, "cairn_init_mpi: call MPI_Init first");
-  CAIRN_ASSIGN_OR_RETURN(auto impl, client_impl::create(comm::make_mpi(comm), config_path));
+  CAIRN_ASSIGN_OR_RETURN(auto c, comm::make_mpi(comm));
+  CAIRN_ASSIGN_OR_RETURN(auto impl, client_impl::create(std::move(c), config_path));
   return client(std::move(impl));
 }
 

@@ -25,9 +25,10 @@ export LD_LIBRARY_PATH=$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # engine_host = daemon finds the installed cairnd beside libcairn (<prefix>/bin).
 CAIRN_ENGINE_HOST=daemon CAIRN_RUN=daemon "$tmp/consumer/consumer"
 
-# pkg-config route, as a Makefile user would build. libcairn links MPI, so use mpicc.
+# pkg-config route, as a Makefile user would build. A program without MPI is
+# built with the plain compiler: libcairn does not link libmpi (its MPI plugin does).
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
-mpicc -o "$tmp/consumer_pc" "$src/tests/install/consumer/consumer.c" $(pkg-config --cflags --libs cairn)
+cc -o "$tmp/consumer_pc" "$src/tests/install/consumer/consumer.c" $(pkg-config --cflags --libs cairn)
 CAIRN_RUN=pc "$tmp/consumer_pc"
 
 # The Fortran module, when this build has it (CAIRN_ENABLE_FORTRAN): with
@@ -62,8 +63,9 @@ fi
 # -I<prefix>/include -L<prefix>/lib -lveloc-client / -lscr (as VELOC and SCR
 # applications are) link and run.
 if grep -q '^CAIRN_ENABLE_MPI:BOOL=ON' "$build/CMakeCache.txt"; then
+  # (their cairn_init_mpi loads the MPI plugin installed beside libcairn)
   for f in include/veloc.h include/veloc/defs.h include/veloc.hpp include/scr.h include/scrf.h \
-           lib/libveloc-client.so lib/libscr.so lib/libscrf.so; do
+           lib/libveloc-client.so lib/libscr.so lib/libscrf.so lib/libcairn-mpi.so; do
     [ -e "$prefix/$f" ] || { echo "install_test: missing $f in the installed tree" >&2; exit 1; }
   done
   # Linked as VELOC's and SCR's documentation says (-L and -rpath of the

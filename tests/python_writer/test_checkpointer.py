@@ -266,6 +266,45 @@ def test_a_script_without_data_planes_never_loads_libfabric(tmp_path):
     assert "libfabric" not in line and "psm" not in line, line
 
 
+def test_a_script_runs_where_no_mpi_library_can_be_loaded(tmp_path):
+    """libcairn does not link libmpi (cairn_init_mpi loads libcairn-mpi.so,
+    which does: docs/design/mpi-plugin.md), so the same library, and the
+    wheel that bundles it, works on a machine without MPI. Checked for real:
+    in a mount namespace where every libmpi file is /dev/null, a script
+    checkpoints and restarts, and cairn_init_mpi says what it cannot load."""
+    lib = os.environ.get("PYCAIRN_LIBRARY") or cairn._clib.library_path()
+    needed = subprocess.run(["readelf", "-d", lib], capture_output=True, text=True, check=True).stdout
+    assert not re.search(r"NEEDED.*\[lib(mpi|open-pal|open-rte)", needed), needed
+    if os.environ.get("CAIRN_TEST_MPI", "1") in ("0", "OFF", "FALSE", "false", ""):
+        pytest.skip("built without MPI: no plugin to hide MPI from")
+    plugin = Path(lib).resolve().parent / "libcairn-mpi.so"
+    assert plugin.exists(), f"{plugin}: the MPI plugin is built beside libcairn"
+    ldd = subprocess.run(["ldd", str(plugin)], capture_output=True, text=True, check=True).stdout
+    libmpi = sorted({os.path.realpath(m) for m in re.findall(r"=> (\S*libmpi\.so\S*)", ldd)})
+    assert libmpi, ldd  # the plugin is what links MPI
+    if os.geteuid() != 0 or subprocess.run(["unshare", "--mount", "true"]).returncode != 0:
+        pytest.skip("needs root and mount namespaces to hide the MPI library")
+    code = ("import cairn, cffi, numpy as np\n"
+            "a = np.arange(1000.0)\n"
+            "with cairn.Checkpointer() as ck:\n"
+            "    ck.protect('a', a)\n"
+            "    ck.checkpoint('c', 1)\n"
+            "    ck.wait('c', 1)\n"
+            "    a[:] = 0\n"
+            "    assert ck.restart('c') == 1 and a[999] == 999.0\n"
+            "ffi = cffi.FFI()\n"
+            "ffi.cdef('int cairn_init_mpi(void *comm, const char *cfg, void **out); const char *cairn_last_error(void);')\n"
+            f"lib = ffi.dlopen({str(lib)!r})\n"
+            "out = ffi.new('void **')\n"
+            "print('init_mpi:', lib.cairn_init_mpi(ffi.NULL, ffi.NULL, out), ffi.string(lib.cairn_last_error()).decode())\n")
+    hide = "".join(f"mount --bind /dev/null {m} && " for m in libmpi)
+    r = subprocess.run(["unshare", "--mount", "sh", "-c", f"{hide}exec {sys.executable} -c \"$0\"", code],
+                       env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert r.returncode == 0, r.stdout + r.stderr
+    line = next(l for l in r.stdout.splitlines() if l.startswith("init_mpi:"))
+    assert line.startswith("init_mpi: -8 ") and "libcairn-mpi.so" in line and "CAIRN_MPI_PLUGIN" in line, line
+
+
 def _env(root):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CAIRN_")}
     env.update(CAIRN_PERSISTENT=str(root / "store"), CAIRN_SCRATCH=str(root / "scratch"), CAIRN_RUN="app",
