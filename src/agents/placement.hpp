@@ -82,6 +82,13 @@ std::vector<std::string> place_agents(std::span<const node_view> nodes, uint32_t
 // per strategy.
 class node_index {
  public:
+  node_index() = default;
+  // The orders point into views_: a copy would point into the original.
+  node_index(const node_index&) = delete;
+  node_index& operator=(const node_index&) = delete;
+  node_index(node_index&&) = default;  // a map's nodes stay where they are
+  node_index& operator=(node_index&&) = default;
+
   // Inserts v, or replaces the view of the node v.id.
   void put(node_view v);
   void erase(const std::string& id);
