@@ -587,8 +587,7 @@ void client_impl::copy_image(engine::version_job& job, const std::vector<region>
     if (lend && regs[i].mem_shape.empty() && d.length) {
       job.lent[i] = static_cast<const std::byte*>(regs[i].ptr);
     } else if (!regs[i].mem_shape.empty()) {
-      copy_block(img + d.offset, static_cast<std::byte*>(regs[i].ptr), format::type_size(d.type), row_major_dims(regs[i]),
-                 regs[i].mem_shape, regs[i].mem_start, true);
+      copy_region(img, d, regs[i]);
     } else {
       for (uint64_t at = 0; at < d.length; at += kPiece) {
         util::stream_copy(img + d.offset + at, static_cast<const std::byte*>(regs[i].ptr) + at,
