@@ -295,11 +295,13 @@ class Deployment:
             time.sleep(0.1)
         raise RuntimeError("timed out waiting for %s (last: %r)" % (what, last))
 
-    def register(self, name, ranks, agents=1, interval=None, checkpoint_bytes=None):
+    def register(self, name, ranks, store, agents=1, interval=None, checkpoint_bytes=None):
         """Registers `name` by hand (the application re-registers under the
-        same name at init and keeps these agents), sets its agent count and
-        waits until every agent runs and has an endpoint."""
-        cmd = ["register", "--name", name, "--ranks", ranks, "--nodes", 1, "--json"]
+        same name at init and keeps these agents, proving it with the key
+        this registration keeps in its run directory of `store`, the
+        application's persistent level), sets its agent count and waits until
+        every agent runs and has an endpoint."""
+        cmd = ["register", "--name", name, "--ranks", ranks, "--nodes", 1, "--store", store, "--json"]
         if interval:
             cmd += ["--interval", interval]
         if checkpoint_bytes:
@@ -488,7 +490,7 @@ def measure_agent_counts(b, pdir, sdir):
             for variant, blocking, lend in VARIANTS:
                 name = "agents-%d-%s" % (k, variant)
                 log("  %d agent(s), %s" % (k, variant))
-                app = dep.register(name, a.ranks, agents=k)
+                app = dep.register(name, a.ranks, store, agents=k)
                 env = agents_env(dep, blocking=blocking, lend=lend)
                 # Restart from agent memory (the agents hold the newest
                 # version; the store is only tried after them), for the first
@@ -589,10 +591,11 @@ def measure_placement(b, pdir, sdir, case, variant, tag):
             ns, addr = (net.nodes[node][0], net.nodes[node][1]) if net else (None, None)
             dep.add_manager(node, capacity=4, threads=a.agent_threads, cpu=cpus[node], ns=ns, addr=addr)
         interval = (a.settle_ms + 100) / 1000.0
-        app_a = dep.register("placement-A", a.ranks, agents=1, interval=interval)
+        app_store = os.path.join(store_parent, "store")  # cairn_bench's CAIRN_PERSISTENT
+        app_a = dep.register("placement-A", a.ranks, app_store, agents=1, interval=interval)
         others = ["placement-I%d" % (i + 1) for i in range(a.interferers)]
         for name in others:
-            dep.register(name, 1, agents=1, interval=(a.interferer_settle_ms + 100) / 1000.0)
+            dep.register(name, 1, app_store, agents=1, interval=(a.interferer_settle_ms + 100) / 1000.0)
         a_node = app_a["agents"][0]["node"]
         if case == "stacked":
             for name in others:

@@ -363,7 +363,20 @@ result<int> agents_level::probe() {
   return change;
 }
 
-status agents_level::finish(bool) {
+bool agents_level::handed_over(const std::string& name, int64_t version) {
+  for (version_record* rec : host_->pending()) {
+    if (rec->name != name || rec->version != version) continue;
+    unsigned done = 0, failed = 0;
+    bool finished = false;
+    status e;
+    host_->engine().levels(*rec->job, &done, &failed, &finished, &e);
+    // Held by its agent, or written by this rank itself (the fallback).
+    return (done & CAIRN_LEVEL_PROTECTED) != 0 || (finished && e.is_ok());
+  }
+  return true;  // not pending: every stage of it ran
+}
+
+status agents_level::finish(bool waited) {
   comm::communicator& comm = host_->comm();
   const int rank = host_->rank();
   status first;
@@ -374,6 +387,11 @@ status agents_level::finish(bool) {
     const double limit = std::max(60.0, 4 * cfg_.agents_timeout);
     const double deadline = util::now_s() + limit;
     for (const auto& [name, version] : host_->newest_versions()) {
+      // Finalized without waiting (cairn_finalize(c, 0)), a version some rank
+      // abandoned before its agent held it can never be committed: waiting
+      // for it would only end in an error after `limit`. One every rank
+      // handed over is the agents' to commit, and is waited for.
+      if (!waited && comm.min(handed_over(name, version) ? 1 : 0) == 0) continue;
       for (;;) {
         std::vector<int64_t> v = {committed(name, version) ? 1 : 0, util::now_s() < deadline ? 1 : 0};
         comm.allreduce_min(v);

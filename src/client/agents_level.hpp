@@ -49,6 +49,9 @@ class agents_level final : public level {
  private:
   agents_level(level_host* host, std::unique_ptr<agents_data> data) : host_(host), data_(std::move(data)) {}
   bool committed(const std::string& name, int64_t version);
+  // Whether this rank's part of (name, version) left the process: held by
+  // its agent or written by this rank (the fallback), or not pending.
+  bool handed_over(const std::string& name, int64_t version);
   // Collective: rank 0 reports progress (checkpoints, checkpoint size,
   // measured transfer and reconfiguration times) so that the controller's
   // decisions use them, and gets the application's agents back (rank 0's

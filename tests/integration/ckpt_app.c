@@ -38,6 +38,9 @@
  * --wait-captured waits for CAIRN_LEVEL_CAPTURED before the state changes
  * again (what agents_lend asks of an application).
  *
+ * --finalize-nowait: cairn_finalize(&c, 0) (versions still pending are
+ * abandoned) instead of cairn_finalize(&c, 1); prints "finalize took S s".
+ *
  * --fresh-on-error: an application written like VELOC's examples: any error of
  * cairn_restart_test prints per rank "rank R restart_test rc=C msg=M" and the
  * run starts from scratch.
@@ -109,6 +112,7 @@ typedef struct options {
   int probe;                          /* --probe */
   int wait_protected;                 /* --wait-protected */
   int wait_captured;                  /* --wait-captured */
+  int finalize_nowait;                /* --finalize-nowait */
   int on_warning;                     /* --on-warning */
   int advice;                         /* --advice: print cairn_advice before the first and after the last checkpoint */
   long long die_after;                /* --die-after V (0: never) */
@@ -211,6 +215,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
     }
     else if (!strcmp(a, "--probe")) o->probe = 1;
     else if (!strcmp(a, "--wait-protected")) o->wait_protected = 1;
+    else if (!strcmp(a, "--finalize-nowait")) o->finalize_nowait = 1;
     else if (!strcmp(a, "--wait-captured")) o->wait_captured = 1;
     else if (!strcmp(a, "--on-warning")) o->on_warning = 1;
     else if (!strcmp(a, "--advice")) o->advice = 1;
@@ -342,6 +347,12 @@ static void print_final_hash(const state_t *st) {
     printf("final hash %016" PRIx64 "\n", h);
   }
   free(all);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 static void sleep_ms(long long ms) {
@@ -644,7 +655,9 @@ int main(int argc, char **argv) {
   }
 
   if (o.advice) print_advice(c, "after");
-  rc = cairn_finalize(&c, 1);
+  double fin0 = now_s();
+  rc = cairn_finalize(&c, o.finalize_nowait ? 0 : 1);
+  if (o.finalize_nowait && g_rank == 0) printf("finalize took %.3f s\n", now_s() - fin0);
   if (rc != CAIRN_OK) {
     if (!o.keep_going) cairn_fail("cairn_finalize", rc);
     printf("rank %d finalize rc=%d msg=%s\n", g_rank, rc, cairn_last_error());

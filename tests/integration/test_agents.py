@@ -182,6 +182,28 @@ def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, 
     assert job.run_id in json.dumps(ls)
 
 
+def test_finalize_without_waiting_does_not_wait_for_abandoned_versions(deployment, reference, make_job):
+    """cairn_finalize(c, 0) right after a checkpoint abandons what the agents
+    did not hold yet: finalize returns at once (it waited up to 120 s for a
+    commit that could never come, then failed), commits what they held, and
+    the next execution restarts bit for bit from what was committed. Larger
+    images and several runs make both sides of the race likely."""
+    d = deployment
+    d.add_manager("node-a")
+    d.add_manager("node-b")
+    nbytes = 8 << 20
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=nbytes)
+    for trial in range(3):
+        job = make_job(2, run=f"agents-nowait-{trial}")
+        r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", nbytes, "--finalize-nowait",
+                    **agents_cfg(d)).ok()
+        took = float(re.search(r"finalize took ([0-9.]+) s", r.stdout).group(1))
+        assert took < 20, r.describe()
+        r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", nbytes, **agents_cfg(d)).ok()
+        assert r.restarted_from is not None and r.restarted_from > 0, r.describe()
+        assert r.final_hash == ref.final_hash, r.describe()
+
+
 def test_agent_lost_mid_run_version_falls_back_and_nothing_is_lost(deployment, reference, make_job):
     """An agent killed while the application runs: the next version is not
     reported as held by agents (PROTECTED fails) but the ranks write it
