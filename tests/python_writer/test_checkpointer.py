@@ -240,6 +240,17 @@ def _kill_and_restart(tmp_path, cmd, env, nranks, seed):
     return int(lines[0].rsplit(" ", 1)[1]), [(tmp_path / "out" / f"grid.{r}.bin").read_bytes() for r in range(nranks)]
 
 
+# A single-process script's checkpoint and restart, bit for bit.
+_ROUND_TRIP = ("import cairn, numpy as np\n"
+               "a = np.arange(1000.0)\n"
+               "with cairn.Checkpointer() as ck:\n"
+               "    ck.protect('a', a)\n"
+               "    ck.checkpoint('c', 1)\n"
+               "    ck.wait('c', 1)\n"
+               "    a[:] = 0\n"
+               "    assert ck.restart('c') == 1 and a[999] == 999.0\n")
+
+
 def test_a_script_without_data_planes_never_loads_libfabric(tmp_path):
     """libcairn loads libfabric when a data plane first needs it (agents,
     aggregated flush, redundancy; src/fabric/libfabric.hpp), not at load
@@ -247,14 +258,7 @@ def test_a_script_without_data_planes_never_loads_libfabric(tmp_path):
     libfabric nor its providers, whose signal handlers (libpsm2) would turn
     an abort into exit status 1 and write backtrace files into its working
     directory."""
-    code = ("import cairn, numpy as np\n"
-            "a = np.arange(1000.0)\n"
-            "with cairn.Checkpointer() as ck:\n"
-            "    ck.protect('a', a)\n"
-            "    ck.checkpoint('c', 1)\n"
-            "    ck.wait('c', 1)\n"
-            "    a[:] = 0\n"
-            "    assert ck.restart('c') == 1 and a[999] == 999.0\n"
+    code = (_ROUND_TRIP +
             "maps = open('/proc/self/maps').read()\n"
             "print('mapped:', sorted({l.split()[-1] for l in maps.splitlines()\n"
             "                         if 'libfabric' in l or 'psm' in l or 'libcairn' in l}))\n")
@@ -284,14 +288,8 @@ def test_a_script_runs_where_no_mpi_library_can_be_loaded(tmp_path):
     assert libmpi, ldd  # the plugin is what links MPI
     if os.geteuid() != 0 or subprocess.run(["unshare", "--mount", "true"]).returncode != 0:
         pytest.skip("needs root and mount namespaces to hide the MPI library")
-    code = ("import cairn, cffi, numpy as np\n"
-            "a = np.arange(1000.0)\n"
-            "with cairn.Checkpointer() as ck:\n"
-            "    ck.protect('a', a)\n"
-            "    ck.checkpoint('c', 1)\n"
-            "    ck.wait('c', 1)\n"
-            "    a[:] = 0\n"
-            "    assert ck.restart('c') == 1 and a[999] == 999.0\n"
+    code = (_ROUND_TRIP +
+            "import cffi\n"
             "ffi = cffi.FFI()\n"
             "ffi.cdef('int cairn_init_mpi(void *comm, const char *cfg, void **out); const char *cairn_last_error(void);')\n"
             f"lib = ffi.dlopen({str(lib)!r})\n"
