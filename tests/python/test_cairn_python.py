@@ -394,10 +394,12 @@ def test_nbody_two_threads_diverge(nbody_store):
         pytest.fail("three runs of nbody with OMP_NUM_THREADS=2 ended bit-identical: the atomic "
                     "accumulation did not make the summation order timing-dependent")
     s = cairn.open(store)
-    a = s.region("t2-a", "nbody", 300, "pos")
-    b = s.region("t2-b", "nbody", 300, "pos")
-    assert not np.array_equal(a, b)
-    assert np.allclose(a, b, atol=1e-3)  # tiny differences, growing
+    # The final checksums cover the state at step 300, the last checkpoint:
+    # it differs in pos or, when the summation order first differed in the
+    # last step's forces, in vel only.
+    pairs = [(s.region("t2-a", "nbody", 300, r), s.region("t2-b", "nbody", 300, r)) for r in ("pos", "vel")]
+    assert not all(np.array_equal(a, b) for a, b in pairs)
+    assert all(np.allclose(a, b, atol=1e-3) for a, b in pairs)  # tiny differences, growing
 
 
 def test_nbody_diff_and_report(nbody_store, tmp_path):
@@ -409,8 +411,8 @@ def test_nbody_diff_and_report(nbody_store, tmp_path):
     assert cairn.outcome(d) == "diverged"
     fd = cairn.first_divergence(d)
     assert fd["region"] in ("pos", "vel") and fd["kind"] == "mismatch"
-    rows = [r for r in cairn.diff_rows(d) if r.region == "pos"]
-    assert rows[-1].mismatch > 0 and rows[-1].max_abs > 0
+    last = [r for r in cairn.diff_rows(d) if r.region in ("pos", "vel") and r.version == 300]
+    assert any(r.mismatch > 0 and r.max_abs > 0 for r in last), last
     out = tmp_path / "report"
     env = dict(os.environ, PYTHONPATH=str(BINDINGS))
     p = subprocess.run([sys.executable, "-m", "cairn.report", str(store), "t2-a", "t2-b", "--out", str(out)],
