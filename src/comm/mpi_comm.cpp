@@ -4,10 +4,10 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include "comm/mpi_plugin.h"
+#include "util/mutex.hpp"
 
 namespace cairn::comm {
 namespace {
@@ -30,11 +30,16 @@ std::vector<std::string> plugin_candidates() {
   return out;
 }
 
+// The plugin once loaded (a failed load is tried again at the next call).
+struct plugin_slot {
+  cairn::mutex mu;
+  const cairn_mpi_plugin* loaded CAIRN_GUARDED_BY(mu) = nullptr;
+};
+
 result<const cairn_mpi_plugin*> load_plugin() {
-  static std::mutex mu;
-  static const cairn_mpi_plugin* loaded = nullptr;
-  std::lock_guard<std::mutex> lock(mu);
-  if (loaded != nullptr) return loaded;
+  static plugin_slot slot;
+  cairn::lock_guard lock(slot.mu);
+  if (slot.loaded != nullptr) return slot.loaded;
   std::string tried;
   for (const std::string& path : plugin_candidates()) {
     if (!tried.empty()) tried += "; ";
@@ -51,8 +56,8 @@ result<const cairn_mpi_plugin*> load_plugin() {
       dlclose(lib);
       continue;
     }
-    loaded = p;  // never unloaded: communicators of any handle may use it until exit
-    return loaded;
+    slot.loaded = p;  // never unloaded: communicators of any handle may use it until exit
+    return p;
   }
   return status(errc::not_supported,
                 std::string("cairn_init_mpi: cannot load cairn's MPI plugin: ") + tried + ". libcairn calls MPI through " +
