@@ -338,11 +338,10 @@ std::optional<node_view> controller_state::view_of(const std::string& id) const 
   return v;
 }
 
-std::vector<node_view> controller_state::views(const std::string& exclude) const {
+std::vector<node_view> controller_state::views() const {
   std::vector<node_view> out;
   out.reserve(nodes_.size());
   for (const auto& entry : nodes_) {
-    if (entry.first == exclude) continue;
     if (auto v = view_of(entry.first)) out.push_back(std::move(*v));
   }
   return out;
@@ -775,7 +774,6 @@ json controller_state::status_json(double now) const {
                  {"nodes_per_agent", policy_.count.nodes_per_agent},
                  {"max_agents_per_app", policy_.count.max_agents},
                  {"transfer_fraction", policy_.count.transfer_fraction}};
-  std::vector<node_view> v = views();
   uint64_t total_held = 0, total_reserved = 0;
   double total_bw = 0;
   json nodes = json::array();
@@ -804,8 +802,7 @@ json controller_state::status_json(double now) const {
     } else {
       jn["metrics"] = nullptr;
     }
-    auto ev = std::find_if(v.begin(), v.end(), [&](const node_view& x) { return x.id == id; });
-    if (ev != v.end()) {
+    if (const auto ev = view_of(id)) {
       jn["estimate"] = {{"free_slots", ev->free_slots}, {"mem_free", ev->mem_free}, {"bw_in_use", ev->bw_in_use},
                         {"activity", ev->activity}, {"power_w", ev->power_w}};
     }

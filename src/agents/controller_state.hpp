@@ -172,9 +172,8 @@ class controller_state {
   status fill_shortfalls();
 
   // Estimated metrics of every node that can take agents now (reported, up,
-  // not leaving), minus `exclude`. Computed afresh: what the placement index
-  // holds must equal it.
-  std::vector<node_view> views(const std::string& exclude = {}) const;
+  // not leaving). Computed afresh: what the placement index holds must equal it.
+  std::vector<node_view> views() const;
   // "" when the placement index holds exactly views() and the applications
   // listed short of agents are exactly those; else what differs (the
   // simulation's and the tests' check of the indexes' upkeep).
