@@ -163,9 +163,10 @@ std::string app_key_proof(std::string_view app_key, std::string_view name, std::
   return keyed_proof(app_key, "cairn-agents app key proof v1", {name, public_key});
 }
 
-std::string app_request_proof(std::string_view app_key, uint64_t app) {
+std::string app_request_proof(std::string_view app_key, uint64_t app, std::string_view binding,
+                              std::string_view request) {
   const std::string id = std::to_string(app);
-  return keyed_proof(app_key, "cairn-agents app request v1", {id});
+  return keyed_proof(app_key, "cairn-agents app request v2", {id, binding, request});
 }
 
 std::string app_key_file(const std::string& store, const std::string& run) {

@@ -95,9 +95,12 @@ std::string app_key_proof(std::string_view app_key, std::string_view name, std::
 
 // What an application's later requests (progress, resize, unregister)
 // carry to show they come from it: a keyed BLAKE2b (32 bytes) over the
-// controller's id for it. The control plane does not encrypt: it is as good
-// as the management network is private (docs/design/agents.md "Security").
-std::string app_request_proof(std::string_view app_key, uint64_t app);
+// controller's id for it, the connection's binding (net.hpp: both handshake
+// nonces) and the request's type name. The control plane does not encrypt,
+// so a proof is seen on the wire; bound to its connection and request, it is
+// of no use in any other.
+std::string app_request_proof(std::string_view app_key, uint64_t app, std::string_view binding,
+                              std::string_view request);
 
 // Where a run keeps its application key for its next jobs:
 // <store>/runs/<run>/agents.key (hex, mode 600).

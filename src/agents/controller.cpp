@@ -213,7 +213,7 @@ status controller_service::check_app_caller(const connection* c, uint64_t app, c
   std::string proof;
   const auto p = body.find("proof");
   if (p != body.end() && p->is_string() && util::hex_decode(p->get<std::string>(), 32, &proof) &&
-      tag_equal(proof, app_request_proof(it->second.key, app)))
+      c != nullptr && tag_equal(proof, app_request_proof(it->second.key, app, c->binding(), what)))
     return {};
   log_rejection(c != nullptr ? c->peer() : "?", what, "application " + std::to_string(app) + ": no proof of its key");
   return status(errc::invalid_argument, std::string(what) + ": application " + std::to_string(app) + " (" +

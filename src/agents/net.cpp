@@ -265,6 +265,7 @@ bool connection::handle_handshake(const decoded_frame& d) {
     std::string server_nonce = random_nonce();
     session_keys k = derive_session_keys(secret_, nonce, server_nonce);
     sess_ = session(k.s2c, k.c2s, 1, 1);
+    binding_ = nonce + server_nonce;
     role_ = role;
     peer_id_ = id;
     json ack = {{"nonce", nonce_hex}, {"server_nonce", util::hex_encode(server_nonce)}};
@@ -286,6 +287,7 @@ bool connection::handle_handshake(const decoded_frame& d) {
     if (!util::hex_decode(sn_hex, kNonceSize, &sn)) return reject(frame_error::bad_payload, "hello_ack: bad server nonce");
     session_keys k = derive_session_keys(secret_, client_nonce_, sn);
     sess_ = session(k.c2s, k.s2c, 1, 1);
+    binding_ = client_nonce_ + sn;
   }
   state_ = state::established;
   double now = util::now_s();
@@ -546,12 +548,25 @@ json error_body(const status& s) { return {{"code", std::string(errc_name(s.code
 
 result<json> control_call(const net_address& a, const std::string& secret, const std::string& role, ctl_type t,
                   const json& body, int timeout_ms, net_limits lim) {
+  return control_call_bound(a, secret, role, t, body, {}, timeout_ms, lim);
+}
+
+result<json> control_call_bound(const net_address& a, const std::string& secret, const std::string& role, ctl_type t,
+                                json body, const body_finish& finish, int timeout_ms, net_limits lim) {
   const double deadline = util::now_s() + timeout_ms / 1000.0;
   auto fd = connect_tcp(a, timeout_ms);
   if (!fd) return fd.take_status();
   connection c(std::move(*fd), connection::side::client, secret, lim, a.to_string(), util::now_s());
   c.start_client(role, "");
-  c.send(t, body);
+  bool sent = false;
+  // Without a finish the message waits in the connection's queue for the handshake.
+  auto send_when_ready = [&] {
+    if (sent || (finish && !c.established())) return;
+    if (finish) finish(body, c.binding());
+    c.send(t, body);
+    sent = true;
+  };
+  send_when_ready();
   for (;;) {
     double now = util::now_s();
     if (now >= deadline) {
@@ -569,6 +584,7 @@ result<json> control_call(const net_address& a, const std::string& secret, const
     if (pfd.revents & (POLLIN | POLLHUP | POLLERR)) {
       std::vector<ctl_message> msgs;
       bool alive = c.on_readable(now, &msgs);
+      if (alive) send_when_ready();
       if (!msgs.empty()) {
         ctl_message& m = msgs.front();
         if (m.type == ctl_type::reply) return std::move(m.body);

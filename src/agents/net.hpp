@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -128,6 +129,9 @@ class connection {
   int fd() const { return fd_.get(); }
   const std::string& peer() const { return peer_; }
   const std::string& role() const { return role_; }       // the client's, from its hello
+  // Once established: the handshake's client nonce, then the server's. A
+  // proof over it is good for this connection only (auth.hpp app_request_proof).
+  const std::string& binding() const { return binding_; }
   const std::string& peer_id() const { return peer_id_; }
   const std::string& close_reason() const { return close_reason_; }
   bool rejected() const { return rejected_; }
@@ -149,6 +153,7 @@ class connection {
   state state_;
   session sess_;
   std::string client_nonce_;
+  std::string binding_;
   std::string role_, peer_id_;
   std::string in_;
   std::string out_;
@@ -219,6 +224,14 @@ const std::atomic<bool>* install_stop_signals();
 // status; io_error on a network failure or timeout.
 result<nlohmann::json> control_call(const net_address& a, const std::string& secret, const std::string& role,
                             ctl_type t, const nlohmann::json& body, int timeout_ms, net_limits lim = {});
+
+// The same, for a request that proves something of this connection: the
+// message is sent once the handshake is done, after `finish` completed its
+// body with the connection's binding().
+using body_finish = std::function<void(nlohmann::json& body, std::string_view binding)>;
+result<nlohmann::json> control_call_bound(const net_address& a, const std::string& secret, const std::string& role,
+                                          ctl_type t, nlohmann::json body, const body_finish& finish, int timeout_ms,
+                                          net_limits lim = {});
 
 }  // namespace cairn::agents
 

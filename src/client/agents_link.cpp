@@ -190,8 +190,8 @@ result<agents_control> agents_control::open(const config& cfg) {
   return c;
 }
 
-result<json> agents_control::call(agents::ctl_type t, const json& body) {
-  auto r = agents::control_call(address_, secret_, "client", t, body, timeout_ms_);
+result<json> agents_control::call(agents::ctl_type t, json body, const agents::body_finish& finish) {
+  auto r = agents::control_call_bound(address_, secret_, "client", t, std::move(body), finish, timeout_ms_);
   if (!r) return r.error().with_context(std::string("controller ") + address_text_ + ", " + agents::type_name(t));
   return r;
 }
@@ -220,9 +220,13 @@ result<agents_view> agents_control::register_app(const std::string& name, const 
   return v;
 }
 
-json agents_control::with_proof(json body, uint64_t app) const {
-  if (!key_.empty()) body["proof"] = util::hex_encode(agents::app_request_proof(key_, app));
-  return body;
+result<json> agents_control::call_as_app(agents::ctl_type t, json body, uint64_t app) {
+  agents::body_finish prove;
+  if (!key_.empty())
+    prove = [this, app, t](json& b, std::string_view binding) {
+      b["proof"] = util::hex_encode(agents::app_request_proof(key_, app, binding, agents::type_name(t)));
+    };
+  return call(t, std::move(body), prove);
 }
 
 result<agents_view> agents_control::fetch(uint64_t app) {
@@ -246,12 +250,12 @@ result<agents_view> agents_control::progress(uint64_t app, uint64_t checkpoints_
   if (checkpoint_bytes > 0) body["checkpoint_bytes"] = checkpoint_bytes;
   if (transfer_s > 0) body["transfer_s"] = transfer_s;
   if (probe_s > 0) body["probe_s"] = probe_s;
-  CAIRN_ASSIGN_OR_RETURN(json reply, call(agents::ctl_type::app_progress, with_proof(std::move(body), app)));
+  CAIRN_ASSIGN_OR_RETURN(json reply, call_as_app(agents::ctl_type::app_progress, std::move(body), app));
   return agents_view::from_reply(reply);
 }
 
 status agents_control::unregister(uint64_t app) {
-  return call(agents::ctl_type::app_unregister, with_proof({{"app", app}}, app)).take_status();
+  return call_as_app(agents::ctl_type::app_unregister, {{"app", app}}, app).take_status();
 }
 
 // ---- data plane -------------------------------------------------------------------

@@ -86,9 +86,11 @@ class agents_control {
   const std::string& address() const { return address_text_; }
 
  private:
-  result<nlohmann::json> call(agents::ctl_type t, const nlohmann::json& body);
-  // body + the application's request proof (once registered with a key).
-  nlohmann::json with_proof(nlohmann::json body, uint64_t app) const;
+  // `finish` (if any) completes the body for the connection (agents::control_call_bound).
+  result<nlohmann::json> call(agents::ctl_type t, nlohmann::json body, const agents::body_finish& finish = {});
+  // A request that changes the application: its body gets the application's
+  // request proof for the connection (once registered with a key).
+  result<nlohmann::json> call_as_app(agents::ctl_type t, nlohmann::json body, uint64_t app);
   agents::net_address address_;
   std::string address_text_;
   std::string secret_;

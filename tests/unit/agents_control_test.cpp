@@ -1121,10 +1121,28 @@ TEST_F(agents_env, controller_serves_and_survives_bad_input) {
   EXPECT_EQ(forged.error().code(), errc::invalid_argument);
   EXPECT_FALSE(control_call(*addr, kSecret, "client", ctl_type::app_unregister, json{{"app", heat_id}}, 5000));
   EXPECT_FALSE(control_call(*addr, kSecret, "admin", ctl_type::agent_migrate, json{{"agent", 1}}, 5000));
-  json own = progress;
-  own["proof"] = util::hex_encode(app_request_proof(key, heat_id));
-  auto mine = control_call(*addr, kSecret, "client", ctl_type::app_progress, own, 5000);
+  // The proof is bound to its connection and request: one seen on the wire
+  // (the control plane does not encrypt) is of no use in another connection.
+  std::string seen;
+  auto prove = [&](json& b, std::string_view binding) {
+    seen = util::hex_encode(app_request_proof(key, heat_id, binding, "app_progress"));
+    b["proof"] = seen;
+  };
+  auto mine = control_call_bound(*addr, kSecret, "client", ctl_type::app_progress, progress, prove, 5000);
   EXPECT_TRUE(mine) << mine.error().to_string();
+  json replayed = progress;
+  replayed["proof"] = seen;
+  auto again_seen = control_call(*addr, kSecret, "client", ctl_type::app_progress, replayed, 5000);
+  ASSERT_FALSE(again_seen);
+  EXPECT_EQ(again_seen.error().code(), errc::invalid_argument);
+  json other = {{"app", heat_id}};
+  auto wrong_request = control_call_bound(
+      *addr, kSecret, "client", ctl_type::app_unregister, other,
+      [&](json& b, std::string_view binding) {
+        b["proof"] = util::hex_encode(app_request_proof(key, heat_id, binding, "app_progress"));
+      },
+      5000);
+  EXPECT_FALSE(wrong_request);  // a progress proof does not unregister
   auto by_service = control_call(*addr, kServiceSecret, "admin", ctl_type::app_progress, progress, 5000);
   EXPECT_TRUE(by_service) << by_service.error().to_string();
   auto nodereg = control_call(*addr, kSecret, "client", ctl_type::node_register, json::object(), 5000);
