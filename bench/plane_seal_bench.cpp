@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   auto key = fabric::new_plane_key();
   if (!key) die(key.error());
   for (auto [box, self] : {std::pair{*a, 0u}, std::pair{*b, 1u}})
-    if (status st = box->join(self, {(*a)->name(), (*b)->name()}, *key); !st) die(st);
+    if (status st = box->join(self, {(*a)->address(), (*b)->address()}, *key); !st) die(st);
 
   // Unsealed: two bare contexts.
   fabric::fabric_options f;

@@ -43,10 +43,10 @@ result<std::shared_ptr<data_plane>> make_data_plane(const data_plane_options& o)
   return d;
 }
 
-const std::string& data_plane_name(const data_plane& d) { return d.box->name(); }
+const std::string& data_plane_address(const data_plane& d) { return d.box->address(); }
 
-status join_data_plane(data_plane& d, uint32_t self, std::vector<std::string> names, std::string key) {
-  return d.box->join(self, std::move(names), std::move(key));
+status join_data_plane(data_plane& d, uint32_t self, const std::vector<std::string>& addresses, std::string key) {
+  return d.box->join(self, addresses, std::move(key));
 }
 
 namespace {

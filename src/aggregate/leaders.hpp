@@ -28,13 +28,13 @@ struct data_plane_options {
 inline constexpr uint64_t kWindow = 16 << 20;
 
 // This rank's end of the aggregation data plane (a mailbox of its own,
-// fabric/mailbox.hpp). Create at init (no collective), give its name to every
-// rank, then join with every rank's name in rank order and the job's key
+// fabric/mailbox.hpp). Create at init (no collective), give its address to
+// every rank, then join with every rank's address in rank order and the job's key
 // (the client does both through its communicator).
 class data_plane;
 result<std::shared_ptr<data_plane>> make_data_plane(const data_plane_options& o);
-const std::string& data_plane_name(const data_plane& d);
-status join_data_plane(data_plane& d, uint32_t self, std::vector<std::string> names, std::string key);
+const std::string& data_plane_address(const data_plane& d);
+status join_data_plane(data_plane& d, uint32_t self, const std::vector<std::string>& addresses, std::string key);
 
 std::unique_ptr<engine::stage> make_leaders_stage(storage::storage_env* env, engine::level_paths paths,
                                                   stage_options options, std::shared_ptr<data_plane> plane);

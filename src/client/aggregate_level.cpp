@@ -107,10 +107,10 @@ status aggregate_level::start(graph_points&) {
                                     "per version: set aggregate_files = 1 (or use leaders for M files)"};
 #ifdef CAIRN_HAVE_FABRIC
   if (plane_) {
-    // Every rank's data-plane endpoint, in rank order.
+    // Every rank's data-plane address, in rank order.
     constexpr size_t kRow = 256;
-    const std::string& name = aggregate::data_plane_name(*plane_);
-    if (name.size() >= kRow) return {errc::internal, "data-plane endpoint name too long"};
+    const std::string& name = aggregate::data_plane_address(*plane_);
+    if (name.size() >= kRow) return {errc::internal, "data-plane address too long"};
     std::vector<std::byte> row(kRow), all;
     row[0] = static_cast<std::byte>(name.size());
     std::memcpy(row.data() + 1, name.data(), name.size());

@@ -153,7 +153,7 @@ status daemon_level::start(graph_points& g) {
   // them), then the daemons' endpoints, over which the daemons encode.
   nlohmann::json start = {{"redundancy", nullptr}};
   if (redundancy_) {
-    const auto peers = comm::allgather_lines(comm, util::hex_encode(link_->plane_name()));
+    const auto peers = comm::allgather_lines(comm, util::hex_encode(link_->plane_address()));
     CAIRN_ASSIGN_OR_RETURN(start["redundancy"], redundancy_->for_daemon(peers));
   }
   CAIRN_RETURN_IF_ERROR(host_->agree(link_->start(start.dump())));

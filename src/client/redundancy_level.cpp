@@ -6,6 +6,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "client/version_record.hpp"
 #include "format/layout.hpp"
@@ -135,8 +136,8 @@ status redundancy_level::form_set(redundancy::set_info* out) {
   }
   CAIRN_RETURN_IF_ERROR(st);
   plane_ = std::move(p).value();
-  // Every rank's node and endpoint, in rank order.
-  auto lines = comm::allgather_lines(host_->comm(), host_->node() + "\t" + fabric::to_hex(plane_->name()));
+  // Every rank's node and plane address, in rank order.
+  auto lines = comm::allgather_lines(host_->comm(), host_->node() + "\t" + fabric::to_hex(plane_->address()));
   std::vector<std::string> nodes, names;
   for (const auto& l : lines) {
     const size_t tab = l.rfind('\t');
@@ -177,7 +178,7 @@ status redundancy_level::form_set(redundancy::set_info* out) {
   record_.m = mine.geo.m;
   record_.sets = sets;
   CAIRN_ASSIGN_OR_RETURN(std::string key, host_->plane_key());
-  CAIRN_RETURN_IF_ERROR(plane_->join(me, std::move(names), std::move(key)));
+  CAIRN_RETURN_IF_ERROR(plane_->join(me, names, std::move(key)));
   *out = std::move(mine);
   return {};
 }
@@ -238,9 +239,18 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
     auto img = util::aligned_buffer::allocate(sizes[pos]);
     if (!img) st = img.error();
     else image = std::move(img).value();
+    // The plan: per stripe that holds a chunk of this rank, the d blocks it
+    // decodes from and its tables; per window of it, the d reads and where
+    // the decoded bytes go.
     const uint64_t window = redundancy::kWindow;
-    std::vector<util::aligned_buffer> in(d);
-    util::aligned_buffer out;
+    std::vector<std::vector<unsigned char>> tables;
+    struct step {
+      size_t tables = 0;
+      uint64_t n = 0;                           // bytes decoded
+      uint64_t dst = 0, end = 0;                // the part of this rank's image they fill
+      std::vector<fabric::mailbox::read> reads;  // local: set per pull; len may be < n (zero-filled)
+    };
+    std::vector<step> steps;
     for (uint32_t s = 0; st && s < g.k; ++s) {
       const int j = g.chunk_of(pos, s);
       if (j < 0) continue;
@@ -286,35 +296,68 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
       avail.resize(d);
       std::vector<uint32_t> rows;
       for (const auto& a : avail) rows.push_back(a.row);
-      auto tables = codec.decoder(rows, lost_t);
-      if (!tables) { st = tables.error(); break; }
+      auto t = codec.decoder(rows, lost_t);
+      if (!t) { st = t.error(); break; }
+      tables.push_back(std::move(t).value());
       const uint64_t chunk_at = static_cast<uint64_t>(j) * mine_cb;
-      for (uint64_t at = 0; st && at < len; at += window) {
-        const uint64_t n = std::min(window, len - at);
-        std::vector<const unsigned char*> src(d);
-        for (uint32_t i = 0; st && i < d; ++i) {
-          if (in[i].size() < n) {
-            auto b = util::aligned_buffer::allocate(window);
-            if (!b) { st = b.error(); break; }
-            in[i] = std::move(b).value();
-          }
-          const uint64_t got = avail[i].length > at ? std::min(n, avail[i].length - at) : 0;
-          if (got) st = plane.pull(avail[i].rank, avail[i].addr + at, avail[i].key, in[i].data(), got)
-                            .with_context("rebuild: reading from rank " + std::to_string(avail[i].rank));
-          if (got < n) std::memset(in[i].data() + got, 0, n - got);
-          src[i] = reinterpret_cast<const unsigned char*>(in[i].data());
-        }
-        if (!st) break;
-        if (out.size() < n) {
-          auto b = util::aligned_buffer::allocate(window);
-          if (!b) { st = b.error(); break; }
-          out = std::move(b).value();
-        }
-        codec.decode(*tables, src.data(), reinterpret_cast<unsigned char*>(out.data()), n);
+      for (uint64_t at = 0; at < len; at += window) {
+        step w;
+        w.tables = tables.size() - 1;
+        w.n = std::min(window, len - at);
         // Only the bytes of this rank's image (its last chunk is padded).
-        const uint64_t dst = chunk_at + at, end = std::min(sizes[pos], std::min(chunk_at + mine_cb, dst + n));
-        if (end > dst) std::memcpy(image.data() + dst, out.data(), end - dst);
+        w.dst = chunk_at + at;
+        w.end = std::min(sizes[pos], std::min(chunk_at + mine_cb, w.dst + w.n));
+        for (const auto& a : avail)
+          w.reads.push_back({a.rank, a.addr + at, a.key, nullptr, a.length > at ? std::min(w.n, a.length - at) : 0});
+        steps.push_back(std::move(w));
       }
+    }
+    // The d blocks of each window pulled from their ranks side by side, the
+    // next window's while this one decodes (two sets of buffers).
+    std::vector<util::aligned_buffer> in[2];
+    for (auto& set_of : in)
+      for (uint32_t i = 0; st && i < d && !steps.empty(); ++i) {
+        auto b = util::aligned_buffer::allocate(window);
+        if (!b) st = b.error();
+        else set_of.push_back(std::move(b).value());
+      }
+    util::aligned_buffer out;
+    auto pull_step = [&](size_t k) {
+      step& w = steps[k];
+      for (uint32_t i = 0; i < d; ++i) w.reads[i].local = in[k % 2][i].data();
+      return plane.pull(w.reads).with_context("rebuild: reading the survivors' blocks");
+    };
+    status next = st && !steps.empty() ? pull_step(0) : status();
+    for (size_t k = 0; st && k < steps.size(); ++k) {
+      st = next;
+      if (!st) break;
+      std::thread ahead;
+      if (k + 1 < steps.size()) ahead = std::thread([&, k] { next = pull_step(k + 1); });
+      const step& w = steps[k];
+      std::vector<const unsigned char*> src(d);
+      for (uint32_t i = 0; i < d; ++i) {
+        if (w.reads[i].len < w.n) std::memset(in[k % 2][i].data() + w.reads[i].len, 0, w.n - w.reads[i].len);
+        src[i] = reinterpret_cast<const unsigned char*>(in[k % 2][i].data());
+      }
+      // Straight into the image, unless the window runs past its end.
+      const bool straight = w.end >= w.dst + w.n;
+      unsigned char* to = nullptr;
+      if (straight) {
+        to = reinterpret_cast<unsigned char*>(image.data() + w.dst);
+      } else {
+        if (out.size() < w.n) {
+          auto b = util::aligned_buffer::allocate(window);
+          if (!b) st = b.error();
+          else out = std::move(b).value();
+        }
+        to = reinterpret_cast<unsigned char*>(out.data());
+      }
+      if (st) {
+        codec.decode(tables[w.tables], src.data(), to, w.n);
+        if (!straight && w.end > w.dst)
+          std::memcpy(image.data() + w.dst, out.data(), w.end - w.dst);
+      }
+      if (ahead.joinable()) ahead.join();
     }
     if (st) {
       auto h = fabric::verify_shard_image(image.span().first(sizes[pos]), "rebuilt shard of " + what);

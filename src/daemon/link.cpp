@@ -38,8 +38,8 @@ result<std::shared_ptr<link>> link::connect(const std::string& name, const std::
                   "node daemon: " + meta["error"].get<std::string>());
   l->pid_ = meta.value("pid", 0);
   if (auto hex = meta.value("plane", std::string()); !hex.empty()) {
-    if (!util::hex_decode(hex, hex.size() / 2, &l->plane_name_))
-      return status(errc::corruption, "node daemon: unreadable endpoint name in its welcome");
+    if (!util::hex_decode(hex, hex.size() / 2, &l->plane_address_))
+      return status(errc::corruption, "node daemon: unreadable plane address in its welcome");
   }
   l->reader_ = std::thread([p = l.get()] { p->reader_main(); });
   return l;

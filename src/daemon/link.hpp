@@ -43,8 +43,8 @@ class link {
 
   bool alive();
   int daemon_pid() const { return pid_; }
-  // The endpoint name of the session's redundancy plane (bytes; empty without redundancy).
-  const std::string& plane_name() const { return plane_name_; }
+  // The address of the session's redundancy plane (bytes, fabric::mailbox::address; empty without redundancy).
+  const std::string& plane_address() const { return plane_address_; }
   // Lets the session build its engine; `meta` is the start frame's JSON
   // (the rank's redundancy set and every rank's daemon endpoint, or null).
   status start(const std::string& meta);
@@ -75,7 +75,7 @@ class link {
   channel ch_;
   int rank_;
   int pid_ = 0;
-  std::string plane_name_;
+  std::string plane_address_;
   std::thread reader_;
   cairn::mutex mu_;
   cairn::condition_variable cv_;

@@ -226,7 +226,7 @@ status session::hello(const frame& f) {
     auto p = redundancy::plane::create(o);
     if (!p) return refuse(p.take_status().with_context("the redundancy data plane"));
     plane_ = std::move(p).value();
-    w["plane"] = util::hex_encode(plane_->name());
+    w["plane"] = util::hex_encode(plane_->address());
 #else
     return refuse({errc::not_supported, "redundancy needs the libfabric data plane, which this cairnd lacks"});
 #endif
@@ -266,7 +266,7 @@ status session::start(const frame& f) {
     set.members = std::move(r.members);
     set.nodes = std::move(r.nodes);
     set.position = r.position;
-    CAIRN_RETURN_IF_ERROR(plane_->join(static_cast<uint32_t>(rank_), std::move(r.peers), std::move(r.key)));
+    CAIRN_RETURN_IF_ERROR(plane_->join(static_cast<uint32_t>(rank_), r.peers, std::move(r.key)));
     if (r.has_record) {
       format::redundancy_info ri;
       ri.scheme = r.record_scheme;

@@ -39,13 +39,27 @@ result<std::shared_ptr<mailbox>> mailbox::create(const mailbox_options& o) {
   t.fabric.progress_thread = false;
   t.threads = std::max(1, o.lanes);
   CAIRN_ASSIGN_OR_RETURN(p->lanes_, transfer_engine::create(t));
+  while (p->session_ == 0) randombytes_buf(&p->session_, sizeof p->session_);
+  p->address_.assign(reinterpret_cast<const char*>(&p->session_), sizeof p->session_);
+  p->address_ += p->ctx_->name();
   return p;
 }
 
-status mailbox::join(uint32_t self, std::vector<std::string> names, std::string key) {
+status mailbox::join(uint32_t self, const std::vector<std::string>& addresses, std::string key) {
   if (key.size() != kPlaneKeyBytes)
     return {errc::internal, opts_.what + ": a job key of " + std::to_string(key.size()) + " bytes"};
-  if (self >= names.size()) return {errc::internal, opts_.what + ": rank " + std::to_string(self) + " not in the job"};
+  if (self >= addresses.size())
+    return {errc::internal, opts_.what + ": rank " + std::to_string(self) + " not in the job"};
+  peers_.clear();
+  sessions_.clear();
+  for (const auto& a : addresses) {
+    uint64_t session = 0;
+    if (a.size() <= sizeof session)
+      return {errc::internal, opts_.what + ": an address of " + std::to_string(a.size()) + " bytes"};
+    std::memcpy(&session, a.data(), sizeof session);
+    sessions_.push_back(session);
+    peers_.push_back(a.substr(sizeof session));
+  }
   self_ = self;
   key_ = std::move(key);
   // Messages without this job's seal are dropped as they arrive, not queued
@@ -55,7 +69,7 @@ status mailbox::join(uint32_t self, std::vector<std::string> names, std::string 
     note_refused(*refused, self, what);
     return false;
   });
-  peers_ = std::move(names);
+  taken_.assign(peers_.size(), window{});
   addrs_.assign(peers_.size(), 0);
   inserted_.assign(peers_.size(), false);
   return {};
@@ -73,8 +87,35 @@ result<fabric_addr> mailbox::peer(uint32_t rank) {
 status mailbox::send(uint32_t rank, data_message m) {
   if (key_.empty()) return {errc::internal, opts_.what + ": send before join"};
   CAIRN_ASSIGN_OR_RETURN(auto a, peer(rank));
+  m.session = session_;
   m.request = next_request_++;
   return ctx_->send(a, seal(key_, rank, encode_data_message(m)));
+}
+
+bool mailbox::window::take(uint64_t request) {
+  if (request == 0) return false;
+  if (request > top) {
+    const uint64_t shift = request - top;
+    seen = shift >= 64 ? 0 : seen << shift;
+    seen |= 1;
+    top = request;
+    return true;
+  }
+  const uint64_t below = top - request;
+  if (below >= 64 || (seen >> below & 1) != 0) return false;
+  seen |= uint64_t{1} << below;
+  return true;
+}
+
+bool mailbox::fresh(const data_message& m) {
+  const bool ok = m.session == sessions_[m.rank] && taken_[m.rank].take(m.request);
+  if (!ok && replayed_++ == 0)
+    std::fprintf(stderr, "cairn: rank %u: %s: dropped a sealed message from rank %u that is not fresh (%s); "
+                         "further ones are counted only\n",
+                 self_, opts_.what.c_str(), m.rank,
+                 m.session != sessions_[m.rank] ? "another session of that rank: a recording replayed?"
+                                                : "a request taken already: a recording replayed?");
+  return ok;
 }
 
 result<data_message> mailbox::await(data_msg want, const std::string& name, int64_t version, uint32_t from,
@@ -107,6 +148,7 @@ result<data_message> mailbox::await(data_msg want, const std::string& name, int6
     }
     auto m = decode_data_message(*in);
     if (!m || (m->type != data_msg::ready && m->type != data_msg::held) || m->rank >= peers_.size()) continue;
+    if (!fresh(*m)) continue;
     quiet_since = util::now_s();
     if (m->name == name && m->version < version) continue;  // stale: that version is over here
     auto& to = m->type == data_msg::ready ? ready_ : held_;
@@ -120,11 +162,21 @@ bool mailbox::arrived(data_msg want, const std::string& name, int64_t version, u
 }
 
 status mailbox::pull(uint32_t rank, uint64_t addr, uint64_t key, std::byte* local, uint64_t len) {
-  if (len == 0) return {};
-  if (rank >= peers_.size()) return status(errc::internal, opts_.what + ": no rank " + std::to_string(rank));
-  remote_buffer src{peers_[rank], addr, key, len};
-  extent e{0, len};
-  return lanes_->pull(src, std::span<std::byte>(local, len), {&e, 1});
+  const read one{rank, addr, key, local, len};
+  return pull({&one, 1});
+}
+
+status mailbox::pull(std::span<const read> reads) {
+  std::vector<extent> whole;
+  whole.reserve(reads.size());
+  std::vector<transfer_part> parts;
+  for (const auto& r : reads) {
+    if (r.len == 0) continue;
+    if (r.rank >= peers_.size()) return status(errc::internal, opts_.what + ": no rank " + std::to_string(r.rank));
+    whole.push_back({0, r.len});
+    parts.push_back({{peers_[r.rank], r.addr, r.key, r.len}, {r.local, r.len}, {&whole.back(), 1}});
+  }
+  return lanes_->pull(parts);
 }
 
 }  // namespace cairn::fabric

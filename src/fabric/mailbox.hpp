@@ -12,6 +12,15 @@
 // a mailbox: the pulls a READY asks for come only from the job's own ranks.
 // Ranks of one job share the key and trust each other.
 //
+// Freshness: a seal says who sent a message, not when. Each mailbox draws a
+// random session when it is made; its address (what the job exchanges and
+// join takes) carries it beside the endpoint name, and every message carries
+// the sender's session and a request number that grows with each send. A
+// receiver takes a message from rank r only under the session r joined with
+// and only once per request (a window of the last 64), so a recording of the
+// job's own traffic, replayed later in the job or against a plane made again,
+// is dropped and counted (replayed()).
+//
 // Thread-safety: one thread at a time (the engine's stage, or the rebuild on
 // the application thread); the endpoint's progress thread serves peers'
 // reads of this rank's registered memory meanwhile.
@@ -22,6 +31,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -45,13 +55,15 @@ struct mailbox_options {
 class mailbox {
  public:
   static result<std::shared_ptr<mailbox>> create(const mailbox_options& o);
-  const std::string& name() const { return ctx_->name(); }
+  // What the job's other ranks need to reach this mailbox (session, then the
+  // endpoint name): exchanged by the job and handed to join in rank order.
+  const std::string& address() const { return address_; }
   const mailbox_options& options() const { return opts_; }
   fabric_context& context() { return *ctx_; }
 
-  // The job: this rank, every rank's endpoint name in rank order, and the
-  // job's key (kPlaneKeyBytes). Before any send or await.
-  status join(uint32_t self, std::vector<std::string> names, std::string key);
+  // The job: this rank, every rank's address() in rank order, and the job's
+  // key (kPlaneKeyBytes). Before any send or await.
+  status join(uint32_t self, const std::vector<std::string>& addresses, std::string key);
 
   // Sends m, sealed, to `rank` (m.request is set here).
   status send(uint32_t rank, fabric::data_message m);
@@ -64,18 +76,43 @@ class mailbox {
   bool arrived(data_msg want, const std::string& name, int64_t version, uint32_t from) const;
   // Reads [addr, addr+len) of `rank`'s registered buffer `key` into local.
   status pull(uint32_t rank, uint64_t addr, uint64_t key, std::byte* local, uint64_t len);
+  // Several such reads at once, from several ranks side by side (transfer_engine::pull of parts).
+  struct read {
+    uint32_t rank = 0;
+    uint64_t addr = 0, key = 0;
+    std::byte* local = nullptr;
+    uint64_t len = 0;
+  };
+  status pull(std::span<const read> reads);
 
   // Messages dropped for a missing or wrong tag, since create.
   uint64_t refused() const { return refused_->load(); }
+  // Sealed messages dropped as replays (another session of the sender's
+  // rank, or a request already taken), since create.
+  uint64_t replayed() const { return replayed_; }
 
  private:
+  // The requests taken from one rank: the highest, and a bit for each of
+  // the 63 below it.
+  struct window {
+    uint64_t top = 0;
+    uint64_t seen = 0;
+    bool take(uint64_t request);
+  };
   result<fabric_addr> peer(uint32_t rank);
+  // Whether m (sealed under the job's key) is fresh: counts it otherwise.
+  bool fresh(const data_message& m);
   mailbox_options opts_;
   std::unique_ptr<fabric_context> ctx_;
   std::unique_ptr<transfer_engine> lanes_;
   uint32_t self_ = 0;
   std::string key_;
-  std::vector<std::string> peers_;
+  uint64_t session_ = 0;
+  std::string address_;
+  std::vector<std::string> peers_;        // endpoint names
+  std::vector<uint64_t> sessions_;        // each rank's session
+  std::vector<window> taken_;             // each rank's requests taken
+  uint64_t replayed_ = 0;
   std::vector<fabric_addr> addrs_;
   std::vector<bool> inserted_;
   uint64_t next_request_ = 1;

@@ -38,7 +38,8 @@ namespace cairn::fabric {
 // make a sealed message fresh: an agent refuses one whose session already sent
 // that request, or that was sent outside its freshness window
 // (agents::replay_guard); a client takes only replies that echo its session.
-// Version 2 added them.
+// Between a job's ranks, the session is the sending mailbox's and a receiver
+// takes each request once (fabric/mailbox.hpp). Version 2 added them.
 inline constexpr uint32_t kMessageMagic = 0x4d474143;  // "CAGM"
 inline constexpr uint16_t kWireVersion = 2;
 
@@ -65,7 +66,7 @@ struct data_message {
   data_msg type = data_msg::ready;
   transfer_mode mode = transfer_mode::pull;
   uint64_t request = 0;
-  uint64_t session = 0;  // the client's, echoed in replies; 0 between a job's ranks
+  uint64_t session = 0;  // an agent client's, echoed in replies; between ranks, the sender mailbox's
   int64_t sent_ns = 0;   // CLOCK_REALTIME when sent (ns since the epoch)
   int64_t version = 0;  // RESTORE: -1 = the newest held
   uint32_t rank = 0;

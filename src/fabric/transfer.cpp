@@ -26,7 +26,7 @@ struct transfer_engine::impl {
     return {};
   }
 
-  status run(bool is_read, const remote_buffer& rb, std::span<std::byte> local, std::span<const extent> extents);
+  status run(bool is_read, std::span<const transfer_part> parts);
 };
 
 transfer_engine::transfer_engine(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
@@ -52,85 +52,113 @@ int transfer_engine::threads() const { return static_cast<int>(impl_->lanes.size
 const fabric_properties& transfer_engine::properties() const { return impl_->props; }
 
 status transfer_engine::pull(const remote_buffer& src, std::span<std::byte> local, std::span<const extent> extents) {
-  return impl_->run(true, src, local, extents);
+  const transfer_part part{src, local, extents};
+  return impl_->run(true, {&part, 1});
 }
 
 status transfer_engine::push(const remote_buffer& dst, std::span<std::byte> local, std::span<const extent> extents) {
-  return impl_->run(false, dst, local, extents);
+  const transfer_part part{dst, local, extents};
+  return impl_->run(false, {&part, 1});
 }
 
-status transfer_engine::impl::run(bool is_read, const remote_buffer& rb, std::span<std::byte> local,
-                                  std::span<const extent> extents) {
+status transfer_engine::pull(std::span<const transfer_part> parts) { return impl_->run(true, parts); }
+
+status transfer_engine::impl::run(bool is_read, std::span<const transfer_part> parts) {
   const char* what = is_read ? "pull" : "push";
   uint64_t total = 0;
-  for (const auto& e : extents) {
-    if (e.offset + e.length < e.offset || e.offset + e.length > local.size() || e.offset + e.length > rb.length)
-      return status(errc::invalid_argument, std::string(what) + ": extent [" + std::to_string(e.offset) + ", +" +
-                                                std::to_string(e.length) + ") outside the buffers (local " +
-                                                std::to_string(local.size()) + ", remote " +
-                                                std::to_string(rb.length) + " bytes)");
-    total += e.length;
+  for (const auto& p : parts) {
+    for (const auto& e : p.extents) {
+      if (e.offset + e.length < e.offset || e.offset + e.length > p.local.size() ||
+          e.offset + e.length > p.remote.length)
+        return status(errc::invalid_argument, std::string(what) + ": extent [" + std::to_string(e.offset) + ", +" +
+                                                  std::to_string(e.length) + ") outside the buffers (local " +
+                                                  std::to_string(p.local.size()) + ", remote " +
+                                                  std::to_string(p.remote.length) + " bytes)");
+      total += e.length;
+    }
+    if (p.remote.peer.empty() && !p.extents.empty())
+      return status(errc::invalid_argument, std::string(what) + ": no peer name");
   }
   if (total == 0) return {};
-  if (rb.peer.empty()) return status(errc::invalid_argument, std::string(what) + ": no peer name");
 
   cairn::lock_guard call(call_mu);
   CAIRN_RETURN_IF_ERROR(ensure_lanes());
   const size_t n = lanes.size();
 
-  // Pieces in order; lane i takes the pieces that start in [i*total/n, (i+1)*total/n).
-  std::vector<std::vector<extent>> work(n);
-  uint64_t done = 0;
-  for (const auto& e : extents) {
-    for (uint64_t off = 0; off < e.length; off += opts.piece_bytes) {
-      const uint64_t len = std::min<uint64_t>(opts.piece_bytes, e.length - off);
-      const size_t lane = std::min<size_t>(n - 1, static_cast<size_t>((static_cast<unsigned __int128>(done) * n) / total));
-      work[lane].push_back({e.offset + off, len});
-      done += len;
-    }
+  // Each part's pieces in order, the parts' pieces in turn; lane i takes the
+  // pieces that start in [i*total/n, (i+1)*total/n) of that sequence.
+  struct piece {
+    size_t part;
+    extent e;
+  };
+  std::vector<std::vector<piece>> of_part(parts.size());
+  size_t rounds = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    for (const auto& e : parts[p].extents)
+      for (uint64_t off = 0; off < e.length; off += opts.piece_bytes)
+        of_part[p].push_back({p, {e.offset + off, std::min<uint64_t>(opts.piece_bytes, e.length - off)}});
+    rounds = std::max(rounds, of_part[p].size());
   }
+  std::vector<std::vector<piece>> work(n);
+  uint64_t done = 0;
+  for (size_t k = 0; k < rounds; ++k)
+    for (const auto& pieces : of_part) {
+      if (k >= pieces.size()) continue;
+      const size_t lane = std::min<size_t>(n - 1, static_cast<size_t>((static_cast<unsigned __int128>(done) * n) / total));
+      work[lane].push_back(pieces[k]);
+      done += pieces[k].e.length;
+    }
 
   std::vector<status> results(n);
   auto run_lane = [&](size_t i) {
-    if (work[i].empty()) return;
     fabric_context& ctx = *lanes[i];
-    auto peer = ctx.insert_peer(rb.peer);
-    if (!peer) {
-      results[i] = peer.take_status();
-      return;
-    }
-    // FI_MR_LOCAL providers: the local buffer registered in this lane's domain
-    // for the call. (A registration cache keyed by address is unsafe when the
-    // caller frees and remaps memory, so there is none.)
-    memory_region mr;
-    if (ctx.properties().needs_local_mr) {
-      auto r = ctx.register_memory(local.data(), local.size(), kLocal);
-      if (!r) {
-        results[i] = r.take_status();
+    // Consecutive pieces of one part go in one call (one peer per call).
+    for (size_t at = 0; at < work[i].size();) {
+      const transfer_part& p = parts[work[i][at].part];
+      size_t end = at;
+      while (end < work[i].size() && work[i][end].part == work[i][at].part) ++end;
+      auto peer = ctx.insert_peer(p.remote.peer);
+      if (!peer) {
+        results[i] = peer.take_status();
         return;
       }
-      mr = std::move(r).value();
-    }
-    std::vector<rma_op> ops;
-    ops.reserve(work[i].size());
-    for (const auto& e : work[i])
-      ops.push_back({local.data() + e.offset, static_cast<size_t>(e.length), rb.addr + e.offset, rb.key,
-                     mr ? &mr : nullptr});
-    if (opts.max_bytes_per_s <= 0) {
-      results[i] = is_read ? ctx.read(*peer, ops) : ctx.write(*peer, ops);
-      return;
-    }
-    // Capped: one piece at a time, each lane at its share of the rate.
-    const double rate = opts.max_bytes_per_s / static_cast<double>(n);
-    const auto t0 = std::chrono::steady_clock::now();
-    uint64_t moved = 0;
-    for (const auto& op : ops) {
-      std::span<const rma_op> one(&op, 1);
-      results[i] = is_read ? ctx.read(*peer, one) : ctx.write(*peer, one);
-      if (!results[i]) return;
-      moved += op.len;
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                             std::chrono::duration<double>(static_cast<double>(moved) / rate)));
+      // FI_MR_LOCAL providers: the local buffer registered in this lane's
+      // domain for the call. (A registration cache keyed by address is
+      // unsafe when the caller frees and remaps memory, so there is none.)
+      memory_region mr;
+      if (ctx.properties().needs_local_mr) {
+        auto r = ctx.register_memory(p.local.data(), p.local.size(), kLocal);
+        if (!r) {
+          results[i] = r.take_status();
+          return;
+        }
+        mr = std::move(r).value();
+      }
+      std::vector<rma_op> ops;
+      ops.reserve(end - at);
+      for (size_t k = at; k < end; ++k) {
+        const extent& e = work[i][k].e;
+        ops.push_back({p.local.data() + e.offset, static_cast<size_t>(e.length), p.remote.addr + e.offset,
+                       p.remote.key, mr ? &mr : nullptr});
+      }
+      at = end;
+      if (opts.max_bytes_per_s <= 0) {
+        results[i] = is_read ? ctx.read(*peer, ops) : ctx.write(*peer, ops);
+        if (!results[i]) return;
+        continue;
+      }
+      // Capped: one piece at a time, each lane at its share of the rate.
+      const double rate = opts.max_bytes_per_s / static_cast<double>(n);
+      const auto t0 = std::chrono::steady_clock::now();
+      uint64_t moved = 0;
+      for (const auto& op : ops) {
+        std::span<const rma_op> one(&op, 1);
+        results[i] = is_read ? ctx.read(*peer, one) : ctx.write(*peer, one);
+        if (!results[i]) return;
+        moved += op.len;
+        std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(static_cast<double>(moved) / rate)));
+      }
     }
   };
 
@@ -145,9 +173,9 @@ status transfer_engine::impl::run(bool is_read, const remote_buffer& rb, std::sp
   for (auto& r : results)
     if (!r.is_ok() && first.is_ok()) first = r;
   // Replace the lanes of failed calls now: closing their endpoints makes sure
-  // nothing posted by this call writes into `local` after we return, and a
-  // fresh endpoint connects afresh where the provider dropped the connection
-  // on the error.
+  // nothing posted by this call writes into a local buffer after we return,
+  // and a fresh endpoint connects afresh where the provider dropped the
+  // connection on the error.
   for (size_t i = 0; i < n; ++i)
     if (!results[i].is_ok() || !lanes[i]->health().is_ok()) lanes[i].reset();
   status again = ensure_lanes();

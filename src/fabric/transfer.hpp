@@ -46,6 +46,14 @@ struct remote_buffer {
   uint64_t length = 0;
 };
 
+// One peer's part of a transfer from several peers at once: the extents of
+// `remote` read into (or written from) the same offsets of `local`.
+struct transfer_part {
+  remote_buffer remote;
+  std::span<std::byte> local;
+  std::span<const extent> extents;
+};
+
 struct transfer_options {
   // Provider, address, timeout of the lanes. thread_safe and progress_thread
   // are ignored: a lane is used by one thread at a time (FI_THREAD_DOMAIN) and
@@ -88,6 +96,10 @@ class transfer_engine {
   status pull(const remote_buffer& src, std::span<std::byte> local, std::span<const extent> extents);
   // Writes every extent of `local` into the same offsets of `dst`.
   status push(const remote_buffer& dst, std::span<std::byte> local, std::span<const extent> extents);
+  // Reads every part at once: the lanes take the parts' pieces in turn (the
+  // first piece of each part, then the second, ...), so that several peers
+  // serve the call side by side. The first failure is returned.
+  status pull(std::span<const transfer_part> parts);
 
  private:
   struct impl;

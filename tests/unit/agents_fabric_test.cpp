@@ -8,6 +8,7 @@
 // test skips itself when fi_getinfo finds no usable provider.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "cairn.h"
 #include "engine/staging.hpp"
 #include "fabric/fabric.hpp"
+#include "fabric/mailbox.hpp"
 #include "fabric/seal.hpp"
 #include "fabric/transfer.hpp"
 #include "test_store.hpp"
@@ -273,6 +275,63 @@ TEST(FabricSeal, OnlyTheKeyAndContextItWasSealedForOpenIt) {
   flipped[0] ^= 1;
   EXPECT_FALSE(fabric::unseal(*key, 7, flipped));
   EXPECT_FALSE(fabric::unseal("", 7, sealed));  // no key opens nothing
+}
+
+// A job's own sealed traffic recorded and sent again (same key, same bytes:
+// the seal has no nonce, so rebuilding the message is recording it) is
+// dropped, as is a message of a session the rank did not join with (a plane
+// made again); a fresh message from the rank is still taken.
+TEST(FabricMailbox, ARecordingOfTheJobsOwnTrafficIsDropped) {
+  SKIP_WITHOUT_FABRIC();
+  mailbox_options o;
+  o.provider = test_options().provider;
+  o.bind = "127.0.0.1";
+  o.lanes = 1;
+  o.timeout_s = 1;  // await gives up after a second without a fresh message
+  auto a = mailbox::create(o), b = mailbox::create(o);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  auto key = new_plane_key();
+  ASSERT_TRUE(key.is_ok());
+  const std::vector<std::string> job{(*a)->address(), (*b)->address()};
+  ASSERT_TRUE((*a)->join(0, job, *key).is_ok());
+  ASSERT_TRUE((*b)->join(1, job, *key).is_ok());
+  data_message m;
+  m.type = data_msg::ready;
+  m.name = "state";
+  m.version = 3;
+  m.rank = 0;
+  m.addr = 4096;
+  ASSERT_TRUE((*a)->send(1, m).is_ok());
+  std::atomic<bool> cancelled{false};
+  auto got = (*b)->await(data_msg::ready, "state", 3, 0, cancelled);
+  ASSERT_TRUE(got.is_ok()) << got.error().to_string();
+  EXPECT_EQ(got->addr, 4096u);
+
+  // The recording: what rank 0 sent, sealed for rank 1, from a stranger's endpoint.
+  auto stranger = fabric_context::create(test_options());
+  ASSERT_TRUE(stranger.is_ok());
+  auto to_b = (*stranger)->insert_peer((*b)->address().substr(sizeof(uint64_t)));
+  ASSERT_TRUE(to_b.is_ok());
+  uint64_t session = 0;
+  std::memcpy(&session, (*a)->address().data(), sizeof session);
+  data_message recorded = m;
+  recorded.session = session;
+  recorded.request = 1;
+  ASSERT_TRUE((*stranger)->send(*to_b, seal(*key, 1, encode_data_message(recorded))).is_ok());
+  data_message other_session = recorded;
+  other_session.session = session + 1;
+  other_session.request = 7;
+  ASSERT_TRUE((*stranger)->send(*to_b, seal(*key, 1, encode_data_message(other_session))).is_ok());
+  auto replayed = (*b)->await(data_msg::ready, "state", 3, 0, cancelled);
+  EXPECT_FALSE(replayed.is_ok());
+  EXPECT_EQ((*b)->replayed(), 2u);
+  EXPECT_EQ((*b)->refused(), 0u);  // both were sealed under the job's key
+
+  m.addr = 8192;
+  ASSERT_TRUE((*a)->send(1, m).is_ok());
+  got = (*b)->await(data_msg::ready, "state", 3, 0, cancelled);
+  ASSERT_TRUE(got.is_ok()) << got.error().to_string();
+  EXPECT_EQ(got->addr, 8192u);
 }
 
 TEST(FabricPeerGone, ReadFromAClosedPeerFailsWithinTheTimeout) {
