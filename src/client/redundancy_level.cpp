@@ -381,7 +381,11 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
   // 1. What this rank can serve: its verified shard, its parity blocks.
   json info = {{"rank", me}, {"shard", false}};
   fabric::memory_region shard_mr, parity_mr;
+  // The parity file mapped (node-local tmpfs: no copy), or read into `parity`
+  // where it cannot be; exposed until every lost rank has pulled.
+  std::unique_ptr<storage::readable_file> pfile;
   util::aligned_buffer parity;
+  std::span<const std::byte> pbytes;
   if (have) {
     auto b = mine->bytes();
     auto r = plane.context().register_memory(const_cast<std::byte*>(b.data()), b.size(), fabric::kRemoteRead);
@@ -402,15 +406,18 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
     status st;
     auto f = env->open_read(ppath);
     if (!f) st = f.error();
-    if (st) {
-      auto b = util::aligned_buffer::allocate((*f)->size());
+    else pfile = std::move(f).value();
+    if (st) pbytes = pfile->map();
+    if (st && pbytes.empty() && pfile->size() > 0) {
+      auto b = util::aligned_buffer::allocate(pfile->size());
       if (!b) st = b.error();
       else parity = std::move(b).value();
+      if (st) st = pfile->read_at(0, parity.data(), pfile->size());
+      if (st) pbytes = parity.span().first(pfile->size());
     }
-    if (st) st = (*f)->read_at(0, parity.data(), (*f)->size());
     std::optional<redundancy::parity_header> ph;
     if (st) {
-      auto h = redundancy::decode_parity_header(parity.span().first((*f)->size()), ppath);
+      auto h = redundancy::decode_parity_header(pbytes, ppath);
       if (!h) st = h.error();
       else if (h->run != cfg_.run || h->name != name || h->version != version || h->set[h->position].rank != me)
         st = status(errc::corruption, ppath + ": names another version or rank");
@@ -420,7 +427,8 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
       else ph = std::move(h).value();
     }
     if (st) {
-      auto r = plane.context().register_memory(parity.data(), parity.size(), fabric::kRemoteRead);
+      auto r = plane.context().register_memory(const_cast<std::byte*>(pbytes.data()), pbytes.size(),
+                                               fabric::kRemoteRead);
       if (!r) st = r.error();
       else parity_mr = std::move(r).value();
     }
@@ -436,7 +444,8 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
         nodes.push_back(m.node);
       }
       for (const auto& b : ph->blocks) {
-        const bool ok = b.offset + b.length <= (*f)->size() && util::xxh3(parity.data() + b.offset, b.length) == b.checksum;
+        const bool ok = b.offset <= pbytes.size() && b.length <= pbytes.size() - b.offset &&
+                        util::xxh3(pbytes.data() + b.offset, b.length) == b.checksum;
         if (!ok)
           std::fprintf(stderr, "cairn: rank %u: parity block of stripe %u in %s is corrupt (checksum mismatch); "
                                "not used\n", me, b.stripe, ppath.c_str());
