@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make test: every test of the main build (ctest), then the sanitized builds: the
-# ASan+UBSan build's unit tests and fuzz targets, and the TSan build's unit tests
-# (scripts/sanitize.sh). The sanitized trees are compiled one after the other, on
-# one core at the lowest priority, while the main suite runs, which spends most of
-# its time waiting on daemons, Slurm, CephFS and killed jobs; the sanitized tests
-# themselves run afterwards, on a quiet machine.
+# ASan+UBSan build's unit tests, fuzz targets and part of the integration suites,
+# and the TSan build's unit tests (scripts/sanitize.sh). The sanitized trees are
+# compiled one after the other, at the lowest priority (on whatever the main suite
+# leaves idle: it spends most of its time waiting on daemons, Slurm, CephFS and
+# killed jobs), while the main suite runs; the sanitized tests themselves run
+# afterwards, on a quiet machine.
 #   scripts/test.sh <main build dir>
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +14,9 @@ san="${build%/}-san"
 tsan="${build%/}-tsan"
 mkdir -p "$san" "$tsan"
 (
-  JOBS=1 nice -n 19 scripts/sanitize.sh --build-only "$san" >"$san/sanitize-build.log" 2>&1
+  JOBS=2 nice -n 19 scripts/sanitize.sh --build-only "$san" >"$san/sanitize-build.log" 2>&1
   echo $? >"$san/built"
-  SANITIZE=thread JOBS=1 nice -n 19 scripts/sanitize.sh --build-only "$tsan" >"$tsan/sanitize-build.log" 2>&1
+  SANITIZE=thread JOBS=2 nice -n 19 scripts/sanitize.sh --build-only "$tsan" >"$tsan/sanitize-build.log" 2>&1
   echo $? >"$tsan/built"
 ) &
 builder=$!
