@@ -273,12 +273,17 @@ void differ::compare_global(int ri, const std::string& region, const std::vector
     }
     return true;
   };
-  bool ok = agree("A", ba) & agree("B", bb);
+  // Each side is checked even when the other failed: both sides' problems are reported.
+  const bool a_agrees = agree("A", ba), b_agrees = agree("B", bb);
+  bool ok = a_agrees && b_agrees;
   if (ok) {
     structural_checks_global(rd, *ba.front().desc, *bb.front().desc);
     ok = rd.problems.empty();
   }
-  if (ok) ok = no_overlap("A", ba, rd) & no_overlap("B", bb, rd);
+  if (ok) {
+    const bool a_apart = no_overlap("A", ba, rd), b_apart = no_overlap("B", bb, rd);
+    ok = a_apart && b_apart;
+  }
   if (!ok) {
     rd.state = region_state::structural;
     finish_region(vd.version, ri, std::move(rd), vd);
