@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make test: every test of the main build (ctest), then the sanitized builds: the
-# ASan+UBSan build's unit tests, fuzz targets and part of the integration suites,
+# ASan+UBSan build's unit tests, fuzz targets and six of the integration suites,
 # and the TSan build's unit tests (scripts/sanitize.sh). The sanitized trees are
 # compiled one after the other, at the lowest priority (on whatever the main suite
 # leaves idle: it spends most of its time waiting on daemons, Slurm, CephFS and
