@@ -100,6 +100,44 @@ session_keys derive_session_keys(std::string_view secret, std::string_view clien
   return {hmac(secret, "cairn-agents c2s v1" + nonces), hmac(secret, "cairn-agents s2c v1" + nonces)};
 }
 
+namespace {
+
+result<session_keys> cipher_keys(bool client, const box_keypair& mine, std::string_view peer) {
+  if (peer.size() != crypto_kx_PUBLICKEYBYTES || mine.public_key.size() != crypto_kx_PUBLICKEYBYTES ||
+      mine.secret_key.size() != crypto_kx_SECRETKEYBYTES)
+    return status(errc::invalid_argument, "a key exchange key of " + std::to_string(peer.size()) +
+                                              " bytes (expected " + std::to_string(crypto_kx_PUBLICKEYBYTES) + ")");
+  std::string rx(crypto_kx_SESSIONKEYBYTES, '\0'), tx(crypto_kx_SESSIONKEYBYTES, '\0');
+  auto u = [](std::string& s) { return reinterpret_cast<unsigned char*>(s.data()); };
+  auto c = [](std::string_view s) { return reinterpret_cast<const unsigned char*>(s.data()); };
+  int rc = client ? crypto_kx_client_session_keys(u(rx), u(tx), c(mine.public_key), c(mine.secret_key), c(peer))
+                  : crypto_kx_server_session_keys(u(rx), u(tx), c(mine.public_key), c(mine.secret_key), c(peer));
+  if (rc != 0) return status(errc::invalid_argument, "a key exchange key that yields no shared key");
+  // The client sends with tx, the server with its tx: c2s is the client's tx.
+  return client ? session_keys{std::move(tx), std::move(rx)} : session_keys{std::move(rx), std::move(tx)};
+}
+
+}  // namespace
+
+result<session_keys> client_cipher_keys(const box_keypair& mine, std::string_view server_public) {
+  return cipher_keys(true, mine, server_public);
+}
+
+result<session_keys> server_cipher_keys(const box_keypair& mine, std::string_view client_public) {
+  return cipher_keys(false, mine, client_public);
+}
+
+std::string cipher_xor(std::string_view key, uint64_t seq, std::string_view payload) {
+  if (key.size() != crypto_stream_chacha20_ietf_KEYBYTES) return {};  // a session made without keys: sends nothing readable
+  unsigned char nonce[crypto_stream_chacha20_ietf_NONCEBYTES] = {};
+  for (int i = 0; i < 8; ++i) nonce[i] = static_cast<unsigned char>(seq >> (8 * i));
+  std::string out(payload.size(), '\0');
+  crypto_stream_chacha20_ietf_xor(reinterpret_cast<unsigned char*>(out.data()),
+                                  reinterpret_cast<const unsigned char*>(payload.data()), payload.size(), nonce,
+                                  reinterpret_cast<const unsigned char*>(key.data()));
+  return out;
+}
+
 std::string new_app_key() {
   (void)crypto_init();
   std::string k(kAppKeySize, '\0');

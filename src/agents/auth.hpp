@@ -7,6 +7,7 @@
 #define CAIRN_AGENTS_AUTH_HPP
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -62,6 +63,28 @@ struct session_keys {
 session_keys derive_session_keys(std::string_view secret, std::string_view client_nonce,
                                  std::string_view server_nonce);
 
+// An X25519 key pair (crypto_box_keypair), raw bytes.
+struct box_keypair {
+  std::string public_key;
+  std::string secret_key;
+};
+box_keypair new_box_keypair();
+
+// Per-connection cipher keys (docs/format/control.md, "Handshake and keys"):
+// each side draws a key pair for the connection (new_box_keypair) and sends
+// its public half in the hello or hello_ack it tags with the secret;
+// libsodium's crypto_kx derives one key per direction (c2s, s2c) from both.
+// Every party holds the secret, so the tag keys above are known to anyone who
+// saw the nonces; these only to the two ends. invalid_argument for a peer key
+// of another size or one that yields no shared key (a low-order point).
+inline constexpr size_t kCipherKeySize = 32;
+result<session_keys> client_cipher_keys(const box_keypair& mine, std::string_view server_public);
+result<session_keys> server_cipher_keys(const box_keypair& mine, std::string_view client_public);
+// `payload` XOR ChaCha20 (IETF) under `key` with the 12-byte nonce: `seq`
+// little-endian, then four zero bytes. It encrypts and decrypts; each key
+// serves one direction of one connection, whose sequence numbers never repeat.
+std::string cipher_xor(std::string_view key, uint64_t seq, std::string_view payload);
+
 // ---- application keys (docs/design/security.md, "Agents") ----------------------
 // Every application has its own key for its data plane with its agents
 // (agents/data_protocol.hpp "the seal"), drawn by the controller. Every party
@@ -75,12 +98,6 @@ inline constexpr size_t kBoxPublicKeySize = 32;  // crypto_box_PUBLICKEYBYTES
 // kAppKeySize random bytes.
 std::string new_app_key();
 
-// An X25519 key pair (crypto_box_keypair), raw bytes.
-struct box_keypair {
-  std::string public_key;
-  std::string secret_key;
-};
-box_keypair new_box_keypair();
 // crypto_box_seal of `message` to `public_key` (crypto_box_PUBLICKEYBYTES);
 // invalid_argument for a key of another size.
 result<std::string> seal_to(std::string_view public_key, std::string_view message);

@@ -212,7 +212,11 @@ connection::connection(unique_fd fd, side s, std::string secret, net_limits lim,
 
 void connection::start_client(const std::string& role, const std::string& id) {
   client_nonce_ = random_nonce();
-  json hello = {{"role", role}, {"id", id}, {"nonce", util::hex_encode(client_nonce_)}};
+  kx_ = new_box_keypair();
+  json hello = {{"role", role},
+                {"id", id},
+                {"nonce", util::hex_encode(client_nonce_)},
+                {"kx", util::hex_encode(kx_.public_key)}};
   queue_frame(encode_frame(secret_, ctl_type::hello, 0, util::dump_json(hello)), created_);
 }
 
@@ -250,25 +254,31 @@ bool connection::handle_handshake(const decoded_frame& d) {
     auto body = util::parse_json_object(d.payload);
     if (!body) return reject(frame_error::bad_payload, "hello: " + body.error().message());
     fields f(*body, "hello");
-    std::string role, id, nonce_hex, nonce;
+    std::string role, id, nonce_hex, nonce, kx_hex, kx;
     f.str("role", &role, true, 16);
     f.str("id", &id, false, kMaxNameLength);
     f.str("nonce", &nonce_hex, true, 64);
+    f.str("kx", &kx_hex, true, 64);
     if (!f.ok()) return reject(frame_error::bad_payload, f.error().message());
     if (!allowed_role(role)) return reject(frame_error::bad_payload, "hello: unknown role '" + role + "'");
     if (role == "manager" && !service_secret_.empty() && !service_)
       return reject(frame_error::bad_tag, "hello: the role manager needs the service secret, not the deployment secret");
     if (!util::hex_decode(nonce_hex, kNonceSize, &nonce)) return reject(frame_error::bad_payload, "hello: bad nonce");
+    if (!util::hex_decode(kx_hex, kBoxPublicKeySize, &kx)) return reject(frame_error::bad_payload, "hello: bad kx");
     if (nonces_ != nullptr && !nonces_->insert(nonce)) {
       return reject(frame_error::replayed, "hello with a client nonce seen before");
     }
+    const box_keypair mine = new_box_keypair();
+    auto cipher = server_cipher_keys(mine, kx);
+    if (!cipher) return reject(frame_error::bad_payload, "hello: " + cipher.error().message());
     std::string server_nonce = random_nonce();
-    session_keys k = derive_session_keys(secret_, nonce, server_nonce);
-    sess_ = session(k.s2c, k.c2s, 1, 1);
+    sess_ = session(derive_session_keys(secret_, nonce, server_nonce), std::move(*cipher), false);
     binding_ = nonce + server_nonce;
     role_ = role;
     peer_id_ = id;
-    json ack = {{"nonce", nonce_hex}, {"server_nonce", util::hex_encode(server_nonce)}};
+    json ack = {{"nonce", nonce_hex},
+                {"server_nonce", util::hex_encode(server_nonce)},
+                {"kx", util::hex_encode(mine.public_key)}};
     queue_frame(encode_frame(secret_, ctl_type::hello_ack, 0, util::dump_json(ack)), util::now_s());
   } else {
     if (d.header.type != static_cast<uint16_t>(ctl_type::hello_ack)) {
@@ -279,14 +289,18 @@ bool connection::handle_handshake(const decoded_frame& d) {
     auto body = util::parse_json_object(d.payload);
     if (!body) return reject(frame_error::bad_payload, "hello_ack: " + body.error().message());
     fields f(*body, "hello_ack");
-    std::string echo, sn_hex, sn;
+    std::string echo, sn_hex, sn, kx_hex, kx;
     f.str("nonce", &echo, true, 64);
     f.str("server_nonce", &sn_hex, true, 64);
+    f.str("kx", &kx_hex, true, 64);
     if (!f.ok()) return reject(frame_error::bad_payload, f.error().message());
     if (echo != util::hex_encode(client_nonce_)) return reject(frame_error::replayed, "hello_ack for another handshake");
     if (!util::hex_decode(sn_hex, kNonceSize, &sn)) return reject(frame_error::bad_payload, "hello_ack: bad server nonce");
-    session_keys k = derive_session_keys(secret_, client_nonce_, sn);
-    sess_ = session(k.c2s, k.s2c, 1, 1);
+    if (!util::hex_decode(kx_hex, kBoxPublicKeySize, &kx)) return reject(frame_error::bad_payload, "hello_ack: bad kx");
+    auto cipher = client_cipher_keys(kx_, kx);
+    if (!cipher) return reject(frame_error::bad_payload, "hello_ack: " + cipher.error().message());
+    sess_ = session(derive_session_keys(secret_, client_nonce_, sn), std::move(*cipher), true);
+    kx_ = {};
     binding_ = client_nonce_ + sn;
   }
   state_ = state::established;
@@ -323,7 +337,8 @@ bool connection::on_readable(double now, std::vector<ctl_message>* out) {
   size_t off = 0;
   while (off < in_.size()) {
     std::string_view rest(in_.data() + off, in_.size() - off);
-    decoded_frame d = state_ == state::established ? sess_.open(rest, lim_.max_payload)
+    std::string plain;
+    decoded_frame d = state_ == state::established ? sess_.open(rest, lim_.max_payload, &plain)
                                                    : decode_frame(rest, secret_, lim_.max_payload);
     if (state_ == state::awaiting_hello && d.what == decoded_frame::kind::error && d.error == frame_error::bad_tag &&
         !service_secret_.empty()) {
@@ -345,7 +360,7 @@ bool connection::on_readable(double now, std::vector<ctl_message>* out) {
       if (t == ctl_type::hello || t == ctl_type::hello_ack) {
         return reject(frame_error::unexpected, std::string(type_name(t)) + " after the handshake");
       }
-      auto body = util::parse_json_object(d.payload);
+      auto body = util::parse_json_object(plain);
       if (!body) {
         // The frame is authentic and the stream intact: answer, keep the connection.
         log_rejection(peer_, "bad_payload", std::string(type_name(t)) + ": " + body.error().message());

@@ -153,6 +153,7 @@ class connection {
   state state_;
   session sess_;
   std::string client_nonce_;
+  box_keypair kx_;  // client side, until the hello_ack: its key exchange pair
   std::string binding_;
   std::string role_, peer_id_;
   std::string in_;

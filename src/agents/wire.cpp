@@ -163,10 +163,11 @@ decoded_frame decode_frame(std::string_view buf, std::string_view key, uint32_t 
 }
 
 std::string session::seal(ctl_type type, std::string_view payload) {
-  return encode_frame(send_key_, type, send_seq_++, payload);
+  const uint64_t seq = send_seq_++;
+  return encode_frame(send_key_, type, seq, cipher_xor(send_cipher_, seq, payload));
 }
 
-decoded_frame session::open(std::string_view buf, uint32_t max_payload) {
+decoded_frame session::open(std::string_view buf, uint32_t max_payload, std::string* plain) {
   decoded_frame d = decode_frame(buf, recv_key_, max_payload);
   if (d.what != decoded_frame::kind::frame) return d;
   if (d.header.seq < recv_seq_) {
@@ -178,6 +179,7 @@ decoded_frame session::open(std::string_view buf, uint32_t max_payload) {
                 "sequence " + std::to_string(d.header.seq) + ", expected " + std::to_string(recv_seq_));
   }
   ++recv_seq_;
+  *plain = cipher_xor(recv_cipher_, d.header.seq, d.payload);
   return d;
 }
 

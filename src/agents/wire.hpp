@@ -20,7 +20,7 @@
 namespace cairn::agents {
 
 inline constexpr char kFrameMagic[4] = {'C', 'R', 'N', 'C'};
-inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kProtocolVersion = 2;  // 2: payloads after the handshake are encrypted
 inline constexpr size_t kHeaderSize = 24;
 inline constexpr uint32_t kDefaultMaxPayload = 1u << 20;  // 1 MiB
 
@@ -98,26 +98,34 @@ struct decoded_frame {
 decoded_frame decode_frame(std::string_view buf, std::string_view key, uint32_t max_payload);
 
 // Per-connection sequence and key state: frames are sealed with the sending
-// key and consecutive sequence numbers, and opened only with the receiving
-// key and exactly the next expected sequence.
+// keys and consecutive sequence numbers, and opened only with the receiving
+// keys and exactly the next expected sequence. The payload is encrypted
+// (cipher_xor under the cipher key, the frame's sequence as nonce), then
+// tagged with the tag key over the header and the ciphertext.
 class session {
  public:
   session() = default;
-  session(std::string send_key, std::string recv_key, uint64_t next_send, uint64_t next_recv)
-      : send_key_(std::move(send_key)), recv_key_(std::move(recv_key)), send_seq_(next_send), recv_seq_(next_recv) {}
+  session(session_keys tag, session_keys cipher, bool client)
+      : send_key_(client ? tag.c2s : tag.s2c),
+        recv_key_(client ? tag.s2c : tag.c2s),
+        send_cipher_(client ? cipher.c2s : cipher.s2c),
+        recv_cipher_(client ? cipher.s2c : cipher.c2s) {}
   std::string seal(ctl_type type, std::string_view payload);
-  // decode_frame with the receiving key, then: a sequence below the expected
-  // one is `replayed`, above it `bad_sequence`; on success the expected
-  // sequence advances.
-  decoded_frame open(std::string_view buf, uint32_t max_payload);
+  // decode_frame with the receiving tag key, then: a sequence below the
+  // expected one is `replayed`, above it `bad_sequence`; on success the
+  // expected sequence advances and *plain receives the decrypted payload
+  // (the decoded frame's payload is the ciphertext).
+  decoded_frame open(std::string_view buf, uint32_t max_payload, std::string* plain);
   uint64_t next_send() const { return send_seq_; }
   uint64_t next_recv() const { return recv_seq_; }
 
  private:
   std::string send_key_;
   std::string recv_key_;
-  uint64_t send_seq_ = 0;
-  uint64_t recv_seq_ = 0;
+  std::string send_cipher_;
+  std::string recv_cipher_;
+  uint64_t send_seq_ = 1;  // 0 is the handshake's
+  uint64_t recv_seq_ = 1;
 };
 
 // The strict JSON reading (util/json.hpp) under the names this module uses.

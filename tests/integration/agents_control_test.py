@@ -13,6 +13,8 @@ with raw sockets are rejected and logged while the controller keeps serving;
 a manager stopped with SIGTERM leaves gracefully. Every wait is bounded; every
 process started here is killed at the end (each in its own process group).
 """
+import ctypes
+import ctypes.util
 import hashlib
 import hmac
 import json
@@ -127,7 +129,7 @@ def tag(key, data):
     return hmac.new(key, data, hashlib.sha512).digest()[:32]
 
 
-def header(msg_type, seq, length, version=1, flags=0):
+def header(msg_type, seq, length, version=2, flags=0):
     return b"CRNC" + struct.pack("<HHQII", version, msg_type, seq, length, flags)
 
 
@@ -169,16 +171,42 @@ def closed_by_server(s):
         return False
 
 
+# The key exchange and the cipher (libsodium's crypto_kx and ChaCha20-IETF),
+# which the standard library lacks; libsodium is a dependency of cairn.
+SODIUM = ctypes.CDLL(ctypes.util.find_library("sodium") or "libsodium.so.23")
+assert SODIUM.sodium_init() >= 0
+
+
+def kx_keypair():
+    pk, sk = ctypes.create_string_buffer(32), ctypes.create_string_buffer(32)
+    assert SODIUM.crypto_kx_keypair(pk, sk) == 0
+    return pk.raw, sk.raw
+
+
+def cipher(key, seq, data):
+    out = ctypes.create_string_buffer(len(data))
+    nonce = struct.pack("<Q", seq) + b"\0" * 4
+    SODIUM.crypto_stream_chacha20_ietf_xor(out, data, ctypes.c_ulonglong(len(data)), nonce, key)
+    return out.raw
+
+
 def handshake(s, secret):
+    """The client's half of the handshake: (tag key, cipher key) to send with,
+    then to receive with."""
     nc = secrets.token_bytes(16)
-    s.sendall(frame(secret, 1, 0, json.dumps({"role": "admin", "id": "py", "nonce": nc.hex()}).encode()))
+    pk, sk = kx_keypair()
+    s.sendall(frame(secret, 1, 0, json.dumps({"role": "admin", "id": "py", "nonce": nc.hex(),
+                                              "kx": pk.hex()}).encode()))
     msg_type, seq, payload, signed, t = recv_frame(s)
     assert msg_type == 2 and seq == 0, (msg_type, seq)
     assert hmac.compare_digest(t, tag(secret, signed)), "hello_ack tag"
     ack = json.loads(payload)
     assert ack["nonce"] == nc.hex()
     ns = bytes.fromhex(ack["server_nonce"])
-    return tag(secret, b"cairn-agents c2s v1" + nc + ns), tag(secret, b"cairn-agents s2c v1" + nc + ns)
+    rx, tx = ctypes.create_string_buffer(32), ctypes.create_string_buffer(32)
+    assert SODIUM.crypto_kx_client_session_keys(rx, tx, pk, sk, bytes.fromhex(ack["kx"])) == 0
+    return ((tag(secret, b"cairn-agents c2s v1" + nc + ns), tx.raw),
+            (tag(secret, b"cairn-agents s2c v1" + nc + ns), rx.raw))
 
 
 def main():
@@ -197,13 +225,17 @@ def main():
     os.chmod(agent, 0o755)
     CONTROLLER = "127.0.0.1:%d" % free_port()
     journal = os.path.join(WORK, "journal")
-    ctl_args = ["controller", "--listen", CONTROLLER, "--secret-file", SECRET_FILE, "--journal", journal,
+    # One secret for all (this test speaks the protocol as an admin and
+    # unregisters with the deployment secret); test_agents.py runs with a
+    # service secret.
+    ctl_args = ["controller", "--listen", CONTROLLER, "--secret-file", SECRET_FILE, "--shared-secret",
+                "--journal", journal,
                 "--heartbeat-interval", str(HEARTBEAT), "--heartbeat-timeout", str(TIMEOUT),
                 "--strategy", "bandwidth", "--distribution", "round_robin"]
 
     def start_manager(node):
         return start("manager-" + node, ["manager", "--controller", CONTROLLER, "--listen", "127.0.0.1:0",
-                                         "--secret-file", SECRET_FILE, "--node-id", node, "--capacity", "4",
+                                         "--secret-file", SECRET_FILE, "--shared-secret", "--node-id", node, "--capacity", "4",
                                          "--agent-program", agent, "--run-dir", os.path.join(WORK, node),
                                          "--stop-grace", "1"])
 
@@ -211,6 +243,11 @@ def main():
     r = cli("controller", "--journal", journal, "--listen", CONTROLLER, check=False)
     check("controller refuses to start without a secret",
           lambda: (r.returncode == 2 and "secret" in r.stderr) or (_ for _ in ()).throw(AssertionError(r.stderr)))
+    # A deployment secret alone: refused, naming the choice.
+    r = cli("controller", "--journal", journal, "--listen", CONTROLLER, "--secret-file", SECRET_FILE, check=False)
+    check("controller refuses to start without a service secret unless --shared-secret",
+          lambda: (r.returncode == 2 and "no service secret" in r.stderr and "--shared-secret" in r.stderr)
+          or (_ for _ in ()).throw(AssertionError(r.stderr)))
 
     start("controller", ctl_args)
     for node in ("n1", "n2", "n3"):
@@ -321,14 +358,15 @@ def main():
     check("a truncated frame is rejected (truncated)", lambda: rejected(truncated, "truncated"))
 
     def replay(s):
-        c2s, s2c = handshake(s, secret)
-        req = frame(c2s, 30, 1, b"{}")
+        (c2s, c2s_cipher), (s2c, s2c_cipher) = handshake(s, secret)
+        req = frame(c2s, 30, 1, cipher(c2s_cipher, 1, b"{}"))
         s.sendall(req)
         msg_type, seq, payload, signed, t = recv_frame(s)
         assert msg_type == 4 and seq == 1 and hmac.compare_digest(t, tag(s2c, signed)), (msg_type, seq)
-        assert "nodes" in json.loads(payload)
+        assert b"nodes" not in payload, "the reply travels in the clear"
+        assert "nodes" in json.loads(cipher(s2c_cipher, 1, payload))
         s.sendall(req)  # the same frame again
-    check("a valid handshake and request from Python work, and a replayed frame is rejected (replayed)",
+    check("a valid handshake and an encrypted request from Python work, and a replayed frame is rejected (replayed)",
           lambda: rejected(replay, "replayed"))
 
     # ---- graceful leave ----

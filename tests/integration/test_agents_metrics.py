@@ -180,7 +180,7 @@ def test_a_bad_metrics_address_is_a_clear_error(tmp_path):
     d = Deployment(tmp_path / "deploy")
     try:
         r = d.cli("manager", "--node-id", "n1", "--controller", d.address, "--secret-file", d.secret,
-                  "--metrics-listen", "nohost", check=False)
+                  "--service-secret-file", d.service_secret, "--metrics-listen", "nohost", check=False)
         assert r.returncode == 2, r.stdout + r.stderr
         assert "--metrics-listen" in r.stderr and "nohost" in r.stderr, r.stderr
     finally:

@@ -107,7 +107,7 @@ TEST(agents_wire, garbage_is_bad_magic_from_the_first_byte) {
 TEST(agents_wire, bad_version_type_flags_are_refused_by_the_header) {
   std::string f = frame(ctl_type::status, 1, "{}");
   std::string v = f;
-  v[4] = 2;  // version 2
+  v[4] = static_cast<char>(kProtocolVersion + 1);  // a version this build does not speak
   EXPECT_EQ(decode(retag(v)).error, frame_error::bad_version);
   std::string t = f;
   t[6] = static_cast<char>(0xe7);  // type 999
@@ -156,21 +156,65 @@ TEST(agents_wire, hmac_is_hmac_sha512_truncated) {
             "164b7a7bfcf819e2e395fbe73b56e0a387bd64222e831fd610270cd7ea250554");
 }
 
+namespace {
+
+// Both ends' keys as a handshake would leave them (tag keys from a secret,
+// cipher keys from a key exchange).
+struct session_pair {
+  session client, server;
+};
+session_pair handshake_keys() {
+  const box_keypair c = new_box_keypair(), s = new_box_keypair();
+  const session_keys tag = derive_session_keys("a deployment secret", std::string(kNonceSize, 'c'),
+                                               std::string(kNonceSize, 's'));
+  auto cc = client_cipher_keys(c, s.public_key);
+  auto sc = server_cipher_keys(s, c.public_key);
+  EXPECT_TRUE(cc && sc);
+  EXPECT_EQ(cc->c2s, sc->c2s);
+  EXPECT_EQ(cc->s2c, sc->s2c);
+  EXPECT_NE(cc->c2s, cc->s2c);
+  return {session(tag, *cc, true), session(tag, *sc, false)};
+}
+
+}  // namespace
+
 TEST(agents_wire, session_rejects_replayed_and_skipped_frames) {
-  session tx("k-send-0123456789abcdef", "k-recv-0123456789abcdef", 1, 1);
-  session rx("k-recv-0123456789abcdef", "k-send-0123456789abcdef", 1, 1);
+  auto [tx, rx] = handshake_keys();
   std::string f1 = tx.seal(ctl_type::status, "{}");
   std::string f2 = tx.seal(ctl_type::status, "{}");
   std::string f3 = tx.seal(ctl_type::status, "{}");
-  ASSERT_EQ(rx.open(f1, kDefaultMaxPayload).what, decoded_frame::kind::frame);
-  decoded_frame again = rx.open(f1, kDefaultMaxPayload);
+  std::string plain;
+  ASSERT_EQ(rx.open(f1, kDefaultMaxPayload, &plain).what, decoded_frame::kind::frame);
+  EXPECT_EQ(plain, "{}");
+  decoded_frame again = rx.open(f1, kDefaultMaxPayload, &plain);
   EXPECT_EQ(again.error, frame_error::replayed);
-  EXPECT_EQ(rx.open(f3, kDefaultMaxPayload).error, frame_error::bad_sequence);
-  ASSERT_EQ(rx.open(f2, kDefaultMaxPayload).what, decoded_frame::kind::frame);
-  ASSERT_EQ(rx.open(f3, kDefaultMaxPayload).what, decoded_frame::kind::frame);
+  EXPECT_EQ(rx.open(f3, kDefaultMaxPayload, &plain).error, frame_error::bad_sequence);
+  ASSERT_EQ(rx.open(f2, kDefaultMaxPayload, &plain).what, decoded_frame::kind::frame);
+  ASSERT_EQ(rx.open(f3, kDefaultMaxPayload, &plain).what, decoded_frame::kind::frame);
   // A frame sealed for the other direction (reflection) fails the tag.
-  session back("k-recv-0123456789abcdef", "k-send-0123456789abcdef", 4, 4);
-  EXPECT_EQ(rx.open(back.seal(ctl_type::status, "{}"), kDefaultMaxPayload).error, frame_error::bad_tag);
+  EXPECT_EQ(rx.open(rx.seal(ctl_type::status, "{}"), kDefaultMaxPayload, &plain).error, frame_error::bad_tag);
+}
+
+TEST(agents_wire, payloads_after_the_handshake_are_unreadable_without_the_exchanged_keys) {
+  auto [client, server] = handshake_keys();
+  const std::string body = R"({"app":7,"proof":"0123456789abcdef","name":"a-secret-name"})";
+  const std::string f = client.seal(ctl_type::app_progress, body);
+  // On the wire: neither the body nor any field name is readable.
+  EXPECT_EQ(f.find("a-secret-name"), std::string::npos);
+  EXPECT_EQ(f.find("proof"), std::string::npos);
+  // Someone with the secret and both nonces (the tag keys) but another key
+  // exchange gets an authentic frame and garbage.
+  session eve_server = handshake_keys().server;
+  std::string plain;
+  ASSERT_EQ(eve_server.open(f, kDefaultMaxPayload, &plain).what, decoded_frame::kind::frame);
+  EXPECT_NE(plain, body);
+  EXPECT_FALSE(util::parse_json_object(plain));
+  ASSERT_EQ(server.open(f, kDefaultMaxPayload, &plain).what, decoded_frame::kind::frame);
+  EXPECT_EQ(plain, body);
+  // A key exchange key of the wrong size or a low-order point is refused.
+  const box_keypair c = new_box_keypair();
+  EXPECT_FALSE(client_cipher_keys(c, "short"));
+  EXPECT_FALSE(server_cipher_keys(c, std::string(kBoxPublicKeySize, '\0')));
 }
 
 TEST(agents_wire, payloads_must_be_shallow_json_objects) {
@@ -300,7 +344,10 @@ TEST(agents_connection, first_message_must_be_a_hello) {
 TEST(agents_connection, replayed_hello_is_rejected) {
   std::string nonce(kNonceSize, 'n');
   std::string hello = frame(ctl_type::hello, 0,
-                            util::dump_json(json{{"role", "admin"}, {"id", ""}, {"nonce", util::hex_encode(nonce)}}));
+                            util::dump_json(json{{"role", "admin"},
+                                                 {"id", ""},
+                                                 {"nonce", util::hex_encode(nonce)},
+                                                 {"kx", util::hex_encode(new_box_keypair().public_key)}}));
   nonce_cache shared;
   for (int round = 0; round < 2; ++round) {
     int sv[2];

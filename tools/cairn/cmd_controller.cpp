@@ -15,7 +15,7 @@ int cmd_controller(const controller_cli_options& o) {
   agents::set_log_name("controller");
   if (o.verbose) agents::set_log_level(agents::log_level::debug);
   service_secrets secrets;
-  if (!load_service_secrets(o.secret_file, o.service_secret_file, &secrets)) return kExitUsage;
+  if (!load_service_secrets(o.secret_file, o.service_secret_file, o.shared_secret, &secrets)) return kExitUsage;
   auto listen = agents::parse_address(o.listen);
   if (!listen) {
     print_error(listen.error());

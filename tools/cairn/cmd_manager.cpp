@@ -12,7 +12,7 @@ int cmd_manager(const manager_cli_options& o) {
   agents::set_log_name("manager " + o.node_id);
   if (o.verbose) agents::set_log_level(agents::log_level::debug);
   service_secrets secrets;
-  if (!load_service_secrets(o.secret_file, o.service_secret_file, &secrets)) return kExitUsage;
+  if (!load_service_secrets(o.secret_file, o.service_secret_file, o.shared_secret, &secrets)) return kExitUsage;
   auto ctl = agents::parse_address(o.controller);
   auto listen = agents::parse_address(o.listen);
   if (!ctl || !listen) {

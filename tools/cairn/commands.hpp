@@ -134,7 +134,8 @@ int cmd_advise(const advise_options& o);
 struct controller_cli_options {
   std::string listen = "127.0.0.1:7420";
   std::string secret_file;  // else $CAIRN_AGENTS_SECRET_FILE
-  std::string service_secret_file;  // else $CAIRN_AGENTS_SERVICE_SECRET_FILE
+  std::string service_secret_file;  // else $CAIRN_AGENTS_SERVICE_SECRET_FILE; refused without one
+  bool shared_secret = false;       // unless this: the deployment secret serves for both
   std::string journal;
   std::string strategy = "bandwidth";
   std::string distribution = "round_robin";
@@ -157,7 +158,8 @@ struct manager_cli_options {
   std::string controller = "127.0.0.1:7420";
   std::string listen = "127.0.0.1:0";
   std::string secret_file;
-  std::string service_secret_file;  // else $CAIRN_AGENTS_SERVICE_SECRET_FILE
+  std::string service_secret_file;  // else $CAIRN_AGENTS_SERVICE_SECRET_FILE; refused without one
+  bool shared_secret = false;       // unless this: the deployment secret serves for both
   std::string node_id;
   uint32_t capacity = 0;  // 0 = the controller's default
   std::string agent_program;

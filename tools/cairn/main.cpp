@@ -246,8 +246,11 @@ int run_cli(int argc, char** argv) {
   ctl_cmd->add_option("--secret-file", ctl.secret_file,
                       "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE); refused without one");
   ctl_cmd->add_option("--service-secret-file", ctl.service_secret_file,
-                      "Service secret that managers prove (default: $CAIRN_AGENTS_SERVICE_SECRET_FILE; without "
-                      "one, any holder of the deployment secret may register as a manager)");
+                      "Service secret that managers prove and applications do not hold (default: "
+                      "$CAIRN_AGENTS_SERVICE_SECRET_FILE); refused without one unless --shared-secret");
+  ctl_cmd->add_flag("--shared-secret", ctl.shared_secret,
+                    "Run without a service secret: any holder of the deployment secret may then register as a "
+                    "manager and be sent other applications' keys (only where all applications trust each other)");
   ctl_cmd->add_option("--journal", ctl.journal, "Journal file of the controller's state (replayed at restart)")
       ->required();
   ctl_cmd->add_option("--strategy", ctl.strategy, "Agent node choice: bandwidth, memory, activity, power")
@@ -286,8 +289,10 @@ int run_cli(int argc, char** argv) {
   mgr_cmd->add_option("--listen", mgr.listen, "Address to serve on, HOST:PORT (port 0: any)")->capture_default_str();
   mgr_cmd->add_option("--secret-file", mgr.secret_file, "Deployment secret (default: $CAIRN_AGENTS_SECRET_FILE)");
   mgr_cmd->add_option("--service-secret-file", mgr.service_secret_file,
-                      "Service secret it proves to the controller (default: $CAIRN_AGENTS_SERVICE_SECRET_FILE; "
-                      "else the deployment secret)");
+                      "Service secret it proves to the controller (default: $CAIRN_AGENTS_SERVICE_SECRET_FILE); "
+                      "refused without one unless --shared-secret");
+  mgr_cmd->add_flag("--shared-secret", mgr.shared_secret,
+                    "Prove the deployment secret instead (a controller started with --shared-secret)");
   mgr_cmd->add_option("--node-id", mgr.node_id, "Name of this agent node")->required();
   mgr_cmd->add_option("--capacity", mgr.capacity, "Agents this node takes (default: the controller's)")
       ->check(CLI::Range(1, 65536));

@@ -17,18 +17,29 @@ namespace cairn::cli {
 
 // A service's two secrets (agents/auth.hpp): the deployment secret of
 // `secret_file` (its path in *secret_path when given) and the service secret
-// of `service_file` (empty when none is configured). Warnings are logged; on
-// an error it is printed and false returned (exit kExitUsage).
+// of `service_file`, which must be configured and differ from the deployment
+// secret unless `shared` (--shared-secret: it is then empty or the same).
+// Warnings are logged; on an error it is printed and false returned (exit
+// kExitUsage).
 struct service_secrets {
   std::string secret, secret_path, service;
 };
-inline bool load_service_secrets(const std::string& secret_file, const std::string& service_file,
+inline bool load_service_secrets(const std::string& secret_file, const std::string& service_file, bool shared,
                                  service_secrets* out) {
   std::string warning;
   auto secret = agents::load_deployment_secret(secret_file, &warning, &out->secret_path);
   if (secret && !warning.empty()) agents::log_warn(warning);
   warning.clear();
   auto service = secret ? agents::load_service_secret(service_file, &warning) : secret;
+  if (service && !shared && (service->empty() || *service == *secret)) {
+    service = status(errc::invalid_argument,
+                     std::string(service->empty() ? "no service secret" : "the service secret is the deployment secret") +
+                         ": give --service-secret-file V (or set CAIRN_AGENTS_SERVICE_SECRET_FILE) with a secret that "
+                         "the controller and the managers hold and the applications do not (e.g. `openssl rand -hex "
+                         "32 > V; chmod 600 V`); without one any application could register as a manager and be "
+                         "sent other applications' keys. --shared-secret runs without one, where every application "
+                         "of the deployment trusts every other");
+  }
   if (!service) {
     print_error(service.error());
     return false;
