@@ -7,7 +7,8 @@
 # for FUZZ_SECONDS (8), two at a time, over its seed corpus (cairn_fuzz_seeds) and its regression
 # corpus (tests/fuzz/regress/<target>, replayed whole), then the integration suites of
 # restart, the rebuild from redundancy, the data planes, the node daemon, durability
-# (kills mid-commit, lost unsynced data) and run identity (leases).
+# (kills mid-commit, lost unsynced data), run identity (leases), aggregation leaders
+# and the agents (controller, managers, sealed agents).
 #   scripts/sanitize.sh [build dir]        default build-san
 #   scripts/sanitize.sh --build-only DIR   configure and build only (make test does this
 #                                          beside the main suite, then runs the rest)
@@ -50,7 +51,8 @@ targets=(cairn_unit_tests)
 has_target cairn_agent && targets+=(cairn_agent)
 # The integration suites run under ASan (pytest drives the sanitized programs; the
 # test environment of this build directory points at them).
-integration=(integration_restart fault_redundancy integration_data_planes fault_daemon fault_durability integration_run_identity)
+integration=(integration_restart fault_redundancy integration_data_planes fault_daemon fault_durability integration_run_identity
+             integration_aggregate integration_agents)
 integration_targets=(ckpt_app ckpt_app_serial cpp_app cairn_cli cairnd cairn_mpi_plugin cairn_plane_stranger)
 for t in "${integration_targets[@]}"; do
   has_target "$t" || integration=()
