@@ -147,14 +147,18 @@ class client_impl final : private level_host {
   std::vector<std::unique_ptr<level>> levels_;
   // Whether some level commits the persistent level itself (level::commits_persistent).
   bool level_commits_persistent_ = false;
-  // Drops the restart image (a mapped one is unmapped by an engine task).
+  // Drops the restart image (a mapped one is unmapped by an engine task; one
+  // rebuilt from redundancy is stored at the node-local level by one first).
   void release_restart_image();
   // Collective, after `version` was restored: when it was never committed
   // (its job died first; restored from the node-local level), an engine task
   // writes the restored image to the persistent level and records this
-  // rank's part (the last commits it); the task takes the image. Returns
-  // whether it did.
+  // rank's part (the last commits it); the task takes the image (and stores
+  // a rebuilt one at the node-local level first). Returns whether it did.
   bool commit_restored(const std::string& name, int64_t version);
+  // Writes an image rebuilt from redundancy to its node-local shard file
+  // (engine task); a failure is reported and left: a later restart rebuilds.
+  status store_rebuilt(const format::shard_image& img);
   client_impl(std::unique_ptr<comm::communicator> comm, config cfg);
   status start();
   // Collective at start: gathers the hosts; rank 0 appends this execution to RUN.
@@ -293,6 +297,16 @@ class client_impl final : private level_host {
   // local / others: which levels to try (redundancy tries the node-local
   // shard first, then rebuilds, then the rest).
   status load_shard(const std::string& name, int64_t version, bool local = true, bool others = true);
+  // The image a level rebuilt for this rank (level::rebuild), checked as a
+  // node-local shard is (identity, the MANIFEST's entry, the regions, this
+  // store's executions), becomes restart_. Local.
+  status take_rebuilt(const std::string& name, int64_t version, format::shard_image image);
+  // The MANIFEST of a committed version of this job's rank count, if any.
+  std::optional<format::manifest> committed_manifest(const std::string& name, int64_t version);
+  // unusable when an uncommitted shard's execution is not one this store's
+  // RUN lists (another store's run of the same name shares the node-local
+  // directory); `where` names it.
+  status written_by_this_store(const format::shard_header& h, const std::string& where) const;
   // Collective: agree on the newest version all ranks can load intact.
   result<int64_t> agree_restartable(const std::string& name, int64_t max_version);
   std::vector<int64_t> local_candidates(const std::string& name);
@@ -417,6 +431,7 @@ class client_impl final : private level_host {
   std::string restart_name_;
   int64_t restart_version_ = -1;
   format::shard_image restart_;  // the verified image of restart_version_
+  bool restart_rebuilt_ = false;  // restart_ was rebuilt from redundancy: not at the node-local level yet
   // Set instead of restart_ when restart_version_ was written by another rank count.
   struct reshard_state;
   std::shared_ptr<reshard_state> reshard_;

@@ -226,10 +226,12 @@ class level {
   virtual bool rebuilds() const { return false; }
   // Collective, when some rank's node-local shard of (name, version) is
   // missing or corrupt: `mine` is this rank's verified image, or null; a
-  // rank without rebuilds its shard from the survivors into the node-local
-  // level. Returns this rank's outcome.
-  virtual status rebuild(const std::string& name, int64_t version, const format::shard_image* mine) {
-    (void)name, (void)version;
+  // rank without rebuilds its shard from the survivors into *rebuilt,
+  // verified (the client restores from it, then stores it at the node-local
+  // level). Returns this rank's outcome.
+  virtual status rebuild(const std::string& name, int64_t version, const format::shard_image* mine,
+                         format::shard_image* rebuilt) {
+    (void)name, (void)version, (void)rebuilt;
     return mine ? status() : status(errc::not_supported, "no rebuild");
   }
   // Where restart looked, for messages ("" : nowhere beyond the stores).

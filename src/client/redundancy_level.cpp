@@ -13,6 +13,7 @@
 #include "redundancy/codec.hpp"
 #include "redundancy/parity_file.hpp"
 #include "util/clock.hpp"
+#include "util/cpu.hpp"
 #include "util/hash.hpp"
 #include "util/hex.hpp"
 #ifdef CAIRN_HAVE_FABRIC
@@ -89,7 +90,7 @@ status redundancy_level::add_stages(graph_points&) { return {errc::not_supported
 result<nlohmann::json> redundancy_level::for_daemon(const std::vector<std::string>&) {
   return status(errc::not_supported, "no redundancy in this build");
 }
-status redundancy_level::rebuild(const std::string&, int64_t, const format::shard_image* mine) {
+status redundancy_level::rebuild(const std::string&, int64_t, const format::shard_image* mine, format::shard_image*) {
   return mine ? status() : status(errc::not_supported, "no redundancy in this build");
 }
 
@@ -186,13 +187,12 @@ status redundancy_level::form_set(redundancy::set_info* out) {
 // One stripe loop over buffers reused from stripe to stripe: split further,
 // its parts would share a dozen arguments (the reason it is longer than 120 lines).
 status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, const std::string& name, int64_t version,
-                                     util::aligned_buffer* image_out, uint64_t* image_size, std::string* lost_out,
-                                     std::string* scheme_out) {
+                                     format::shard_image* rebuilt, std::string* lost_out, std::string* scheme_out) {
   using nlohmann::json;
   const uint32_t me = static_cast<uint32_t>(host_->rank());
   auto& plane = *plane_;
   const std::string what = "'" + name + "' version " + std::to_string(version);
-  util::aligned_buffer& image = *image_out;
+  util::aligned_buffer& image = rebuilt->image;
   std::string& lost_text = *lost_out;
   std::string& scheme_text = *scheme_out;
   status st;
@@ -234,9 +234,14 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
     redundancy::codec codec(g);
     const uint32_t d = g.d();
     const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
-    *image_size = sizes[pos];
     scheme_text = g.describe();
-    auto img = util::aligned_buffer::allocate(sizes[pos]);
+    // The size its set recorded, checked before it is allocated.
+    const uint64_t avail = util::available_memory();
+    auto img = avail > 0 && sizes[pos] > avail
+                   ? result<util::aligned_buffer>(status(errc::no_space, "its image needs " + std::to_string(sizes[pos]) +
+                                                                             " bytes of memory; this node has " +
+                                                                             std::to_string(avail) + " available"))
+                   : util::aligned_buffer::allocate(sizes[pos]);
     if (!img) st = img.error();
     else image = std::move(img).value();
     // The plan: per stripe that holds a chunk of this rank, the d blocks it
@@ -364,12 +369,14 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
       if (!h) st = h.error();
       else if (h->header_checksum != hcs[pos] || h->rank != me || h->name != name || h->version != version)
         st = status(errc::corruption, "rebuilt shard of " + what + " is not the image its set protected");
+      else rebuilt->header = std::move(h).value();
     }
   }
   return st;
 }
 
-status redundancy_level::rebuild(const std::string& name, int64_t version, const format::shard_image* mine) {
+status redundancy_level::rebuild(const std::string& name, int64_t version, const format::shard_image* mine,
+                                 format::shard_image* rebuilt) {
   const bool have = mine != nullptr;
   if (off_) return have ? status() : status(errc::not_found, "redundancy is off for this job");
   storage::storage_env* env = host_->env();
@@ -467,12 +474,12 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
   std::vector<json> all;
   for (const auto& l : comm::allgather_lines(host_->comm(), info.dump())) all.push_back(json::parse(l, nullptr, false));
 
-  // 3. A lost rank decodes its own chunks from the survivors' blocks.
+  // 3. A lost rank decodes its own chunks from the survivors' blocks into
+  // memory, the image its restart copies from (the client writes it to the
+  // node-local level afterwards, in the background).
   status st;
-  util::aligned_buffer image;
-  uint64_t image_size = 0;
   std::string lost_text, scheme_text;
-  if (!have) st = decode_lost(all, name, version, &image, &image_size, &lost_text, &scheme_text);
+  if (!have) st = decode_lost(all, name, version, rebuilt, &lost_text, &scheme_text);
   // Survivors keep their buffers exposed until every lost rank has pulled.
   host_->comm().barrier();
   shard_mr = fabric::memory_region();
@@ -481,13 +488,6 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
   if (!st) {
     std::fprintf(stderr, "cairn: rank %u: cannot rebuild the node-local shard of %s from redundancy (%s); trying "
                          "the persistent level\n", me, what.c_str(), st.message().c_str());
-    return st;
-  }
-  const std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
-  st = engine::write_shard_file(env, path, image.data(), image_size, false, false);
-  if (!st) {
-    std::fprintf(stderr, "cairn: rank %u: rebuilt shard of %s could not be stored: %s\n", me, what.c_str(),
-                 st.message().c_str());
     return st;
   }
   std::fprintf(stderr, "cairn: rank %u: rebuilt the node-local shard of %s from redundancy %s (lost: %s)\n", me,

@@ -35,7 +35,8 @@ class redundancy_level final : public level {
   int64_t keep_local_from(const std::string& name) const override;
   void candidates(const std::string& name, std::set<int64_t>* out) override;
   bool rebuilds() const override { return true; }
-  status rebuild(const std::string& name, int64_t version, const format::shard_image* mine) override;
+  status rebuild(const std::string& name, int64_t version, const format::shard_image* mine,
+                 format::shard_image* rebuilt) override;
 
   // engine_host = daemon (the daemons encode). Collective: forms this rank's
   // set and joins the plane (the rebuild at restart uses it), then returns
@@ -48,10 +49,11 @@ class redundancy_level final : public level {
   // Collective: makes and joins the plane, forms the sets; *mine is this rank's.
   status form_set(redundancy::set_info* mine);
   // Rebuild, local: this rank's lost image decoded from what every rank
-  // exposed (`all`, gathered by rebuild), verified against the header
-  // checksum its set recorded; `lost` and `scheme` describe it for messages.
+  // exposed (`all`, gathered by rebuild) into rebuilt->image, verified
+  // against the header checksum its set recorded (rebuilt->header); `lost` and `scheme`
+  // describe it for messages.
   status decode_lost(const std::vector<nlohmann::json>& all, const std::string& name, int64_t version,
-                     util::aligned_buffer* image, uint64_t* image_size, std::string* lost, std::string* scheme);
+                     format::shard_image* rebuilt, std::string* lost, std::string* scheme);
 
   level_host* host_;
   const config& cfg_ = host_->cfg();

@@ -84,6 +84,7 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
   const uint32_t me = static_cast<uint32_t>(rank());
   const uint32_t n = static_cast<uint32_t>(size());
   restart_version_ = -1;
+  restart_rebuilt_ = false;
   reshard_.reset();
   std::string why;
   status worst;  // invalid_argument (rank count) is more useful to report than corruption
@@ -91,25 +92,15 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
   // which shard is current: a local shard that differs is left over from an
   // earlier execution and must not be mixed in.
   std::string mpath = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
-  std::optional<format::manifest> committed;
-  if (env_->exists(mpath)) {
-    auto m = format::read_manifest(env_, mpath);
-    if (m && m->nranks == n) committed = std::move(m).value();
-  }
+  std::optional<format::manifest> committed = committed_manifest(name, version);
   if (cfg_.local_enabled && local) {
     std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
     if (!others && !env_->exists(path)) return {errc::not_found, path + ": missing"};
     if (env_->exists(path)) {
       const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
       status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, regions_, &restart_);
-      if (st && !committed && !store_attempts_.empty() && !store_attempts_.count(restart_.header.attempt)) {
-        // Not committed, and no execution of this run in this store wrote it:
-        // another store's run of the same name shares the directory.
-        st = status(errc::unusable, path + ": written by an execution of run '" + cfg_.run +
-                                        "' that this store's RUN does not list (another store's run of the same "
-                                        "name shares the node-local directory); not restored");
-        restart_ = format::shard_image();
-      }
+      if (st && !committed) st = written_by_this_store(restart_.header, path);
+      if (!st) restart_ = format::shard_image();
       if (st) {
         restart_name_ = name;
         restart_version_ = version;
@@ -164,6 +155,41 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
   return {worst.code(), "'" + name + "' version " + std::to_string(version) + ": " + why};
 }
 
+std::optional<format::manifest> client_impl::committed_manifest(const std::string& name, int64_t version) {
+  const std::string mpath = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
+  if (!env_->exists(mpath)) return std::nullopt;
+  auto m = format::read_manifest(env_, mpath);
+  if (!m || m->nranks != static_cast<uint32_t>(size())) return std::nullopt;
+  return std::move(m).value();
+}
+
+status client_impl::written_by_this_store(const format::shard_header& h, const std::string& where) const {
+  // Not committed, and no execution of this run in this store wrote it:
+  // another store's run of the same name shares the node-local directory.
+  if (store_attempts_.empty() || store_attempts_.count(h.attempt)) return {};
+  return {errc::unusable, where + ": written by an execution of run '" + cfg_.run +
+                              "' that this store's RUN does not list (another store's run of the same name shares "
+                              "the node-local directory); not restored"};
+}
+
+status client_impl::take_rebuilt(const std::string& name, int64_t version, format::shard_image image) {
+  // Checked as a node-local shard is (read_verified; the rebuild verified
+  // the checksums and that it is the image its set protected).
+  const std::string where = "the shard of '" + name + "' version " + std::to_string(version) +
+                            " rebuilt from redundancy";
+  const std::optional<format::manifest> committed = committed_manifest(name, version);
+  const uint32_t me = static_cast<uint32_t>(rank());
+  CAIRN_RETURN_IF_ERROR(format::shard_identity_check(where, me, static_cast<uint32_t>(size()), name, version,
+                                                     committed ? &committed->shards[me] : nullptr)(image.header));
+  CAIRN_RETURN_IF_ERROR(image_fits_regions(image.header, regions_, where));
+  if (!committed) CAIRN_RETURN_IF_ERROR(written_by_this_store(image.header, where));
+  restart_ = std::move(image);
+  restart_rebuilt_ = true;
+  restart_name_ = name;
+  restart_version_ = version;
+  return {};
+}
+
 result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t max_version) {
   std::vector<int64_t> cands = local_candidates(name);
   // A bound (cairn_restart_test_max): versions above it do not exist for
@@ -204,8 +230,9 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
       status mine = load_shard(name, g, true, false);
       if (comm_->min(mine ? 1 : 0) == 0) {
         const bool had = mine.is_ok();
-        status rebuilt = rebuilder->rebuild(name, g, had ? &restart_ : nullptr);
-        if (!had && rebuilt) mine = load_shard(name, g, true, false);
+        format::shard_image image;
+        status rebuilt = rebuilder->rebuild(name, g, had ? &restart_ : nullptr, &image);
+        if (!had && rebuilt) mine = take_rebuilt(name, g, std::move(image));
         if (!had && !mine) mine = load_shard(name, g, false, true);
       }
       st = agree(mine);
@@ -230,6 +257,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
     if (st.code() == errc::corruption) damaged_[name].insert(g);
     restart_version_ = -1;
     restart_ = format::shard_image();
+    restart_rebuilt_ = false;
     reshard_.reset();
   }
 }
@@ -359,6 +387,17 @@ status client_impl::restore(const std::string& name, int64_t version) {
   return {};
 }
 
+status client_impl::store_rebuilt(const format::shard_image& img) {
+  const auto& h = img.header;
+  const std::string path = format::shard_path(cfg_.scratch, cfg_.run, h.name, h.version, h.rank);
+  status st = engine::write_shard_file(env_, path, img.bytes().data(), h.file_size, false, false);
+  if (!st)
+    std::fprintf(stderr, "cairn: rank %u: the shard of '%s' version %lld rebuilt from redundancy could not be stored "
+                         "at the node-local level (%s); a later restart rebuilds it again\n",
+                 h.rank, h.name.c_str(), static_cast<long long>(h.version), st.to_string().c_str());
+  return {};  // the application has its data: this only puts the node-local copy back
+}
+
 bool client_impl::commit_restored(const std::string& name, int64_t version) {
   // Only what the node-local level held of this job's shape (file per
   // process; a level that keeps its own copies keeps what it restored).
@@ -384,8 +423,10 @@ bool client_impl::commit_restored(const std::string& name, int64_t version) {
   restart_ = format::shard_image();
   storage::storage_env* env = rate_env_ ? rate_env_.get() : env_;
   engine_->submit_task(
-      [this, img, env, tmpl = std::move(tmpl), part, attempt = job.header.attempt]() mutable -> status {
+      [this, img, env, tmpl = std::move(tmpl), part, attempt = job.header.attempt,
+       rebuilt = std::exchange(restart_rebuilt_, false)]() mutable -> status {
         const auto& h = img->header;
+        if (rebuilt) (void)store_rebuilt(*img);
         const std::string path = format::shard_path(cfg_.persistent, h.run, h.name, h.version, h.rank);
         status st = engine::write_shard_file(env, path, img->bytes().data(), h.file_size, false, true, "");
         if (st) st = format::record_part(env_, cfg_.persistent, tmpl, attempt, part).take_status();
@@ -401,6 +442,15 @@ bool client_impl::commit_restored(const std::string& name, int64_t version) {
 }
 
 void client_impl::release_restart_image() {
+  if (std::exchange(restart_rebuilt_, false) && restart_.image.size() > 0) {
+    // Rebuilt from redundancy: restored from memory, stored at the node-local
+    // level afterwards (by an engine task, while the application goes on).
+    auto img = std::make_shared<format::shard_image>(std::move(restart_));
+    restart_ = format::shard_image();
+    if (engine_) engine_->submit_task([this, img]() { return store_rebuilt(*img); }, engine::task_priority::low);
+    else (void)store_rebuilt(*img);
+    return;
+  }
   // Unmapping a node-local shard's 512 MiB takes 14 ms here (its page
   // tables): an engine task does it, after the application got its data.
   if (engine_ && restart_.mapped) {

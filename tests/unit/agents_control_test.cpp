@@ -33,6 +33,12 @@
 #include "util/clock.hpp"
 #include "util/hex.hpp"
 
+// Hints are written with designated initializers that leave the rest at its
+// default (C++20); gcc 12 warns about each omitted member all the same.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#endif
+
 namespace cairn::agents {
 namespace {
 
