@@ -14,9 +14,11 @@
 #                                          beside the main suite, then runs the rest)
 #   SANITIZE=thread scripts/sanitize.sh    under TSan instead, the unit tests of the code that
 #                                          runs threads (engine, client, daemon, fabric and agents,
-#                                          redundancy, aggregation, storage envs, batch signals);
-#                                          the single-threaded decoders' tests run under ASan only.
-#                                          No fuzzing; suppressions: tests/tsan.supp
+#                                          redundancy, aggregation, storage envs, batch signals),
+#                                          then the integration suites of restart and the node
+#                                          daemon (ranks under mpirun with the engine's threads,
+#                                          cairnd's); the single-threaded decoders' tests run under
+#                                          ASan only. No fuzzing; suppressions: tests/tsan.supp
 #   FUZZ_SECONDS=600 scripts/sanitize.sh   a longer campaign (the corpus grows under the build dir)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,11 +32,7 @@ sanitize=${SANITIZE:-address,undefined}
 seconds=${FUZZ_SECONDS:-8}
 jobs=${JOBS:-$(nproc)}
 fuzz=ON
-mpi=ON
-if [ "$sanitize" = thread ]; then
-  fuzz=OFF
-  mpi=OFF
-fi
+[ "$sanitize" = thread ] && fuzz=OFF
 start=$(date +%s)
 # -O1 with line tables for the reports (-O0 compiles in half the time, but
 # its unit tests took 3x as long and its fuzzers ran a tenth as many inputs).
@@ -42,7 +40,7 @@ python=()
 [ -x .venv/bin/python ] && python=(-DPython3_EXECUTABLE="$PWD/.venv/bin/python")
 CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${python[@]}" \
   -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-  -DCAIRN_SANITIZE="$sanitize" -DCAIRN_BUILD_FUZZ=$fuzz -DCAIRN_ENABLE_MPI=$mpi -DCAIRN_ENABLE_FORTRAN=OFF \
+  -DCAIRN_SANITIZE="$sanitize" -DCAIRN_BUILD_FUZZ=$fuzz -DCAIRN_ENABLE_MPI=ON -DCAIRN_ENABLE_FORTRAN=OFF \
   -DCAIRN_BUILD_EXAMPLES=OFF -DCAIRN_BUILD_BENCH=OFF >/dev/null
 known=$(ninja -C "$dir" -t targets all 2>/dev/null | cut -d: -f1)
 has_target() { grep -qx "$1" <<<"$known"; }
@@ -66,7 +64,10 @@ if [ "$sanitize" = thread ]; then
     has_target "$t" && targets+=("$t")
   done
   tests=(-R "^($(IFS='|'; echo "${targets[*]}"))\$")
-  integration=()
+  # Two suites, for CI's time: TSan found a race there that the unit tests
+  # could not show (the manifest entry read while cairnd's node-local stage
+  # still wrote it).
+  [ ${#integration[@]} -gt 0 ] && integration=(integration_restart fault_daemon) && targets+=("${integration_targets[@]}")
 fi
 [ $fuzz = ON ] && targets+=(cairn_fuzzers)
 if ! cmake --build "$dir" -j "$jobs" --target "${targets[@]}" >"$dir/build.log" 2>&1; then
@@ -81,43 +82,44 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/tsan.supp"
 ctest --test-dir "$dir" -L unit "${tests[@]}" --output-on-failure -j "$jobs"
-[ $fuzz = ON ] || exit 0
-seeds="$dir/fuzz-seeds"
-rm -rf "$seeds"
-"$dir/tests/fuzz/cairn_fuzz_seeds" "$seeds"
-# One target: its corpus, the seeds and the regression inputs.
-fuzz_one() {
-  local bin=$1 t
-  t=$(basename "$bin")
-  t=${t#fuzz_}
-  local corpus="$dir/fuzz-corpus/$t" regress="tests/fuzz/regress/$t"
-  mkdir -p "$corpus" "$seeds/$t"
-  local dirs=("$corpus" "$seeds/$t")
-  [ -d "$regress" ] && dirs+=("$regress")
-  # -timeout: an input that takes 2 s is a bug (a decoder must not spin).
-  if ! "$bin" -max_total_time="$seconds" -timeout=2 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-    -artifact_prefix="$dir/fuzz-crash-$t-" "${dirs[@]}" 2>"$dir/fuzz-$t.log"; then
-    tail -60 "$dir/fuzz-$t.log"
-    echo "sanitize: fuzz target $t failed: its input is $dir/fuzz-crash-$t-*; copy it into $regress/ with the fix"
-    return 1
-  fi
-  local execs cov
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/fuzz-$t.log" | grep -o '[0-9]*$' || echo "?")
-  cov=$(grep -o 'cov: [0-9]*' "$dir/fuzz-$t.log" | tail -1 || true)
-  echo "sanitize: fuzz $t: $execs executions in ${seconds} s, ${cov:-cov: ?}"
-}
-# Two targets at a time (one core each).
-bins=("$dir"/tests/fuzz/fuzz_*)
-failed=0
-for ((i = 0; i < ${#bins[@]}; i += 2)); do
-  pids=()
-  for b in "${bins[@]:i:2}"; do
-    fuzz_one "$b" &
-    pids+=($!)
+if [ $fuzz = ON ]; then
+  seeds="$dir/fuzz-seeds"
+  rm -rf "$seeds"
+  "$dir/tests/fuzz/cairn_fuzz_seeds" "$seeds"
+  # One target: its corpus, the seeds and the regression inputs.
+  fuzz_one() {
+    local bin=$1 t
+    t=$(basename "$bin")
+    t=${t#fuzz_}
+    local corpus="$dir/fuzz-corpus/$t" regress="tests/fuzz/regress/$t"
+    mkdir -p "$corpus" "$seeds/$t"
+    local dirs=("$corpus" "$seeds/$t")
+    [ -d "$regress" ] && dirs+=("$regress")
+    # -timeout: an input that takes 2 s is a bug (a decoder must not spin).
+    if ! "$bin" -max_total_time="$seconds" -timeout=2 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+      -artifact_prefix="$dir/fuzz-crash-$t-" "${dirs[@]}" 2>"$dir/fuzz-$t.log"; then
+      tail -60 "$dir/fuzz-$t.log"
+      echo "sanitize: fuzz target $t failed: its input is $dir/fuzz-crash-$t-*; copy it into $regress/ with the fix"
+      return 1
+    fi
+    local execs cov
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/fuzz-$t.log" | grep -o '[0-9]*$' || echo "?")
+    cov=$(grep -o 'cov: [0-9]*' "$dir/fuzz-$t.log" | tail -1 || true)
+    echo "sanitize: fuzz $t: $execs executions in ${seconds} s, ${cov:-cov: ?}"
+  }
+  # Two targets at a time (one core each).
+  bins=("$dir"/tests/fuzz/fuzz_*)
+  failed=0
+  for ((i = 0; i < ${#bins[@]}; i += 2)); do
+    pids=()
+    for b in "${bins[@]:i:2}"; do
+      fuzz_one "$b" &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || failed=1; done
   done
-  for p in "${pids[@]}"; do wait "$p" || failed=1; done
-done
-[ $failed = 0 ] || exit 1
+  [ $failed = 0 ] || exit 1
+fi
 if [ ${#integration[@]} -gt 0 ]; then
   # Leak checking off here: Open MPI's components leak at exit from libraries it
   # has already unloaded, which LSan cannot name (the unit tests check for leaks).

@@ -40,8 +40,14 @@ void client_impl::on_durable(version_record& rec) {
   // Every rank's shard is durable: gather their manifest entries (as the
   // commit stage records them), rank 0 commits.
   const auto& job = *rec.job;
+  // Without a commit stage the version is durable before every stage ended:
+  // the node-local one may still be running beside the persistent one (the
+  // node daemon's), and its time is read only once it is over.
+  unsigned done = 0, failed = 0;
+  bool finished = false;
+  engine_->levels(job, &done, &failed, &finished);
   format::part_record mine;
-  mine.entry = engine::shard_entry_of(job, host_);
+  mine.entry = engine::shard_entry_of(job, host_, finished || ((done | failed) & CAIRN_LEVEL_LOCAL) != 0);
   mine.aggregated = job.plan != nullptr;
   std::vector<std::string> parts;
   comm_->gather_strings(format::encode_part(mine), &parts);

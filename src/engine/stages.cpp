@@ -271,7 +271,7 @@ class unlend_stage final : public stage {
 
 }  // namespace
 
-format::shard_entry shard_entry_of(const version_job& job, const std::string& host) {
+format::shard_entry shard_entry_of(const version_job& job, const std::string& host, bool local_over) {
   format::shard_entry e;
   e.rank = job.header.rank;
   e.size = job.header.file_size;
@@ -281,7 +281,7 @@ format::shard_entry shard_entry_of(const version_job& job, const std::string& ho
   e.checksum_s = job.checksum_s;
   e.hash_s = job.hash_s;
   e.tree = !job.tree_image.empty();
-  e.local_s = job.local_s;
+  e.local_s = local_over ? job.local_s : 0;  // 0: not recorded
   e.persistent_s = job.persistent_s;
   e.persistent_at = job.persistent_at;
   e.host = host;

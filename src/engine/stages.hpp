@@ -53,8 +53,10 @@ std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, lev
 std::unique_ptr<stage> make_commit_stage(storage::storage_env* env, std::string store,
                                          std::function<format::manifest(const version_job&)> describe,
                                          std::string host);
-// This rank's entry in a version's manifest, from its job.
-format::shard_entry shard_entry_of(const version_job& job, const std::string& host);
+// This rank's entry in a version's manifest, from its job. `local_over`:
+// the node-local stage has ended (its time is read only then: a reader
+// outside the engine's threads learns that through engine::levels).
+format::shard_entry shard_entry_of(const version_job& job, const std::string& host, bool local_over = true);
 
 // agents_lend: when the agents did not take a version whose regions the
 // application lent (PROTECTED failed), copies them into the image and marks
