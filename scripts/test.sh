@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test: every test of the main build (ctest), then the sanitized builds: the
-# ASan+UBSan build's unit tests, fuzz targets and six of the integration suites,
-# and the TSan build's unit tests (scripts/sanitize.sh). The sanitized trees are
+# ASan+UBSan build's unit tests, fuzz targets and eight of the integration suites,
+# and the TSan build's unit tests and two integration suites (scripts/sanitize.sh).
+# The sanitized trees are
 # compiled one after the other, at the lowest priority (on whatever the main suite
 # leaves idle: it spends most of its time waiting on daemons, Slurm, CephFS and
 # killed jobs), while the main suite runs; the sanitized tests themselves run
