@@ -77,7 +77,6 @@ box_keypair new_box_keypair();
 // Every party holds the secret, so the tag keys above are known to anyone who
 // saw the nonces; these only to the two ends. invalid_argument for a peer key
 // of another size or one that yields no shared key (a low-order point).
-inline constexpr size_t kCipherKeySize = 32;
 result<session_keys> client_cipher_keys(const box_keypair& mine, std::string_view server_public);
 result<session_keys> server_cipher_keys(const box_keypair& mine, std::string_view client_public);
 // `payload` XOR ChaCha20 (IETF) under `key` with the 12-byte nonce: `seq`

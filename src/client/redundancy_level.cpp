@@ -8,12 +8,12 @@
 #include <sstream>
 #include <thread>
 
+#include "client/restart_checks.hpp"
 #include "client/version_record.hpp"
 #include "format/layout.hpp"
 #include "redundancy/codec.hpp"
 #include "redundancy/parity_file.hpp"
 #include "util/clock.hpp"
-#include "util/cpu.hpp"
 #include "util/hash.hpp"
 #include "util/hex.hpp"
 #ifdef CAIRN_HAVE_FABRIC
@@ -236,14 +236,12 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
     const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
     scheme_text = g.describe();
     // The size its set recorded, checked before it is allocated.
-    const uint64_t avail = util::available_memory();
-    auto img = avail > 0 && sizes[pos] > avail
-                   ? result<util::aligned_buffer>(status(errc::no_space, "its image needs " + std::to_string(sizes[pos]) +
-                                                                             " bytes of memory; this node has " +
-                                                                             std::to_string(avail) + " available"))
-                   : util::aligned_buffer::allocate(sizes[pos]);
-    if (!img) st = img.error();
-    else image = std::move(img).value();
+    st = image_fits_memory(sizes[pos], "rebuilt shard of " + what);
+    if (st) {
+      auto img = util::aligned_buffer::allocate(sizes[pos]);
+      if (!img) st = img.error();
+      else image = std::move(img).value();
+    }
     // The plan: per stripe that holds a chunk of this rank, the d blocks it
     // decodes from and its tables; per window of it, the d reads and where
     // the decoded bytes go.

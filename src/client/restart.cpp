@@ -34,6 +34,14 @@ status image_fits_regions(const format::shard_header& h, const std::map<std::str
   return {};
 }
 
+status image_fits_memory(uint64_t bytes, const std::string& path) {
+  const uint64_t avail = util::available_memory();
+  if (avail > 0 && bytes > avail)
+    return {errc::no_space, path + ": its image needs " + std::to_string(bytes) + " bytes of memory; this node has " +
+                                std::to_string(avail) + " available"};
+  return {};
+}
+
 namespace {
 
 // Reads a whole shard (compressed or not) and verifies it into *out; an
@@ -52,12 +60,9 @@ status read_verified(result<std::unique_ptr<storage::readable_file>> file, const
   // refused, not obeyed).
   const auto check = [&, in_place](const format::shard_header& h) -> status {
     CAIRN_RETURN_IF_ERROR(identity(h));
-    if (!in_place) CAIRN_RETURN_IF_ERROR(image_fits_regions(h, regions, path));
-    const uint64_t avail = util::available_memory();
-    if (!in_place && avail > 0 && h.file_size > avail)
-      return {errc::no_space, path + ": its image needs " + std::to_string(h.file_size) +
-                                  " bytes of memory; this node has " + std::to_string(avail) + " available"};
-    return {};
+    if (in_place) return {};
+    CAIRN_RETURN_IF_ERROR(image_fits_regions(h, regions, path));
+    return image_fits_memory(h.file_size, path);
   };
   if (!file) return file.take_status();
   CAIRN_ASSIGN_OR_RETURN(*out, in_place ? format::map_shard_image(std::move(file).value(), path, check)

@@ -4,6 +4,7 @@
 // forged headers as restart does.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -21,5 +22,10 @@ namespace cairn {
 // memory only. unusable, naming the region, otherwise.
 status image_fits_regions(const format::shard_header& h, const std::map<std::string, region>& regions,
                           const std::string& path);
+
+// An image of `bytes` read or rebuilt into memory must fit in what the node
+// has available (checked before it is allocated); no_space, naming `path`,
+// otherwise.
+status image_fits_memory(uint64_t bytes, const std::string& path);
 
 }  // namespace cairn
