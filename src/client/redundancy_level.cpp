@@ -6,7 +6,6 @@
 #include <cstring>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "client/restart_checks.hpp"
 #include "client/version_record.hpp"
@@ -184,57 +183,63 @@ status redundancy_level::form_set(redundancy::set_info* out) {
   return {};
 }
 
+std::optional<redundancy_level::set_record> redundancy_level::set_of(const std::vector<nlohmann::json>& all,
+                                                                    uint32_t me) {
+  using nlohmann::json;
+  const json* desc = nullptr;
+  for (const auto& e : all)
+    if (e.is_object() && e.contains("pset"))
+      for (const auto& r : e["pset"])
+        if (r.get<uint32_t>() == me) desc = &e;
+  if (!desc) return std::nullopt;
+  set_record rec;
+  rec.desc = desc;
+  rec.g.kind = *redundancy::parse_scheme((*desc)["scheme"].get<std::string>());
+  rec.g.k = static_cast<uint32_t>((*desc)["pset"].size());
+  rec.g.m = (*desc)["m"].get<uint32_t>();
+  for (size_t i = 0; i < rec.g.k; ++i) {
+    rec.ranks.push_back((*desc)["pset"][i].get<uint32_t>());
+    rec.sizes.push_back((*desc)["sizes"][i].get<uint64_t>());
+    rec.nodes.push_back((*desc)["nodes"][i].get<std::string>());
+    uint64_t h = 0;
+    util::parse_hex64((*desc)["hcs"][i].get<std::string>(), &h);
+    rec.hcs.push_back(h);
+    const json& e = all[rec.ranks[i]];
+    uint64_t hc = 0;
+    rec.intact.push_back(e.is_object() && e["shard"].get<bool>() &&
+                         util::parse_hex64(e.value("hc", std::string()), &hc) && hc == h);
+  }
+  rec.pos = static_cast<uint32_t>(std::find(rec.ranks.begin(), rec.ranks.end(), me) - rec.ranks.begin());
+  return rec;
+}
+
 // One stripe loop over buffers reused from stripe to stripe: split further,
 // its parts would share a dozen arguments (the reason it is longer than 120 lines).
-status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, const std::string& name, int64_t version,
-                                     format::shard_image* rebuilt, std::string* lost_out, std::string* scheme_out) {
+status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, const set_record& rec,
+                                     const std::string& name, int64_t version, format::shard_image* rebuilt,
+                                     std::string* lost_out) {
   using nlohmann::json;
   const uint32_t me = static_cast<uint32_t>(host_->rank());
   auto& plane = *plane_;
   const std::string what = "'" + name + "' version " + std::to_string(version);
   util::aligned_buffer& image = rebuilt->image;
   std::string& lost_text = *lost_out;
-  std::string& scheme_text = *scheme_out;
   status st;
-  const json* desc = nullptr;
-  for (const auto& e : all)
-    if (e.is_object() && e.contains("pset"))
-      for (const auto& r : e["pset"])
-        if (r.get<uint32_t>() == me) desc = &e;
-  if (!desc) {
-    st = status(errc::not_found, "no surviving parity file of " + what + " covers rank " + std::to_string(me) +
-                                     " (not protected: see redundancy_interval, or its whole set was lost)");
-  } else {
-    redundancy::geometry g;
-    g.kind = *redundancy::parse_scheme((*desc)["scheme"].get<std::string>());
-    g.k = static_cast<uint32_t>((*desc)["pset"].size());
-    g.m = (*desc)["m"].get<uint32_t>();
-    std::vector<uint32_t> set;
-    std::vector<uint64_t> sizes, hcs;
-    std::vector<std::string> nodes;
-    for (size_t i = 0; i < g.k; ++i) {
-      set.push_back((*desc)["pset"][i].get<uint32_t>());
-      sizes.push_back((*desc)["sizes"][i].get<uint64_t>());
-      nodes.push_back((*desc)["nodes"][i].get<std::string>());
-      uint64_t h = 0;
-      util::parse_hex64((*desc)["hcs"][i].get<std::string>(), &h);
-      hcs.push_back(h);
-    }
-    const uint32_t pos = static_cast<uint32_t>(std::find(set.begin(), set.end(), me) - set.begin());
-    auto data_ok = [&](uint32_t p) {
-      const json& e = all[set[p]];
-      uint64_t h = 0;
-      return e.is_object() && e["shard"].get<bool>() && util::parse_hex64(e.value("hc", std::string()), &h) &&
-             h == hcs[p];
-    };
+  const json* desc = rec.desc;
+  {
+    const redundancy::geometry& g = rec.g;
+    const std::vector<uint32_t>& set = rec.ranks;
+    const std::vector<uint64_t>& sizes = rec.sizes;
+    const std::vector<uint64_t>& hcs = rec.hcs;
+    const uint32_t pos = rec.pos;
+    auto data_ok = [&](uint32_t p) { return rec.intact[p]; };
     for (uint32_t p = 0; p < g.k; ++p)
       if (!data_ok(p))
-        lost_text += std::string(lost_text.empty() ? "" : ", ") + "node '" + nodes[p] + "' (rank " +
+        lost_text += std::string(lost_text.empty() ? "" : ", ") + "node '" + rec.nodes[p] + "' (rank " +
                      std::to_string(set[p]) + ")";
     redundancy::codec codec(g);
     const uint32_t d = g.d();
     const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
-    scheme_text = g.describe();
     // The size its set recorded, checked before it is allocated.
     st = image_fits_memory(sizes[pos], "rebuilt shard of " + what);
     if (st) {
@@ -249,11 +254,10 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
     std::vector<std::vector<unsigned char>> tables;
     struct step {
       size_t tables = 0;
-      uint64_t n = 0;                           // bytes decoded
-      uint64_t dst = 0, end = 0;                // the part of this rank's image they fill
-      std::vector<fabric::mailbox::read> reads;  // local: set per pull; len may be < n (zero-filled)
+      uint64_t dst = 0, end = 0;  // the part of this rank's image the window fills
     };
     std::vector<step> steps;
+    std::vector<redundancy::window_reads> windows;  // per step
     for (uint32_t s = 0; st && s < g.k; ++s) {
       const int j = g.chunk_of(pos, s);
       if (j < 0) continue;
@@ -304,64 +308,35 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
       tables.push_back(std::move(t).value());
       const uint64_t chunk_at = static_cast<uint64_t>(j) * mine_cb;
       for (uint64_t at = 0; at < len; at += window) {
-        step w;
-        w.tables = tables.size() - 1;
+        redundancy::window_reads w;
         w.n = std::min(window, len - at);
-        // Only the bytes of this rank's image (its last chunk is padded).
-        w.dst = chunk_at + at;
-        w.end = std::min(sizes[pos], std::min(chunk_at + mine_cb, w.dst + w.n));
         for (const auto& a : avail)
           w.reads.push_back({a.rank, a.addr + at, a.key, nullptr, a.length > at ? std::min(w.n, a.length - at) : 0});
-        steps.push_back(std::move(w));
+        // Only the bytes of this rank's image (its last chunk is padded).
+        const uint64_t dst = chunk_at + at;
+        steps.push_back({tables.size() - 1, dst, std::min(sizes[pos], std::min(chunk_at + mine_cb, dst + w.n))});
+        windows.push_back(std::move(w));
       }
     }
-    // The d blocks of each window pulled from their ranks side by side, the
-    // next window's while this one decodes (two sets of buffers).
-    std::vector<util::aligned_buffer> in[2];
-    for (auto& set_of : in)
-      for (uint32_t i = 0; st && i < d && !steps.empty(); ++i) {
-        auto b = util::aligned_buffer::allocate(window);
-        if (!b) st = b.error();
-        else set_of.push_back(std::move(b).value());
-      }
+    // Straight into the image, unless a window runs past its end.
     util::aligned_buffer out;
-    auto pull_step = [&](size_t k) {
-      step& w = steps[k];
-      for (uint32_t i = 0; i < d; ++i) w.reads[i].local = in[k % 2][i].data();
-      return plane.pull(w.reads).with_context("rebuild: reading the survivors' blocks");
-    };
-    status next = st && !steps.empty() ? pull_step(0) : status();
-    for (size_t k = 0; st && k < steps.size(); ++k) {
-      st = next;
-      if (!st) break;
-      std::thread ahead;
-      if (k + 1 < steps.size()) ahead = std::thread([&, k] { next = pull_step(k + 1); });
-      const step& w = steps[k];
-      std::vector<const unsigned char*> src(d);
-      for (uint32_t i = 0; i < d; ++i) {
-        if (w.reads[i].len < w.n) std::memset(in[k % 2][i].data() + w.reads[i].len, 0, w.n - w.reads[i].len);
-        src[i] = reinterpret_cast<const unsigned char*>(in[k % 2][i].data());
-      }
-      // Straight into the image, unless the window runs past its end.
-      const bool straight = w.end >= w.dst + w.n;
-      unsigned char* to = nullptr;
-      if (straight) {
-        to = reinterpret_cast<unsigned char*>(image.data() + w.dst);
-      } else {
-        if (out.size() < w.n) {
-          auto b = util::aligned_buffer::allocate(window);
-          if (!b) st = b.error();
-          else out = std::move(b).value();
+    if (st)
+      st = redundancy::pull_windows(plane, windows, d, [&](size_t k, const unsigned char* const* src) -> status {
+        const step& w = steps[k];
+        const uint64_t n = windows[k].n;
+        if (w.end >= w.dst + n) {
+          codec.decode(tables[w.tables], src, reinterpret_cast<unsigned char*>(image.data() + w.dst), n);
+          return {};
         }
-        to = reinterpret_cast<unsigned char*>(out.data());
-      }
-      if (st) {
-        codec.decode(tables[w.tables], src.data(), to, w.n);
-        if (!straight && w.end > w.dst)
-          std::memcpy(image.data() + w.dst, out.data(), w.end - w.dst);
-      }
-      if (ahead.joinable()) ahead.join();
-    }
+        if (out.size() < n) {
+          auto b = util::aligned_buffer::allocate(window);
+          if (!b) return b.take_status();
+          out = std::move(b).value();
+        }
+        codec.decode(tables[w.tables], src, reinterpret_cast<unsigned char*>(out.data()), n);
+        if (w.end > w.dst) std::memcpy(image.data() + w.dst, out.data(), w.end - w.dst);
+        return {};
+      }).with_context("rebuild: reading the survivors' blocks");
     if (st) {
       auto h = fabric::verify_shard_image(image.span().first(sizes[pos]), "rebuilt shard of " + what);
       if (!h) st = h.error();
@@ -474,10 +449,22 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
 
   // 3. A lost rank decodes its own chunks from the survivors' blocks into
   // memory, the image its restart copies from (the client writes it to the
-  // node-local level afterwards, in the background).
+  // node-local level afterwards, in the background), then encodes the parity
+  // its node lost from the survivors' shards.
   status st;
-  std::string lost_text, scheme_text;
-  if (!have) st = decode_lost(all, name, version, rebuilt, &lost_text, &scheme_text);
+  std::string lost_text;
+  std::optional<set_record> rec;
+  auto ph = std::make_shared<redundancy::parity_header>();
+  auto blocks = std::make_shared<std::vector<util::aligned_buffer>>();
+  status parity_st;
+  if (!have) {
+    rec = set_of(all, me);
+    if (!rec)
+      st = status(errc::not_found, "no surviving parity file of " + what + " covers rank " + std::to_string(me) +
+                                       " (not protected: see redundancy_interval, or its whole set was lost)");
+    else st = decode_lost(all, *rec, name, version, rebuilt, &lost_text);
+    if (st) parity_st = encode_lost_parity(all, *rec, name, version, ph.get(), blocks.get());
+  }
   // Survivors keep their buffers exposed until every lost rank has pulled.
   host_->comm().barrier();
   shard_mr = fabric::memory_region();
@@ -489,7 +476,51 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
     return st;
   }
   std::fprintf(stderr, "cairn: rank %u: rebuilt the node-local shard of %s from redundancy %s (lost: %s)\n", me,
-               what.c_str(), scheme_text.c_str(), lost_text.c_str());
+               what.c_str(), rec->g.describe().c_str(), lost_text.c_str());
+  if (!parity_st) {
+    std::fprintf(stderr, "cairn: rank %u: its parity of %s is not restored (%s); the next protected version "
+                         "protects its set again\n", me, what.c_str(), parity_st.message().c_str());
+    return {};
+  }
+  // Written by an engine task, while the application goes on.
+  host_->engine().submit_task([env, me, ph, blocks, what,
+                               dir = format::version_dir(cfg_.scratch, cfg_.run, name, version)]() -> status {
+    status w = redundancy::write_parity_file(env, dir, me, ph.get(), *blocks);
+    if (!w)
+      std::fprintf(stderr, "cairn: rank %u: its parity of %s, encoded again, could not be stored (%s); the next "
+                           "protected version protects its set again\n", me, what.c_str(), w.message().c_str());
+    return {};
+  }, engine::task_priority::low);
+  return {};
+}
+
+status redundancy_level::encode_lost_parity(const std::vector<nlohmann::json>& all, const set_record& rec,
+                                            const std::string& name, int64_t version,
+                                            redundancy::parity_header* ph,
+                                            std::vector<util::aligned_buffer>* parity) {
+  // From the shards of the stripes' contributors, which must all have
+  // survived (with rs, two lost members of a set get their parity back from
+  // the next protected version).
+  std::vector<redundancy::exposed_image> img(rec.g.k);
+  for (uint32_t s : rec.g.held_stripes(rec.pos))
+    for (uint32_t c : rec.g.contributors(s)) {
+      if (!rec.intact[c])
+        return status(errc::unusable, "the shard of rank " + std::to_string(rec.ranks[c]) + ", which it encodes, "
+                                      "is lost too");
+      const nlohmann::json& e = all[rec.ranks[c]];
+      img[c] = {rec.ranks[c], e["saddr"].get<uint64_t>(), e["skey"].get<uint64_t>(), rec.sizes[c]};
+    }
+  ph->run = cfg_.run;
+  ph->name = name;
+  ph->version = version;
+  ph->nranks = static_cast<uint32_t>(host_->size());
+  ph->geo = rec.g;
+  ph->position = rec.pos;
+  for (uint32_t p = 0; p < rec.g.k; ++p)
+    ph->set.push_back({rec.ranks[p], p == rec.pos ? host_->node() : rec.nodes[p], rec.sizes[p], rec.hcs[p]});
+  CAIRN_RETURN_IF_ERROR(redundancy::encode_held(*plane_, rec.g, rec.pos, img, &ph->blocks, parity)
+                            .with_context("rebuild: encoding its parity"));
+  ph->written_at = util::wall_s();
   return {};
 }
 

@@ -9,13 +9,16 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "client/level.hpp"
 #include "fabric/mailbox.hpp"
 #include "format/manifest.hpp"
+#include "redundancy/parity_file.hpp"
 #include "redundancy/sets.hpp"
 #include "util/aligned_buffer.hpp"
 
@@ -48,12 +51,28 @@ class redundancy_level final : public level {
   redundancy_level(level_host* host, redundancy::scheme kind) : host_(host), kind_(kind) {}
   // Collective: makes and joins the plane, forms the sets; *mine is this rank's.
   status form_set(redundancy::set_info* mine);
+  // A set with a lost member as its survivors' parity files describe it
+  // (the rebuild's exchange, `all`), or nullopt when no parity file covers `me`.
+  struct set_record {
+    const nlohmann::json* desc = nullptr;  // the survivor's entry in `all` that describes it
+    redundancy::geometry g;
+    uint32_t pos = 0;  // this rank's position
+    std::vector<uint32_t> ranks;
+    std::vector<uint64_t> sizes, hcs;  // each member's image: size, header checksum
+    std::vector<std::string> nodes;
+    std::vector<bool> intact;  // each member's shard exposed and the image the set protected
+  };
+  static std::optional<set_record> set_of(const std::vector<nlohmann::json>& all, uint32_t me);
   // Rebuild, local: this rank's lost image decoded from what every rank
   // exposed (`all`, gathered by rebuild) into rebuilt->image, verified
-  // against the header checksum its set recorded (rebuilt->header); `lost` and `scheme`
-  // describe it for messages.
-  status decode_lost(const std::vector<nlohmann::json>& all, const std::string& name, int64_t version,
-                     format::shard_image* rebuilt, std::string* lost, std::string* scheme);
+  // against the header checksum its set recorded (rebuilt->header); `lost`
+  // names the lost members for messages.
+  status decode_lost(const std::vector<nlohmann::json>& all, const set_record& rec, const std::string& name,
+                     int64_t version, format::shard_image* rebuilt, std::string* lost);
+  // Rebuild, local: the parity blocks this lost rank held, encoded again
+  // from the survivors' shards (its parity file's header and blocks).
+  status encode_lost_parity(const std::vector<nlohmann::json>& all, const set_record& rec, const std::string& name,
+                            int64_t version, redundancy::parity_header* ph, std::vector<util::aligned_buffer>* parity);
 
   level_host* host_;
   const config& cfg_ = host_->cfg();

@@ -146,4 +146,20 @@ result<parity_header> read_parity_header(storage::readable_file& f, const std::s
   return decode_parity_header(all, where);
 }
 
+status write_parity_file(storage::storage_env* env, const std::string& dir, uint32_t rank, parity_header* h,
+                         const std::vector<util::aligned_buffer>& data) {
+  const std::string head = encode_parity_header(h);
+  const std::string path = storage::join(dir, parity_file_name(rank));
+  CAIRN_RETURN_IF_ERROR(env->make_dirs(dir));
+  auto f = env->create(path + ".tmp", false);
+  if (!f) return f.take_status().with_context("writing " + path);
+  status st = (*f)->write_at(0, head.data(), head.size());
+  for (size_t i = 0; st && i < h->blocks.size(); ++i)
+    st = (*f)->write_at(h->blocks[i].offset, data[i].data(), h->blocks[i].length);
+  if (st) st = (*f)->close();
+  if (st) st = env->rename(path + ".tmp", path);
+  if (!st) (void)env->remove_file(path + ".tmp");
+  return st.with_context("writing " + path);
+}
+
 }  // namespace cairn::redundancy

@@ -12,6 +12,7 @@
 #include "cairn/status.hpp"
 #include "redundancy/sets.hpp"
 #include "storage/storage_env.hpp"
+#include "util/aligned_buffer.hpp"
 
 namespace cairn::redundancy {
 
@@ -55,6 +56,11 @@ std::string encode_parity_header(parity_header* h);
 result<parity_header> decode_parity_header(std::span<const std::byte> bytes, const std::string& where);
 // Reads and decodes the header of a parity file.
 result<parity_header> read_parity_header(storage::readable_file& f, const std::string& where);
+// Writes `rank`'s parity file in the version directory `dir` (made if
+// missing): h's header, then data[i] as h->blocks[i] (offsets filled here);
+// written beside it and renamed into place, so a reader sees all or nothing.
+status write_parity_file(storage::storage_env* env, const std::string& dir, uint32_t rank, parity_header* h,
+                         const std::vector<util::aligned_buffer>& data);
 
 }  // namespace cairn::redundancy
 

@@ -12,21 +12,10 @@
 
 #include "engine/engine.hpp"
 #include "engine/stages.hpp"
-#include "fabric/mailbox.hpp"
+#include "redundancy/coding.hpp"
 #include "redundancy/sets.hpp"
 
 namespace cairn::redundancy {
-
-// The redundancy data plane: a mailbox of its own (fabric/mailbox.hpp), so
-// its messages never mix with the aggregated flush's. Create at init, give
-// name() to every rank (the client does it with its communicator), then join
-// with every rank's name and the job's key. Used by one thread at a time: the
-// stage (engine) or the rebuild (application thread, at restart).
-using plane = fabric::mailbox;
-using plane_options = fabric::mailbox_options;
-
-// Bytes of each data block pulled and encoded at a time (and rebuilt).
-inline constexpr uint64_t kWindow = 8 << 20;
 
 // Test hook (fault_inject level=redundancy): SIGKILL this rank in the
 // middle of encoding `version`, after `after` windows.

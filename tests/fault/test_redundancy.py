@@ -84,6 +84,50 @@ def test_lose_one_node(scheme, nodes, rpn, reference, tmp_path):
     assert res.final_hash == ref.final_hash
 
 
+def parity_blocks(path: Path) -> bytes:
+    """A parity file's blocks: what follows its header (prefix and JSON, padded to 4 KiB)."""
+    data = path.read_bytes()
+    json_len = int.from_bytes(data[12:16], "little")
+    return data[(24 + json_len + 4095) // 4096 * 4096:]
+
+
+# The nodes lost second: each set then needs the parity its first lost node got back.
+SECOND_LOSS = {"partner": [0], "xor": [2], "rs": [2, 3]}
+
+
+@pytest.mark.parametrize("scheme,nodes,rpn", LAYOUTS)
+def test_rebuilt_node_gets_its_parity_back(scheme, nodes, rpn, reference, tmp_path):
+    """Node 1 lost: the restart rebuilds its ranks' shards of version 6 and
+    encodes their parity again from the survivors, block for block the parity
+    the node lost. Then other nodes are lost (as many as the scheme tolerates
+    per set, counting node 1 as back): version 6 is rebuilt again from
+    redundancy, with the parity node 1 got back, bit for bit."""
+    job = NodeJob(tmp_path / "job", nodes, rpn)
+    ref = reference(job.nranks, 10, 2, NBYTES)
+    keep = {"keep_local_after_finalize": "true"}
+    first_run(job, scheme, **keep)
+    lost = [r for r in range(job.nranks) if r // rpn == 1]
+    before = {r: parity_blocks(job.parity(r, 6)) for r in lost}
+    job.lose_node(1)
+    # Restored and nothing more (the run ends at step 6): version 6 stays the newest.
+    res = job.run("--steps", 6, "--every", 2, "--bytes", NBYTES, **cfg(scheme, **keep)).ok()
+    assert res.restarted_from == 6, res.describe()
+    for r in lost:
+        assert f"rank {r}: rebuilt the node-local shard of 'ckpt' version 6" in res.stderr, res.describe()
+        assert job.parity(r, 6).is_file(), f"rank {r}: no parity file of version 6 after the rebuild"
+        assert parity_blocks(job.parity(r, 6)) == before[r], f"rank {r}: the parity encoded again differs"
+    second = [r for r in range(job.nranks) if r // rpn in SECOND_LOSS[scheme]]
+    for n in SECOND_LOSS[scheme]:
+        job.lose_node(n)
+    res = restart(job, scheme, ref, **keep)
+    assert res.restarted_from == 6, res.describe()
+    for r in second:
+        assert f"rank {r}: rebuilt the node-local shard of 'ckpt' version 6 from redundancy {scheme}" in res.stderr, \
+            res.describe()
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), f"{scheme}: second loss after the rebuild")
+    assert res.final_hash == ref.final_hash
+
+
 def test_rs_survives_two_nodes_of_one_set(reference, tmp_path):
     """rs with m = 2: two of the set's four nodes lost, both rebuilt."""
     job = NodeJob(tmp_path / "job", 4, 1)
