@@ -432,7 +432,9 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   // Plan the shard image and make sure staging can hold it: st is agreed
   // by the progress round below (one collective, not two).
   format::shard_header h;
-  status st = reserve_staging(name, version, regs, &h);
+  // Lent: contiguous regions stay where they are; a level reads them.
+  const bool lend = std::any_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->lends(); });
+  status st = reserve_staging(name, version, regs, lend, may_cow, &h);
   CAIRN_RETURN_IF_ERROR(check_committed_floor(name, version));
 
   // Whether this version goes to the persistent level (the same on every rank).
@@ -488,13 +490,11 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   job->wanted = wanted;
   job->plan = std::move(plan);
   job->captured_at = util::wall_s();
-  // Lent: contiguous regions stay where they are; a level reads them.
-  const bool lend = std::any_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->lends(); });
   if (lend) job->lent.assign(regs.size(), nullptr);
+  const bool cow = use_cow(job->header.file_size, lend, may_cow);
   // The copy goes 16 MiB at a time (non-temporal stores: no slower in
   // pieces); with `stream` the persistent write follows it piece by piece
   // and need not wait for the whole image.
-  const bool cow = use_cow(job->header.file_size, lend, may_cow);
   const bool stream = !cow && stream_capture_ && !lend && (wanted & CAIRN_LEVEL_PERSISTENT);
   // A lent version is captured once the agents hold it (or it was copied);
   // a copy-on-write one once the background copy ends (engine::captured).

@@ -203,8 +203,10 @@ class client_impl final : private level_host {
   }
   // Local: plans the shard header of a capture of `regs` into *h and makes
   // sure staging can hold it (the status is agreed by the capture's round).
-  status reserve_staging(const std::string& name, int64_t version, const std::vector<region>& regs,
-                         format::shard_header* h);
+  // A slot for a copy-on-write capture (use_cow) is handed out mapped but
+  // not faulted in: the background copy faults it in, not cairn_checkpoint.
+  status reserve_staging(const std::string& name, int64_t version, const std::vector<region>& regs, bool lend,
+                         bool may_cow, format::shard_header* h);
   // Collective: invalid unless `version` is above every version of `name`
   // that earlier executions committed (a damaged one is withdrawn first).
   status check_committed_floor(const std::string& name, int64_t version);

@@ -96,7 +96,7 @@ void client_impl::prepare_staging() {
 }
 
 status client_impl::reserve_staging(const std::string& name, int64_t version, const std::vector<region>& regs,
-                                    format::shard_header* out) {
+                                    bool lend, bool may_cow, format::shard_header* out) {
   status st;
   format::shard_header& h = *out;
   if (auto planned = plan_header(name, version, regs); planned) h = std::move(planned).value();
@@ -110,7 +110,7 @@ status client_impl::reserve_staging(const std::string& name, int64_t version, co
       // an engine task, off the application's call (on this VM faulting in
       // a 512 MiB slot costs 0.7-1.4 s).
       const int now = cfg_.mode == engine_mode::thread ? 1 : *slots;
-      st = pool_.reserve(h.file_size, now);
+      st = pool_.reserve(h.file_size, now, true, !use_cow(h.file_size, lend, may_cow));
       if (st && now < *slots && !more_slots_queued_.exchange(true)) {
         engine_->submit_task([this, size = pool_.slot_bytes(), n = *slots]() -> status {
           (void)pool_.try_reserve(size, size, n);  // best effort: a later capture reserves what it needs

@@ -18,7 +18,7 @@ status staging_pool::try_reserve(size_t need_bytes, size_t slot_bytes, int slots
       slot_bytes = slot_bytes_;  // the slots there serve: more of their size, not a replacement
     }
   }
-  return make(slot_bytes, slots, false, true);
+  return make(slot_bytes, slots, false, true, true);
 }
 
 void staging_pool::pause() {
@@ -65,11 +65,11 @@ size_t staging_pool::slot_bytes() const {
   return slot_bytes_;
 }
 
-status staging_pool::reserve(size_t slot_bytes, int slots, bool wait) {
-  return make(slot_bytes, slots, wait, false);
+status staging_pool::reserve(size_t slot_bytes, int slots, bool wait, bool touch) {
+  return make(slot_bytes, slots, wait, false, touch);
 }
 
-status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
+status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead, bool touch) {
   // Buffers are mapped and faulted in outside the lock: acquire, release and
   // has_free stay quick meanwhile (an engine task may be the one reserving).
   constexpr size_t piece = size_t{16} << 20;  // faulted in between two looks at pause
@@ -91,9 +91,11 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
     if (coming > 0 && static_cast<int>(have + static_cast<size_t>(coming)) >= slots) {
       if (!wait) return {};
       ++waiting_;
+      if (!touch) ++hurried_;
       cv_.notify_all();  // a paused maker goes on for a waiting reserve
       cv_.wait(lk);
       --waiting_;
+      if (!touch) --hurried_;
       continue;
     }
     // One slot at a time, each usable as soon as it is made: a capture
@@ -102,20 +104,22 @@ status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead) {
     const bool shared = shared_;
     making_.push_back(size);
     lk.unlock();
-    auto buf = shared ? aligned_buffer::allocate_shared(size, !ahead) : aligned_buffer::allocate(size, !ahead);
-    bool stopped = false;
-    for (size_t off = 0; buf && ahead && off < size && !stopped; off += piece) {
+    const bool touch_now = touch && !ahead;
+    auto buf = shared ? aligned_buffer::allocate_shared(size, touch_now) : aligned_buffer::allocate(size, touch_now);
+    bool stopped = false, hurry = false;
+    for (size_t off = 0; buf && ahead && off < size && !stopped && !hurry; off += piece) {
       lk.lock();
       for (;;) {
         stopped = ahead_stopped_;
-        if (stopped || waiting_ > 0) break;
+        hurry = hurried_ > 0;  // handed out now: its copy faults in the rest
+        if (stopped || hurry || waiting_ > 0) break;
         const auto now = std::chrono::steady_clock::now();
         if (paused_ == 0 && now >= deferred_until_) break;
         if (paused_ > 0) cv_.wait(lk);
         else cv_.wait_for(lk, deferred_until_ - now);
       }
       lk.unlock();
-      if (!stopped) buf->touch(off, off + piece);
+      if (!stopped && !hurry) buf->touch(off, off + piece);
     }
     lk.lock();
     making_.erase(std::find(making_.begin(), making_.end(), size));

@@ -39,7 +39,10 @@ class staging_pool {
   // allocates up to `slots` slots. Fails with no_space when memory cannot be
   // mapped. The client calls it for a larger layout only with the engine
   // idle, so that no slot it waits for belongs to a job still queued.
-  status reserve(size_t slot_bytes, int slots, bool wait = true);
+  // With `touch` false the slots may be handed out before their memory is
+  // faulted in (a copy-on-write capture, whose background copy faults it
+  // in): they are mapped only, and a slot being made ahead stops touching.
+  status reserve(size_t slot_bytes, int slots, bool wait = true, bool touch = true);
   // A reserve finds slots that another reserve is making and that would
   // serve it: it waits for them (or, with `wait` false, returns) rather than
   // make more.
@@ -82,13 +85,14 @@ class staging_pool {
   cairn::condition_variable cv_;
   std::vector<std::unique_ptr<aligned_buffer>> all_ CAIRN_GUARDED_BY(mu_);
   std::vector<aligned_buffer*> free_ CAIRN_GUARDED_BY(mu_);
-  status make(size_t slot_bytes, int slots, bool wait, bool ahead);
+  status make(size_t slot_bytes, int slots, bool wait, bool ahead, bool touch);
 
   size_t slot_bytes_ CAIRN_GUARDED_BY(mu_) = 0;
   bool shared_ CAIRN_GUARDED_BY(mu_) = false;
   std::function<void(uint64_t)> on_drop_ CAIRN_GUARDED_BY(mu_);
   std::vector<size_t> making_ CAIRN_GUARDED_BY(mu_);  // sizes of the slots being made
   int waiting_ CAIRN_GUARDED_BY(mu_) = 0;  // reserves waiting for them
+  int hurried_ CAIRN_GUARDED_BY(mu_) = 0;  // those of them that need no touched memory
   int paused_ CAIRN_GUARDED_BY(mu_) = 0;
   std::chrono::steady_clock::time_point deferred_until_ CAIRN_GUARDED_BY(mu_);
   bool ahead_stopped_ CAIRN_GUARDED_BY(mu_) = false;

@@ -5,11 +5,16 @@
 #include <new>
 #include <stdexcept>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <chrono>
 #include <mutex>
 #include <thread>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cairn.h"
 #include "daemon/protocol.hpp"
@@ -567,6 +572,47 @@ TEST(staging, a_paused_maker_waits_for_resume_or_for_a_reserve_that_needs_its_sl
   other.resume();
   ahead.join();
   EXPECT_EQ(other.slots(), 2);
+}
+
+// Pages of [p, p + n) in memory (mincore).
+static size_t resident_pages(const std::byte* p, size_t n) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in((n + page - 1) / page);
+  if (mincore(const_cast<std::byte*>(p), n, in.data()) != 0) return SIZE_MAX;
+  return static_cast<size_t>(std::count_if(in.begin(), in.end(), [](unsigned char c) { return c & 1; }));
+}
+
+TEST(staging, a_reserve_for_copy_on_write_takes_its_slot_before_it_is_faulted_in) {
+  constexpr size_t size = size_t{64} << 20;
+  // No slot yet: mapped, not touched (the capture's background copy faults it in).
+  staging_pool fresh;
+  ASSERT_TRUE(fresh.reserve(size, 1, true, false));
+  aligned_buffer* slot = fresh.acquire(false);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(resident_pages(slot->data(), slot->size()), 0u);
+  fresh.release(slot);
+
+  // A slot being made ahead (paused here, so that it touches nothing more)
+  // is handed over as it is, and its maker stops touching it.
+  staging_pool pool;
+  pool.pause();
+  std::atomic<bool> done{false};
+  std::thread maker([&] {
+    EXPECT_TRUE(pool.try_reserve(size, size, 1));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_TRUE(pool.reserve(size, 1, true, false));
+  EXPECT_EQ(pool.slots(), 1);
+  for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(done);  // not waiting for resume: it was handed over
+  slot = pool.acquire(false);
+  ASSERT_NE(slot, nullptr);
+  EXPECT_EQ(resident_pages(slot->data(), slot->size()), 0u);
+  pool.release(slot);
+  pool.resume();
+  maker.join();
+  EXPECT_EQ(pool.slots(), 1);
 }
 
 TEST(staging, a_deferred_maker_starts_at_its_time_for_a_waiting_reserve_or_never_once_stopped) {
