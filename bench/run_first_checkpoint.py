@@ -9,8 +9,12 @@ takes --later + 1 checkpoints, each waited for, --pause-s apart; the cold
 restart's time is reported beside (the staging slots must not take its memory).
 The three kinds run in turn, --rounds times, in one store per round.
 
+With --capture cow or auto the checkpoints are copy-on-write captures
+(docs/design/cow-capture.md); --compute-s 0 takes the first one right after
+protect, before any staging slot could be made ahead.
+
 usage: bench/run_first_checkpoint.py [--mib 256] [--rounds 3] [--compute-s 3]
-         [--later 3] [--build build] [--json FILE]
+         [--later 3] [--capture copy|cow|auto] [--build build] [--json FILE]
 Results: docs/benchmarks/core.md ("The first checkpoint of every execution").
 """
 import argparse
@@ -61,6 +65,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--compute-s", type=float, default=3.0)
     ap.add_argument("--later", type=int, default=3)
+    ap.add_argument("--capture", default="copy", choices=["copy", "cow", "auto"])
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -69,7 +74,7 @@ def main() -> int:
         print(f"run_first_checkpoint: no libcairn in {args.build}/src (build first)", file=sys.stderr)
         return 2
     env = dict(os.environ, PYCAIRN_LIBRARY=str(lib), PYTHONPATH=str(ROOT / "bindings" / "python"),
-               CAIRN_KEEP_LOCAL_AFTER_FINALIZE="false")
+               CAIRN_KEEP_LOCAL_AFTER_FINALIZE="false", CAIRN_CAPTURE=args.capture)
     rows = []
     for r in range(args.rounds):
         work = Path(tempfile.mkdtemp(prefix="cairn-first-", dir="/var/tmp"))
@@ -90,8 +95,8 @@ def main() -> int:
                       + (f"  restart {row['restart_s'] * 1e3:6.1f} ms" if row["restart_s"] else ""), flush=True)
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{args.mib} MiB, first checkpoint {args.compute_s:g} s after protect (or the restart); medians of "
-          f"{args.rounds} rounds")
+    print(f"\n{args.mib} MiB, capture = {args.capture}, first checkpoint {args.compute_s:g} s after protect (or the "
+          f"restart); medians of {args.rounds} rounds")
     for kind in ["fresh", "again", "restart"]:
         sel = [x for x in rows if x["kind"] == kind]
         f = statistics.median(x["first_s"] for x in sel)
