@@ -463,12 +463,30 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
       st = status(errc::not_found, "no surviving parity file of " + what + " covers rank " + std::to_string(me) +
                                        " (not protected: see redundancy_interval, or its whole set was lost)");
     else st = decode_lost(all, *rec, name, version, rebuilt, &lost_text);
-    if (st) parity_st = encode_lost_parity(all, *rec, name, version, ph.get(), blocks.get());
   }
-  // Survivors keep their buffers exposed until every lost rank has pulled.
+  // Where a lost rank's parity needs another lost member's data (rs, two
+  // lost in one set), the rebuilt images are exposed too: a second exchange,
+  // which every rank knows from `all` to make.
+  std::vector<json> again;
+  fabric::memory_region rebuilt_mr;
+  if (parity_needs_rebuilt(all)) {
+    json mine_now = {{"rebuilt", false}};
+    if (!have && st) {
+      auto r = plane.context().register_memory(rebuilt->image.data(), rebuilt->image.size(), fabric::kRemoteRead);
+      if (r) {
+        rebuilt_mr = std::move(r).value();
+        mine_now = {{"rebuilt", true}, {"raddr", rebuilt_mr.remote_address()}, {"rkey", rebuilt_mr.key()}};
+      }
+    }
+    for (const auto& l : comm::allgather_lines(host_->comm(), mine_now.dump()))
+      again.push_back(json::parse(l, nullptr, false));
+  }
+  if (!have && st) parity_st = encode_lost_parity(all, again, *rec, name, version, ph.get(), blocks.get());
+  // Survivors (and rebuilt ranks) keep their buffers exposed until every lost rank has pulled.
   host_->comm().barrier();
   shard_mr = fabric::memory_region();
   parity_mr = fabric::memory_region();
+  rebuilt_mr = fabric::memory_region();
   if (have) return {};
   if (!st) {
     std::fprintf(stderr, "cairn: rank %u: cannot rebuild the node-local shard of %s from redundancy (%s); trying "
@@ -494,21 +512,37 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
   return {};
 }
 
-status redundancy_level::encode_lost_parity(const std::vector<nlohmann::json>& all, const set_record& rec,
+bool redundancy_level::parity_needs_rebuilt(const std::vector<nlohmann::json>& all) {
+  for (uint32_t r = 0; r < all.size(); ++r) {
+    if (all[r].is_object() && all[r].value("shard", false)) continue;
+    auto rec = set_of(all, r);
+    if (!rec) continue;
+    for (uint32_t s : rec->g.held_stripes(rec->pos))
+      for (uint32_t c : rec->g.contributors(s))
+        if (!rec->intact[c]) return true;
+  }
+  return false;
+}
+
+status redundancy_level::encode_lost_parity(const std::vector<nlohmann::json>& all,
+                                            const std::vector<nlohmann::json>& again, const set_record& rec,
                                             const std::string& name, int64_t version,
                                             redundancy::parity_header* ph,
                                             std::vector<util::aligned_buffer>* parity) {
-  // From the shards of the stripes' contributors, which must all have
-  // survived (with rs, two lost members of a set get their parity back from
-  // the next protected version).
+  // From the images of the stripes' contributors: a survivor's shard, or a
+  // lost member's image rebuilt now (the second exchange, `again`).
   std::vector<redundancy::exposed_image> img(rec.g.k);
   for (uint32_t s : rec.g.held_stripes(rec.pos))
     for (uint32_t c : rec.g.contributors(s)) {
-      if (!rec.intact[c])
-        return status(errc::unusable, "the shard of rank " + std::to_string(rec.ranks[c]) + ", which it encodes, "
-                                      "is lost too");
-      const nlohmann::json& e = all[rec.ranks[c]];
-      img[c] = {rec.ranks[c], e["saddr"].get<uint64_t>(), e["skey"].get<uint64_t>(), rec.sizes[c]};
+      const uint32_t r = rec.ranks[c];
+      if (rec.intact[c]) {
+        img[c] = {r, all[r]["saddr"].get<uint64_t>(), all[r]["skey"].get<uint64_t>(), rec.sizes[c]};
+      } else if (r < again.size() && again[r].is_object() && again[r].value("rebuilt", false)) {
+        img[c] = {r, again[r]["raddr"].get<uint64_t>(), again[r]["rkey"].get<uint64_t>(), rec.sizes[c]};
+      } else {
+        return status(errc::unusable, "the shard of rank " + std::to_string(r) + ", which it encodes, is lost and "
+                                      "was not rebuilt");
+      }
     }
   ph->run = cfg_.run;
   ph->name = name;

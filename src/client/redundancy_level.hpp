@@ -69,10 +69,15 @@ class redundancy_level final : public level {
   // names the lost members for messages.
   status decode_lost(const std::vector<nlohmann::json>& all, const set_record& rec, const std::string& name,
                      int64_t version, format::shard_image* rebuilt, std::string* lost);
+  // Whether some lost rank's parity needs another lost member's data (the
+  // same answer on every rank: a pure function of `all`).
+  static bool parity_needs_rebuilt(const std::vector<nlohmann::json>& all);
   // Rebuild, local: the parity blocks this lost rank held, encoded again
-  // from the survivors' shards (its parity file's header and blocks).
-  status encode_lost_parity(const std::vector<nlohmann::json>& all, const set_record& rec, const std::string& name,
-                            int64_t version, redundancy::parity_header* ph, std::vector<util::aligned_buffer>* parity);
+  // from the survivors' shards and, where a contributor was lost too, its
+  // image rebuilt now (`again`: every rank's second exchange, or empty).
+  status encode_lost_parity(const std::vector<nlohmann::json>& all, const std::vector<nlohmann::json>& again,
+                            const set_record& rec, const std::string& name, int64_t version,
+                            redundancy::parity_header* ph, std::vector<util::aligned_buffer>* parity);
 
   level_host* host_;
   const config& cfg_ = host_->cfg();

@@ -128,6 +128,32 @@ def test_rebuilt_node_gets_its_parity_back(scheme, nodes, rpn, reference, tmp_pa
     assert res.final_hash == ref.final_hash
 
 
+def test_rs_two_rebuilt_nodes_get_their_parity_back(reference, tmp_path):
+    """rs(k=4, m=2), nodes 1 and 2 lost: each rebuilt rank's parity needs the
+    other's data, exposed from its rebuilt image in a second exchange; both
+    parity files come back block for block. Then nodes 0 and 3 are lost:
+    version 6 is rebuilt from the parity of ranks 1 and 2 alone, bit for bit."""
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    keep = {"keep_local_after_finalize": "true"}
+    first_run(job, "rs", **keep)
+    before = {r: parity_blocks(job.parity(r, 6)) for r in (1, 2)}
+    job.lose_node(1)
+    job.lose_node(2)
+    res = job.run("--steps", 6, "--every", 2, "--bytes", NBYTES, **cfg("rs", **keep)).ok()
+    assert res.restarted_from == 6, res.describe()
+    assert "is not restored" not in res.stderr, res.describe()
+    for r in (1, 2):
+        assert parity_blocks(job.parity(r, 6)) == before[r], f"rank {r}: the parity encoded again differs"
+    job.lose_node(0)
+    job.lose_node(3)
+    res = restart(job, "rs", ref, **keep)
+    assert res.restarted_from == 6, res.describe()
+    for r in (0, 3):
+        assert f"rank {r}: rebuilt the node-local shard of 'ckpt' version 6 from redundancy rs(k=4, m=2)" in res.stderr
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), "rs: the other two nodes lost after")
+
+
 def test_rs_survives_two_nodes_of_one_set(reference, tmp_path):
     """rs with m = 2: two of the set's four nodes lost, both rebuilt."""
     job = NodeJob(tmp_path / "job", 4, 1)
