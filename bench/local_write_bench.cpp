@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,7 +57,8 @@ int main(int argc, char** argv) {
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
   if (!src || !dst || fd < 0 || ftruncate(fd, static_cast<off_t>(n)) != 0 ||
       pwrite(fd, src, n, 0) != static_cast<ssize_t>(n)) {
-    std::fprintf(stderr, "local_write_bench: cannot set up %zu MiB in %s: %s\n", mib, dir.c_str(), std::strerror(errno));
+    std::fprintf(stderr, "local_write_bench: cannot set up %zu MiB in %s: %s\n", mib, dir.c_str(),
+                 std::strerror(errno));
     return 1;
   }
   void* kept = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);

@@ -320,8 +320,9 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
     }
     // Straight into the image, unless a window runs past its end.
     util::aligned_buffer out;
+    redundancy::window_buffers bufs;
     if (st)
-      st = redundancy::pull_windows(plane, windows, d, [&](size_t k, const unsigned char* const* src) -> status {
+      st = redundancy::pull_windows(plane, windows, d, &bufs, [&](size_t k, const unsigned char* const* src) -> status {
         const step& w = steps[k];
         const uint64_t n = windows[k].n;
         if (w.end >= w.dst + n) {

@@ -9,18 +9,21 @@
 
 namespace cairn::redundancy {
 
-status pull_windows(plane& p, std::vector<window_reads>& windows, uint32_t d,
+status pull_windows(plane& p, std::vector<window_reads>& windows, uint32_t d, window_buffers* bufs,
                     const std::function<status(size_t, const unsigned char* const*)>& use) {
   if (windows.empty()) return {};
   uint64_t most = 0;
   for (const auto& w : windows) most = std::max(most, w.n);
-  std::vector<util::aligned_buffer> in[2];
-  for (auto& bufs : in)
-    for (uint32_t i = 0; i < d; ++i) {
-      auto b = util::aligned_buffer::allocate(most);
-      if (!b) return b.take_status();
-      bufs.push_back(std::move(b).value());
-    }
+  auto& in = bufs->set;
+  for (auto& set : in) {
+    set.resize(d);
+    for (auto& b : set)
+      if (b.size() < most) {
+        auto made = util::aligned_buffer::allocate(most);
+        if (!made) return made.take_status();
+        b = std::move(made).value();
+      }
+  }
   auto pull = [&](size_t k) {
     for (uint32_t i = 0; i < d; ++i) windows[k].reads[i].local = in[k % 2][i].data();
     return p.pull(windows[k].reads);
@@ -48,6 +51,7 @@ status encode_held(plane& p, const geometry& g, uint32_t pos, const std::vector<
                    const std::function<void()>& per_window) {
   const codec c(g);
   const uint32_t d = g.d();
+  window_buffers bufs;  // shared by the stripes
   for (uint32_t s : g.held_stripes(pos)) {
     const auto holders = g.holders(s);
     const uint32_t row = static_cast<uint32_t>(std::find(holders.begin(), holders.end(), pos) - holders.begin());
@@ -70,7 +74,7 @@ status encode_held(plane& p, const geometry& g, uint32_t pos, const std::vector<
       windows.push_back(std::move(w));
     }
     std::byte* parity = buf->data();
-    CAIRN_RETURN_IF_ERROR(pull_windows(p, windows, d, [&](size_t k, const unsigned char* const* src) {
+    CAIRN_RETURN_IF_ERROR(pull_windows(p, windows, d, &bufs, [&](size_t k, const unsigned char* const* src) {
       c.encode(row, src, reinterpret_cast<unsigned char*>(parity + k * kWindow), windows[k].n);
       if (per_window) per_window();
       return status();

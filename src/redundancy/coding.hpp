@@ -33,10 +33,17 @@ struct window_reads {
   std::vector<fabric::mailbox::read> reads;  // `local` is set by pull_windows
 };
 
+// The two sets of d window buffers pull_windows reads into, kept by the
+// caller from one call to the next (fresh memory is costly to fault in).
+struct window_buffers {
+  std::vector<util::aligned_buffer> set[2];
+};
+
 // For each window in order: its reads pulled side by side from their ranks
-// into d buffers, then use(k, blocks) with the d blocks of window k. The next
-// window is pulled while `use` codes this one (two sets of buffers).
-status pull_windows(plane& p, std::vector<window_reads>& windows, uint32_t d,
+// into d buffers of *bufs (made or grown as needed), then use(k, blocks) with
+// the d blocks of window k. The next window is pulled while `use` codes this
+// one.
+status pull_windows(plane& p, std::vector<window_reads>& windows, uint32_t d, window_buffers* bufs,
                     const std::function<status(size_t k, const unsigned char* const* blocks)>& use);
 
 // A member's shard image as its set exposes it (READY, or the rebuild's exchange).
