@@ -17,6 +17,7 @@
 #include "util/hex.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "fabric/transfer.hpp"
+#include "redundancy/coding.hpp"
 #include "redundancy/stage.hpp"
 #endif
 
@@ -213,8 +214,9 @@ std::optional<redundancy_level::set_record> redundancy_level::set_of(const std::
   return rec;
 }
 
-// One stripe loop over buffers reused from stripe to stripe: split further,
-// its parts would share a dozen arguments (the reason it is longer than 120 lines).
+// One loop over the stripes that hold a chunk of this rank, planning the
+// windows pulled and decoded after it: split further, its parts would share a
+// dozen arguments (the reason it is longer than 120 lines).
 status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, const set_record& rec,
                                      const std::string& name, int64_t version, format::shard_image* rebuilt,
                                      std::string* lost_out) {
@@ -226,125 +228,122 @@ status redundancy_level::decode_lost(const std::vector<nlohmann::json>& all, con
   std::string& lost_text = *lost_out;
   status st;
   const json* desc = rec.desc;
-  {
-    const redundancy::geometry& g = rec.g;
-    const std::vector<uint32_t>& set = rec.ranks;
-    const std::vector<uint64_t>& sizes = rec.sizes;
-    const std::vector<uint64_t>& hcs = rec.hcs;
-    const uint32_t pos = rec.pos;
-    auto data_ok = [&](uint32_t p) { return rec.intact[p]; };
-    for (uint32_t p = 0; p < g.k; ++p)
-      if (!data_ok(p))
-        lost_text += std::string(lost_text.empty() ? "" : ", ") + "node '" + rec.nodes[p] + "' (rank " +
-                     std::to_string(set[p]) + ")";
-    redundancy::codec codec(g);
-    const uint32_t d = g.d();
-    const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
-    // The size its set recorded, checked before it is allocated.
-    st = image_fits_memory(sizes[pos], "rebuilt shard of " + what);
-    if (st) {
-      auto img = util::aligned_buffer::allocate(sizes[pos]);
-      if (!img) st = img.error();
-      else image = std::move(img).value();
+  const redundancy::geometry& g = rec.g;
+  const std::vector<uint32_t>& set = rec.ranks;
+  const std::vector<uint64_t>& sizes = rec.sizes;
+  const std::vector<uint64_t>& hcs = rec.hcs;
+  const uint32_t pos = rec.pos;
+  for (uint32_t p = 0; p < g.k; ++p)
+    if (!rec.intact[p])
+      lost_text += std::string(lost_text.empty() ? "" : ", ") + "node '" + rec.nodes[p] + "' (rank " +
+                   std::to_string(set[p]) + ")";
+  redundancy::codec codec(g);
+  const uint32_t d = g.d();
+  const uint64_t mine_cb = g.chunk_bytes(sizes[pos]);
+  // The size its set recorded, checked before it is allocated.
+  st = image_fits_memory(sizes[pos], "rebuilt shard of " + what);
+  if (st) {
+    auto img = util::aligned_buffer::allocate(sizes[pos]);
+    if (!img) st = img.error();
+    else image = std::move(img).value();
+  }
+  // The plan: per stripe that holds a chunk of this rank, the d blocks it
+  // decodes from and its tables; per window of it, the d reads and where
+  // the decoded bytes go.
+  const uint64_t window = redundancy::kWindow;
+  std::vector<std::vector<unsigned char>> tables;
+  struct step {
+    size_t tables = 0;
+    uint64_t dst = 0, end = 0;  // the part of this rank's image the window fills
+  };
+  std::vector<step> steps;
+  std::vector<redundancy::window_reads> windows;  // per step
+  for (uint32_t s = 0; st && s < g.k; ++s) {
+    const int j = g.chunk_of(pos, s);
+    if (j < 0) continue;
+    const auto contrib = g.contributors(s);
+    const auto holders = g.holders(s);
+    struct source { uint32_t row, rank; uint64_t addr, key, length; };
+    std::vector<source> avail;
+    uint32_t lost_t = 0;
+    uint64_t len = 0;
+    for (uint32_t t = 0; t < contrib.size(); ++t) {
+      const uint32_t c = contrib[t];
+      const uint64_t cb = g.chunk_bytes(sizes[c]);
+      len = std::max(len, cb);
+      if (c == pos) { lost_t = t; continue; }
+      if (!rec.intact[c]) continue;
+      const uint64_t from = static_cast<uint64_t>(g.chunk_of(c, s)) * cb;
+      const uint64_t n = sizes[c] > from ? std::min(cb, sizes[c] - from) : 0;
+      const json& e = all[set[c]];
+      avail.push_back({t, set[c], e["saddr"].get<uint64_t>() + from, e["skey"].get<uint64_t>(), n});
     }
-    // The plan: per stripe that holds a chunk of this rank, the d blocks it
-    // decodes from and its tables; per window of it, the d reads and where
-    // the decoded bytes go.
-    const uint64_t window = redundancy::kWindow;
-    std::vector<std::vector<unsigned char>> tables;
-    struct step {
-      size_t tables = 0;
-      uint64_t dst = 0, end = 0;  // the part of this rank's image the window fills
-    };
-    std::vector<step> steps;
-    std::vector<redundancy::window_reads> windows;  // per step
-    for (uint32_t s = 0; st && s < g.k; ++s) {
-      const int j = g.chunk_of(pos, s);
-      if (j < 0) continue;
-      const auto contrib = g.contributors(s);
-      const auto holders = g.holders(s);
-      struct source { uint32_t row, rank; uint64_t addr, key, length; };
-      std::vector<source> avail;
-      uint32_t lost_t = 0;
-      uint64_t len = 0;
-      for (uint32_t t = 0; t < contrib.size(); ++t) {
-        const uint32_t c = contrib[t];
-        const uint64_t cb = g.chunk_bytes(sizes[c]);
-        len = std::max(len, cb);
-        if (c == pos) { lost_t = t; continue; }
-        if (!data_ok(c)) continue;
-        const uint64_t from = static_cast<uint64_t>(g.chunk_of(c, s)) * cb;
-        const uint64_t n = sizes[c] > from ? std::min(cb, sizes[c] - from) : 0;
-        const json& e = all[set[c]];
-        avail.push_back({t, set[c], e["saddr"].get<uint64_t>() + from, e["skey"].get<uint64_t>(), n});
-      }
-      std::string bad_parity;
-      for (uint32_t r = 0; r < holders.size(); ++r) {
-        const json& e = all[set[holders[r]]];
-        if (!e.is_object() || !e.contains("pset") || e["pset"] != (*desc)["pset"] || e["hcs"] != (*desc)["hcs"])
-          continue;
-        for (const auto& b : e["blocks"])
-          if (b[0].get<uint32_t>() == s && b[1].get<uint32_t>() == r) {
-            if (b[4].get<bool>())
-              avail.push_back({d + r, set[holders[r]], e["paddr"].get<uint64_t>() + b[2].get<uint64_t>(),
-                               e["pkey"].get<uint64_t>(), b[3].get<uint64_t>()});
-            else
-              bad_parity += std::string(bad_parity.empty() ? "" : ", ") + "rank " + std::to_string(set[holders[r]]);
-          }
-      }
-      if (avail.size() < d) {
-        st = status(errc::unusable,
-                    "lost " + lost_text + "; " + g.describe() + " tolerates " + std::to_string(g.tolerance()) +
-                        " lost node(s) per set, and stripe " + std::to_string(s) + " has " +
-                        std::to_string(avail.size()) + " of the " + std::to_string(d) + " blocks it needs" +
-                        (bad_parity.empty() ? "" : " (corrupt parity on " + bad_parity + ")"));
-        break;
-      }
-      avail.resize(d);
-      std::vector<uint32_t> rows;
-      for (const auto& a : avail) rows.push_back(a.row);
-      auto t = codec.decoder(rows, lost_t);
-      if (!t) { st = t.error(); break; }
-      tables.push_back(std::move(t).value());
-      const uint64_t chunk_at = static_cast<uint64_t>(j) * mine_cb;
-      for (uint64_t at = 0; at < len; at += window) {
-        redundancy::window_reads w;
-        w.n = std::min(window, len - at);
-        for (const auto& a : avail)
-          w.reads.push_back({a.rank, a.addr + at, a.key, nullptr, a.length > at ? std::min(w.n, a.length - at) : 0});
-        // Only the bytes of this rank's image (its last chunk is padded).
-        const uint64_t dst = chunk_at + at;
-        steps.push_back({tables.size() - 1, dst, std::min(sizes[pos], std::min(chunk_at + mine_cb, dst + w.n))});
-        windows.push_back(std::move(w));
-      }
+    std::string bad_parity;
+    for (uint32_t r = 0; r < holders.size(); ++r) {
+      const json& e = all[set[holders[r]]];
+      if (!e.is_object() || !e.contains("pset") || e["pset"] != (*desc)["pset"] || e["hcs"] != (*desc)["hcs"])
+        continue;
+      for (const auto& b : e["blocks"])
+        if (b[0].get<uint32_t>() == s && b[1].get<uint32_t>() == r) {
+          if (b[4].get<bool>())
+            avail.push_back({d + r, set[holders[r]], e["paddr"].get<uint64_t>() + b[2].get<uint64_t>(),
+                             e["pkey"].get<uint64_t>(), b[3].get<uint64_t>()});
+          else
+            bad_parity += std::string(bad_parity.empty() ? "" : ", ") + "rank " + std::to_string(set[holders[r]]);
+        }
     }
-    // Straight into the image, unless a window runs past its end.
-    util::aligned_buffer out;
-    redundancy::window_buffers bufs;
-    if (st)
-      st = redundancy::pull_windows(plane, windows, d, &bufs, [&](size_t k, const unsigned char* const* src) -> status {
-        const step& w = steps[k];
-        const uint64_t n = windows[k].n;
-        if (w.end >= w.dst + n) {
-          codec.decode(tables[w.tables], src, reinterpret_cast<unsigned char*>(image.data() + w.dst), n);
-          return {};
-        }
-        if (out.size() < n) {
-          auto b = util::aligned_buffer::allocate(window);
-          if (!b) return b.take_status();
-          out = std::move(b).value();
-        }
-        codec.decode(tables[w.tables], src, reinterpret_cast<unsigned char*>(out.data()), n);
-        if (w.end > w.dst) std::memcpy(image.data() + w.dst, out.data(), w.end - w.dst);
+    if (avail.size() < d) {
+      st = status(errc::unusable,
+                  "lost " + lost_text + "; " + g.describe() + " tolerates " + std::to_string(g.tolerance()) +
+                      " lost node(s) per set, and stripe " + std::to_string(s) + " has " +
+                      std::to_string(avail.size()) + " of the " + std::to_string(d) + " blocks it needs" +
+                      (bad_parity.empty() ? "" : " (corrupt parity on " + bad_parity + ")"));
+      break;
+    }
+    avail.resize(d);
+    std::vector<uint32_t> rows;
+    for (const auto& a : avail) rows.push_back(a.row);
+    auto t = codec.decoder(rows, lost_t);
+    if (!t) { st = t.error(); break; }
+    tables.push_back(std::move(t).value());
+    const uint64_t chunk_at = static_cast<uint64_t>(j) * mine_cb;
+    for (uint64_t at = 0; at < len; at += window) {
+      redundancy::window_reads w;
+      w.n = std::min(window, len - at);
+      for (const auto& a : avail)
+        w.reads.push_back({a.rank, a.addr + at, a.key, nullptr, a.length > at ? std::min(w.n, a.length - at) : 0});
+      // Only the bytes of this rank's image (its last chunk is padded).
+      const uint64_t dst = chunk_at + at;
+      steps.push_back({tables.size() - 1, dst, std::min(sizes[pos], std::min(chunk_at + mine_cb, dst + w.n))});
+      windows.push_back(std::move(w));
+    }
+  }
+  // Straight into the image, unless a window runs past its end.
+  util::aligned_buffer out;
+  redundancy::window_buffers bufs;
+  if (st)
+    st = redundancy::pull_windows(plane, windows, d, &bufs, [&](size_t k, const unsigned char* const* src) -> status {
+      const step& w = steps[k];
+      const uint64_t n = windows[k].n;
+      if (w.end >= w.dst + n) {
+        codec.decode(tables[w.tables], src, reinterpret_cast<unsigned char*>(image.data() + w.dst), n);
         return {};
-      }).with_context("rebuild: reading the survivors' blocks");
-    if (st) {
-      auto h = fabric::verify_shard_image(image.span().first(sizes[pos]), "rebuilt shard of " + what);
-      if (!h) st = h.error();
-      else if (h->header_checksum != hcs[pos] || h->rank != me || h->name != name || h->version != version)
-        st = status(errc::corruption, "rebuilt shard of " + what + " is not the image its set protected");
-      else rebuilt->header = std::move(h).value();
-    }
+      }
+      if (out.size() < n) {
+        auto b = util::aligned_buffer::allocate(window);
+        if (!b) return b.take_status();
+        out = std::move(b).value();
+      }
+      codec.decode(tables[w.tables], src, reinterpret_cast<unsigned char*>(out.data()), n);
+      if (w.end > w.dst) std::memcpy(image.data() + w.dst, out.data(), w.end - w.dst);
+      return {};
+    }).with_context("rebuild: reading the survivors' blocks");
+  if (st) {
+    auto h = fabric::verify_shard_image(image.span().first(sizes[pos]), "rebuilt shard of " + what);
+    if (!h) st = h.error();
+    else if (h->header_checksum != hcs[pos] || h->rank != me || h->name != name || h->version != version)
+      st = status(errc::corruption, "rebuilt shard of " + what + " is not the image its set protected");
+    else rebuilt->header = std::move(h).value();
   }
   return st;
 }

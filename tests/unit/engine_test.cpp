@@ -537,15 +537,25 @@ TEST(staging, dropped_slots_are_announced) {
   EXPECT_EQ(dropped.size(), 2u);
 }
 
+// A slot of `size` made ahead on another thread (try_reserve); `done` once it returns.
+static std::thread make_ahead(staging_pool& pool, size_t size, std::atomic<bool>& done) {
+  return std::thread([&pool, size, &done] {
+    EXPECT_TRUE(pool.try_reserve(size, size, 1));
+    done = true;
+  });
+}
+
+// Until `done`, for at most 5 s.
+static void wait_until(const std::atomic<bool>& done) {
+  for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 TEST(staging, a_paused_maker_waits_for_resume_or_for_a_reserve_that_needs_its_slot) {
   constexpr size_t size = size_t{64} << 20;  // several pieces
   staging_pool pool;
   pool.pause();
   std::atomic<bool> done{false};
-  std::thread maker([&] {
-    EXPECT_TRUE(pool.try_reserve(size, size, 1));
-    done = true;
-  });
+  std::thread maker = make_ahead(pool, size, done);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_FALSE(done);  // paused between pieces
   EXPECT_EQ(pool.slots(), 0);
@@ -553,7 +563,7 @@ TEST(staging, a_paused_maker_waits_for_resume_or_for_a_reserve_that_needs_its_sl
   // (had it made a slot of its own, the maker would stay paused).
   ASSERT_TRUE(pool.reserve(size, 1));
   EXPECT_EQ(pool.slots(), 1);
-  for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_until(done);
   EXPECT_TRUE(done);
   pool.resume();
   maker.join();
@@ -597,14 +607,11 @@ TEST(staging, a_reserve_for_copy_on_write_takes_its_slot_before_it_is_faulted_in
   staging_pool pool;
   pool.pause();
   std::atomic<bool> done{false};
-  std::thread maker([&] {
-    EXPECT_TRUE(pool.try_reserve(size, size, 1));
-    done = true;
-  });
+  std::thread maker = make_ahead(pool, size, done);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ASSERT_TRUE(pool.reserve(size, 1, true, false));
   EXPECT_EQ(pool.slots(), 1);
-  for (int i = 0; i < 500 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_until(done);
   EXPECT_TRUE(done);  // not waiting for resume: it was handed over
   slot = pool.acquire(false);
   ASSERT_NE(slot, nullptr);
