@@ -298,7 +298,22 @@ class client_impl final : private level_host {
   // it lies, mapped, not copied). Local.
   // local / others: which levels to try (redundancy tries the node-local
   // shard first, then rebuilds, then the rest).
-  status load_shard(const std::string& name, int64_t version, bool local = true, bool others = true);
+  // defer (restart_verify = while): a committed node-local shard is only
+  // opened and its header checked; restart_unverified_ holds it and restore
+  // verifies its data while reading them into the regions.
+  status load_shard(const std::string& name, int64_t version, bool local = true, bool others = true,
+                    bool defer = false);
+  // restore of a deferred node-local shard (restart_unverified_): each
+  // region read into the protected memory and verified as it arrives; on a
+  // mismatch, this rank's shard is loaded from the next level and copied
+  // over. Local.
+  status restore_unverified(const std::string& name, int64_t version);
+  // Whether restart defers the node-local level's verification to restore
+  // (restart_verify = while, and no level rebuilds lost shards from the
+  // survivors' verified images).
+  bool defer_verification() const;
+  // Copies restart_ (verified) into the protected regions.
+  void copy_restart_image();
   // The image a level rebuilt for this rank (level::rebuild), checked as a
   // node-local shard is (identity, the MANIFEST's entry, the regions, this
   // store's executions), becomes restart_. Local.
@@ -433,6 +448,9 @@ class client_impl final : private level_host {
   std::string restart_name_;
   int64_t restart_version_ = -1;
   format::shard_image restart_;  // the verified image of restart_version_
+  // Set with restart_verify = while: the node-local shard of restart_version_,
+  // whose header (restart_.header) is checked and whose data are not yet.
+  std::unique_ptr<format::shard_reader> restart_unverified_;
   bool restart_rebuilt_ = false;  // restart_ was rebuilt from redundancy: not at the node-local level yet
   // Set instead of restart_ when restart_version_ was written by another rank count.
   struct reshard_state;

@@ -70,6 +70,22 @@ status read_verified(result<std::unique_ptr<storage::readable_file>> file, const
   return {};
 }
 
+// restart_verify = while: opens a node-local shard and checks its header as
+// read_verified does (identity, the MANIFEST's entry, the regions' fit), but
+// reads none of its data: restore verifies them as it reads them into the
+// regions. not_supported for a compressed shard (read_verified reads it).
+result<std::unique_ptr<format::shard_reader>> open_unverified(storage::storage_env* env, const std::string& path,
+                                                              uint32_t rank, uint32_t nranks, const std::string& name,
+                                                              int64_t version, const format::shard_entry& expect,
+                                                              const std::map<std::string, region>& regions) {
+  CAIRN_ASSIGN_OR_RETURN(auto rd, format::shard_reader::open(env, path));
+  const format::shard_header& h = rd->header();
+  CAIRN_RETURN_IF_ERROR(format::shard_identity_check(path, rank, nranks, name, version, &expect)(h));
+  if (h.compressed()) return status(errc::not_supported, path + ": compressed");
+  CAIRN_RETURN_IF_ERROR(image_fits_regions(h, regions, path));
+  return rd;
+}
+
 }  // namespace
 
 std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
@@ -85,11 +101,12 @@ std::vector<int64_t> client_impl::local_candidates(const std::string& name) {
   return {out.begin(), out.end()};
 }
 
-status client_impl::load_shard(const std::string& name, int64_t version, bool local, bool others) {
+status client_impl::load_shard(const std::string& name, int64_t version, bool local, bool others, bool defer) {
   const uint32_t me = static_cast<uint32_t>(rank());
   const uint32_t n = static_cast<uint32_t>(size());
   restart_version_ = -1;
   restart_rebuilt_ = false;
+  restart_unverified_.reset();
   reshard_.reset();
   std::string why;
   status worst;  // invalid_argument (rank count) is more useful to report than corruption
@@ -103,6 +120,19 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
     if (!others && !env_->exists(path)) return {errc::not_found, path + ": missing"};
     if (env_->exists(path)) {
       const format::shard_entry* expect = committed ? &committed->shards[me] : nullptr;
+      // Deferred only when committed: the persistent level then holds the
+      // same image (the MANIFEST's header checksum) to restore from if
+      // the data turn out damaged.
+      if (defer && committed) {
+        auto rd = open_unverified(env_, path, me, n, name, version, *expect, regions_);
+        if (rd) {
+          restart_.header = rd.value()->header();
+          restart_unverified_ = std::move(rd).value();
+          restart_name_ = name;
+          restart_version_ = version;
+          return {};
+        }
+      }
       status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, regions_, &restart_);
       if (st && !committed) st = written_by_this_store(restart_.header, path);
       if (!st) restart_ = format::shard_image();
@@ -204,7 +234,9 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
   level* rebuilder = nullptr;  // a level that rebuilds lost node-local shards
   for (const auto& l : levels_)
     if (l->rebuilds()) rebuilder = l.get();
-  std::set<int64_t> excluded;
+  // Damaged at every level (found by a restart that verified while it
+  // copied): not offered again until a checkpoint replaces them.
+  std::set<int64_t> excluded = damaged_[name];
   int64_t cap = max_version >= 0 ? max_version : INT64_MAX;
   status newest_failure;  // why the newest version some rank has was rejected
   for (;;) {
@@ -242,7 +274,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
       }
       st = agree(mine);
     } else {
-      st = agree(load_shard(name, g));
+      st = agree(load_shard(name, g, true, true, defer_verification()));
     }
     if (st) {
       // Every rank's copy must come from the same execution: after a failure,
@@ -262,6 +294,7 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
     if (st.code() == errc::corruption) damaged_[name].insert(g);
     restart_version_ = -1;
     restart_ = format::shard_image();
+    restart_unverified_.reset();
     restart_rebuilt_ = false;
     reshard_.reset();
   }
@@ -334,7 +367,7 @@ status client_impl::restore(const std::string& name, int64_t version) {
     restart_version_ = -1;
     reshard_.reset();
     if (auto m = other_rank_count(name, version)) CAIRN_RETURN_IF_ERROR(agree(plan_reshard(name, version, std::move(*m))));
-    else CAIRN_RETURN_IF_ERROR(agree(load_shard(name, version)));
+    else CAIRN_RETURN_IF_ERROR(agree(load_shard(name, version, true, true, defer_verification())));
   }
   if (reshard_) return restart_resharded(name, version);
 
@@ -368,19 +401,19 @@ status client_impl::restore(const std::string& name, int64_t version) {
   if (st && regions_.empty() && !files_)
     st = status(errc::invalid_argument, "cairn_restart: no region is protected (call cairn_protect first)");
   CAIRN_RETURN_IF_ERROR(agree(st));
-  for (auto& entry : regions_) {
-    const std::string& rname = entry.first;  // (clang 14 cannot capture a structured binding)
-    auto& r = entry.second;
-    auto it = std::find_if(restart_.header.regions.begin(), restart_.header.regions.end(),
-                           [&](const format::region_desc& d) { return d.name == rname; });
-    if (!r.mem_shape.empty()) {
-      // Only read (to_contiguous = false): the image may be a read-only mapping.
-      copy_block(const_cast<std::byte*>(restart_.bytes().data()) + it->offset, static_cast<std::byte*>(r.ptr),
-                 format::type_size(r.type),
-                 row_major_dims(r), r.mem_shape, r.mem_start, false);
-    } else if (it->length) {
-      util::stream_copy(r.ptr, restart_.bytes().data() + it->offset, it->length);
+  if (restart_unverified_) {
+    st = agree(restore_unverified(name, version));
+    if (!st) {
+      // Damaged at every level: restart_test offers it no more, and a
+      // checkpoint of this execution may replace it (check_committed_floor).
+      if (st.code() == errc::corruption) damaged_[name].insert(version);
+      floors_.erase(name);
+      restart_version_ = -1;
+      restart_ = format::shard_image();
+      return st;
     }
+  } else {
+    copy_restart_image();
   }
   // Versions continue after the restored one.
   last_version_[name] = version;
@@ -389,6 +422,60 @@ status client_impl::restore(const std::string& name, int64_t version) {
     if (commit_restored(name, version)) return {};
     release_restart_image();
   }
+  return {};
+}
+
+bool client_impl::defer_verification() const {
+  return cfg_.restart_verify == restart_verification::during &&
+         std::none_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->rebuilds(); });
+}
+
+void client_impl::copy_restart_image() {
+  for (auto& entry : regions_) {
+    const std::string& rname = entry.first;  // (clang 14 cannot capture a structured binding)
+    auto& r = entry.second;
+    auto it = std::find_if(restart_.header.regions.begin(), restart_.header.regions.end(),
+                           [&](const format::region_desc& d) { return d.name == rname; });
+    if (!r.mem_shape.empty()) {
+      // Only read (to_contiguous = false): the image may be a read-only mapping.
+      copy_block(const_cast<std::byte*>(restart_.bytes().data()) + it->offset, static_cast<std::byte*>(r.ptr),
+                 format::type_size(r.type), row_major_dims(r), r.mem_shape, r.mem_start, false);
+    } else if (it->length) {
+      util::stream_copy(r.ptr, restart_.bytes().data() + it->offset, it->length);
+    }
+  }
+}
+
+status client_impl::restore_unverified(const std::string& name, int64_t version) {
+  std::unique_ptr<format::shard_reader> rd = std::move(restart_unverified_);
+  const format::shard_header h = restart_.header;
+  // Regions laid out in memory as blocks of a larger array are copied from
+  // a whole verified image (copy_block), not read in place.
+  const bool in_place = std::all_of(regions_.begin(), regions_.end(),
+                                    [](const auto& e) { return e.second.mem_shape.empty(); });
+  status st;
+  for (size_t i = 0; in_place && st && i < h.regions.size(); ++i) {
+    auto it = regions_.find(h.regions[i].name);
+    if (it != regions_.end() && h.regions[i].length)
+      st = rd->read_region(i, std::span<std::byte>(static_cast<std::byte*>(it->second.ptr), h.regions[i].length));
+  }
+  if (in_place && st) return {};
+  if (!st)
+    std::fprintf(stderr, "cairn: rank %d: node-local copy of '%s' version %lld damaged (%s); restoring it from the "
+                         "next level\n", rank(), name.c_str(), static_cast<long long>(version), st.message().c_str());
+  rd.reset();
+  // The node-local copy verified whole (not in place), else the next level
+  // that holds the image the MANIFEST names.
+  status again = load_shard(name, version, !in_place || st.is_ok(), true);
+  if (again && restart_.header.header_checksum != h.header_checksum)
+    again = status(errc::corruption, "the copy found holds another image than the node-local shard's header names");
+  if (!again) {
+    const std::string part = st ? std::string() : st.message() + "; ";
+    return {again.code() == errc::not_found ? errc::corruption : again.code(),
+            "'" + name + "' version " + std::to_string(version) + ": " + part + again.message() +
+                "; the protected regions now hold part of it (call cairn_restart_test again for an older version)"};
+  }
+  copy_restart_image();
   return {};
 }
 
@@ -447,6 +534,7 @@ bool client_impl::commit_restored(const std::string& name, int64_t version) {
 }
 
 void client_impl::release_restart_image() {
+  restart_unverified_.reset();
   if (std::exchange(restart_rebuilt_, false) && restart_.image.size() > 0) {
     // Rebuilt from redundancy: restored from memory, stored at the node-local
     // level afterwards (by an engine task, while the application goes on).
@@ -571,7 +659,9 @@ status client_impl::restart_begin(const std::string& name, int64_t version) {
   if (files_) return {errc::invalid_argument, "a file-mode sequence is already open (call the matching _end)"};
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
   engine::staging_pause pause(pool_);
-  bool cached = restart_name_ == name && restart_version_ == version;
+  // A shard restart_test left unverified (restart_verify = while) is
+  // loaded again, verified: files are written from a whole image.
+  bool cached = restart_name_ == name && restart_version_ == version && !restart_unverified_;
   if (comm_->min(cached ? 1 : 0) == 0) {
     reshard_.reset();
     if (auto m = other_rank_count(name, version)) {

@@ -79,6 +79,7 @@ std::optional<format::manifest> client_impl::other_rank_count(const std::string&
 status client_impl::plan_reshard(const std::string& name, int64_t version, format::manifest m) {
   reshard_.reset();
   restart_ = format::shard_image();
+  restart_unverified_.reset();
   restart_rebuilt_ = false;
   const uint32_t old_n = m.nranks;
   // Rank 0 reads every old rank's header (one small read each) and sends the

@@ -313,10 +313,17 @@ status shard_reader::read_region(size_t index, std::span<std::byte> out) {
   if (index >= h.regions.size() || out.size() < h.regions[index].length)
     return {errc::invalid_argument, s_->path + ": no region " + std::to_string(index) + " of that size"};
   const region_desc& r = h.regions[index];
-  CAIRN_RETURN_IF_ERROR(read(r.offset, out.data(), r.length));
-  if (util::xxh3(out.data(), r.length) != r.checksum) {
-    return corrupt(s_->path, "checksum mismatch in region '" + r.name + "'");
+  // One pass over memory: each piece is hashed right after it is read,
+  // while it is still in cache (512 MiB from tmpfs: 1.1x a read(2) of it,
+  // where reading it whole and then hashing it is 1.3x; bench/verified_read_bench).
+  constexpr uint64_t kPiece = 256u << 10;
+  util::xxh3_stream hash;
+  for (uint64_t at = 0; at < r.length; at += kPiece) {
+    const uint64_t n = std::min(kPiece, r.length - at);
+    CAIRN_RETURN_IF_ERROR(read(r.offset + at, out.data() + at, n));
+    hash.update(out.data() + at, n);
   }
+  if (hash.digest() != r.checksum) return corrupt(s_->path, "checksum mismatch in region '" + r.name + "'");
   return {};
 }
 

@@ -27,6 +27,12 @@ enum class capture_overlap { automatic, on, off };
 // (userfaultfd; copy where it is unavailable or does not apply); automatic =
 // cow where it is available, for captures of at least kCowMinBytes.
 enum class capture_method { copy, cow, automatic };
+// When a restart from the node-local level verifies the data
+// (docs/design/verified-restart.md): before = cairn_restart_test verifies the
+// whole shard and cairn_restart copies it; during = cairn_restart_test checks
+// the header and cairn_restart verifies each region as it reads it into the
+// protected memory, restoring from the next level if a checksum differs.
+enum class restart_verification { before, during };
 // Scheduling of engine threads (issue 11): normal (inherit), batch
 // (SCHED_BATCH: never preempts the application on wakeup), idle (SCHED_IDLE:
 // runs only on otherwise idle CPUs).
@@ -68,6 +74,7 @@ struct config {
   cairn::placement placement = placement::none;
   cairn::capture_overlap write_during_capture = capture_overlap::automatic;
   cairn::capture_method capture = capture_method::copy;
+  cairn::restart_verification restart_verify = restart_verification::before;
   cairn::thread_priority engine_priority = thread_priority::batch;
   int engine_nice = 0;  // added to engine threads' nice value (0..19)
   int keep_local = 2;       // 0 = keep all

@@ -46,7 +46,8 @@ class client_test : public ::testing::Test {
     for (const char* k : {"CAIRN_PERSISTENT", "CAIRN_SCRATCH", "CAIRN_RUN", "CAIRN_MODE", "CAIRN_KEEP_LOCAL",
                           "CAIRN_KEEP_PERSISTENT", "CAIRN_PERSISTENT_INTERVAL", "CAIRN_FAULT_INJECT",
                           "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_IO_RATE_LIMIT", "CAIRN_BOGUS", "CAIRN_TAGS", "CAIRN_CODE_VERSION",
-                          "CAIRN_KEEP_LOCAL_AFTER_FINALIZE", "CAIRN_CAPTURE", "CAIRN_METRICS_DIR"})
+                          "CAIRN_KEEP_LOCAL_AFTER_FINALIZE", "CAIRN_CAPTURE", "CAIRN_METRICS_DIR",
+                          "CAIRN_RESTART_VERIFY"})
       unsetenv(k);
     ASSERT_TRUE(storage::storage_env::posix()->remove_tree(dir_));
   }
@@ -299,6 +300,80 @@ TEST_F(client_test, a_committed_version_damaged_on_every_level_is_replaced_after
   auto again = r.restart_test("ck");
   ASSERT_TRUE(again) << again.error().to_string();
   EXPECT_EQ(*again, 2);
+}
+
+// restart_verify = while: restart_test checks the node-local shard's header
+// only, and restart verifies each region as it reads it into place. A damaged
+// node-local copy is restored from the persistent level before restart
+// returns; damaged at both levels, restart fails and restart_test then offers
+// the version before it.
+TEST_F(client_test, restart_verifying_while_it_reads_restores_from_the_next_level_where_the_data_are_damaged) {
+  setenv("CAIRN_RESTART_VERIFY", "while", 1);
+  std::vector<uint64_t> big(300000);  // 2.3 MiB: read and hashed in pieces
+  int64_t x = 0;
+  std::vector<std::vector<uint64_t>> saved;
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_UINT64));
+    ASSERT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+    for (int64_t v : {1, 2}) {
+      for (size_t i = 0; i < big.size(); ++i) big[i] = i * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(v);
+      x = v * 10;
+      saved.push_back(big);
+      ASSERT_TRUE(c.checkpoint("ck", v));
+    }
+    ASSERT_TRUE(c.finalize(true));
+  }
+  // One execution restores `version` (restart_test must offer `offered`)
+  // and returns restart's outcome.
+  auto restore = [&](int64_t offered, int64_t version) -> status {
+    std::fill(big.begin(), big.end(), 0);
+    x = 0;
+    auto c = make_client();
+    EXPECT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_UINT64));
+    EXPECT_TRUE(c.protect("x", &x, 1, CAIRN_INT64));
+    auto v = c.restart_test("ck");
+    EXPECT_TRUE(v) << v.error().to_string();
+    if (v) {
+      EXPECT_EQ(*v, offered);
+    }
+    status st = c.restart("ck", version);
+    if (st) {
+      EXPECT_EQ(big, saved[static_cast<size_t>(version - 1)]);
+      EXPECT_EQ(x, version * 10);
+    } else {
+      // Offered no more in this execution.
+      auto again = c.restart_test("ck");
+      EXPECT_TRUE(again) << again.error().to_string();
+      if (again) {
+        EXPECT_EQ(*again, version - 1);
+      }
+      EXPECT_TRUE(c.restart("ck", version - 1));
+      EXPECT_EQ(big, saved[static_cast<size_t>(version - 2)]);
+    }
+    EXPECT_TRUE(c.finalize(true));
+    return st;
+  };
+  ASSERT_TRUE(restore(2, 2));  // intact
+  // The last byte of the large region flipped, the header left intact.
+  auto damage = [&](const std::string& root) {
+    const std::string p = format::shard_path(root, "unit", "ck", 2, 0);
+    auto h = format::read_header(storage::storage_env::posix(), p);
+    ASSERT_TRUE(h);
+    auto data = storage::storage_env::posix()->read_all(p);
+    ASSERT_TRUE(data);
+    std::string d = *data;
+    const size_t at = h->regions[0].offset + h->regions[0].length - 1;
+    d[at] = static_cast<char>(d[at] ^ 0x5a);
+    ASSERT_TRUE(storage::storage_env::posix()->write_atomic(p, d, true));
+  };
+  ASSERT_NO_FATAL_FAILURE(damage(scratch()));
+  status st = restore(2, 2);
+  EXPECT_TRUE(st) << st.to_string();  // from the persistent level
+  ASSERT_NO_FATAL_FAILURE(damage(store()));
+  st = restore(2, 2);
+  EXPECT_EQ(st.code(), errc::corruption) << st.to_string();
+  EXPECT_NE(st.message().find("call cairn_restart_test again"), std::string::npos) << st.message();
 }
 
 // A writer of the store re-seals version 2's header (and its MANIFEST entry)
