@@ -175,7 +175,10 @@ int cairn_wait(cairn_t *c, const char *name, int64_t version, unsigned level);
  * A committed version written by another rank count is restartable when every
  * region is a block (cairn_protect_block) or the same on every rank that wrote
  * it (docs/design/reshard.md); when the regions are protected already, the
- * bytes this rank needs are read and verified here. */
+ * bytes this rank needs are read and verified here.
+ * With restart_verify = while, a committed node-local shard's header (its
+ * identity and its MANIFEST entry) is checked here and its data are verified
+ * by cairn_restart, as they are read into the regions. */
 int cairn_restart_test(cairn_t *c, const char *name, int64_t *version);
 
 /* As cairn_restart_test, for the newest restartable version at or below
@@ -194,7 +197,15 @@ int cairn_committed_newest(cairn_t *c, const char *name, int64_t *version);
  * each rank's shard from the fastest intact level. Every checksum is verified
  * before any region is written. A protected region missing from the checkpoint
  * or with another type or count gives CAIRN_EINVAL (naming the region and both
- * sizes) and leaves every buffer untouched. */
+ * sizes) and leaves every buffer untouched.
+ * With restart_verify = while, a node-local shard is verified as it is read
+ * into the regions (one pass over memory instead of two). Where a checksum
+ * differs, that rank's shard is read again from the next level that holds
+ * the same image (verified first) and copied over before cairn_restart
+ * returns. Only if no level holds it intact does it return CAIRN_ECORRUPT;
+ * the regions then hold part of the version and part of what was there
+ * before, and cairn_restart_test no longer offers the version in this
+ * execution (call it again for an older one). */
 int cairn_restart(cairn_t *c, const char *name, int64_t version);
 
 /* Collective. With wait_for_pending != 0 waits until every pending version has

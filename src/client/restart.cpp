@@ -401,19 +401,19 @@ status client_impl::restore(const std::string& name, int64_t version) {
   if (st && regions_.empty() && !files_)
     st = status(errc::invalid_argument, "cairn_restart: no region is protected (call cairn_protect first)");
   CAIRN_RETURN_IF_ERROR(agree(st));
-  if (restart_unverified_) {
-    st = agree(restore_unverified(name, version));
-    if (!st) {
-      // Damaged at every level: restart_test offers it no more, and a
-      // checkpoint of this execution may replace it (check_committed_floor).
-      if (st.code() == errc::corruption) damaged_[name].insert(version);
-      floors_.erase(name);
-      restart_version_ = -1;
-      restart_ = format::shard_image();
-      return st;
-    }
-  } else {
-    copy_restart_image();
+  // Ranks whose node-local shard was deferred verify it now; the others
+  // (a shard from another level, or verified before) copy the image.
+  if (restart_unverified_) st = restore_unverified(name, version);
+  else copy_restart_image();
+  st = agree(st);
+  if (!st) {
+    // Damaged at every level: restart_test offers it no more, and a
+    // checkpoint of this execution may replace it (check_committed_floor).
+    if (st.code() == errc::corruption) damaged_[name].insert(version);
+    floors_.erase(name);
+    restart_version_ = -1;
+    restart_ = format::shard_image();
+    return st;
   }
   // Versions continue after the restored one.
   last_version_[name] = version;

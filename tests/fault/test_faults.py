@@ -66,6 +66,8 @@ class TestKill:
     # their own). "cow": capture = cow, the regions write-protected and
     # copied in the background while the application computes on (killed
     # at "capture": right after the protection, the copy under way).
+    # "while": the restarts verify the node-local level while they read it
+    # (restart_verify = while).
     @pytest.mark.parametrize("nranks,level,rank,variant", [
         (2, "capture", 0, ""), (2, "capture", 1, ""),
         (2, "local", 0, ""), (2, "local", 1, ""),
@@ -74,6 +76,7 @@ class TestKill:
         (4, "capture", 2, ""), (4, "local", 3, ""), (4, "persistent", 3, ""),
         (2, "capture", 1, "overlap"), (2, "persistent", 0, "overlap"), (2, "manifest", 0, "overlap"),
         (2, "capture", 1, "cow"), (2, "local", 0, "cow"), (2, "persistent", 1, "cow"), (2, "manifest", 0, "cow"),
+        (2, "local", 1, "while"), (2, "persistent", 0, "while"), (2, "manifest", 0, "while"),
     ])
     def test_kill_restores_newest_committed_version(self, nranks, level, rank, variant, reference, make_job):
         ref = reference(nranks)
@@ -147,7 +150,8 @@ class TestKill:
             assert expected == 6
         else:
             assert expected == (6 if 6 in committed else 4)
-        restart_and_compare(job, ref, expected, label=".a")
+        verify_cfg = {"restart_verify": "while"} if variant == "while" else {}
+        restart_and_compare(job, ref, expected, label=".a", **verify_cfg)
         # A version restored from the node-local level alone is committed by
         # the execution that restored it.
         assert job.committed() == sorted(set(committed) | {expected}), job.committed()
@@ -237,12 +241,16 @@ class TestLostOrDamagedLevel:
             remove_tree(job.scratch)
             restart_and_compare(job, ref, 10 if with_l1 else 8, steps=10, label=".b")
 
-    @pytest.mark.parametrize("damage", ["field", "ints", "step", "<header>", "truncated"])
-    def test_flipped_byte_in_local_shard_uses_persistent_copy(self, damage, reference, make_job):
+    @pytest.mark.parametrize("damage,when", [("field", "before"), ("ints", "before"), ("step", "before"),
+                                             ("<header>", "before"), ("truncated", "before"),
+                                             ("field", "while"), ("<header>", "while"), ("truncated", "while")])
+    def test_flipped_byte_in_local_shard_uses_persistent_copy(self, damage, when, reference, make_job):
         """One byte of rank 1's local shard of version 6 flipped (in a data
         region or in the header's region table), or the shard cut to half its
         size: the restart reports the local copy unusable and restores the
-        persistent copy of the same version."""
+        persistent copy of the same version. With restart_verify = while, a
+        damaged data region is found by cairn_restart as it reads it into
+        place, and rank 1 restores from the persistent copy before it returns."""
         ref = reference(2)
         job = make_job(2)
         job.run("--steps", 7).ok()
@@ -257,9 +265,12 @@ class TestLostOrDamagedLevel:
             assert str(job.store) not in checked.stdout.replace(str(bad), ""), checked.describe()
             store_only = verify(job.store)
             assert store_only.rc == 0, store_only.describe()
-        res = restart_and_compare(job, ref, 6, steps=10)
-        assert re.search(r"rank 1: local copy of 'ckpt' version 6 unusable", res.stderr), res.describe()
-        assert "rank 0: local copy" not in res.stderr and "persistent copy" not in res.stderr, res.describe()
+        res = restart_and_compare(job, ref, 6, steps=10, restart_verify=when)
+        found = ("node-local copy of 'ckpt' version 6 damaged" if when == "while" and damage == "field"
+                 else "local copy of 'ckpt' version 6 unusable")
+        assert re.search(f"rank 1: {found}", res.stderr), res.describe()
+        assert "rank 0: local copy" not in res.stderr and "rank 0: node-local copy" not in res.stderr, res.describe()
+        assert "persistent copy" not in res.stderr, res.describe()
         if checked is None:
             skip_if_no_cli("restart assertions passed")
 
