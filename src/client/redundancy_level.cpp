@@ -2,6 +2,7 @@
 #include "client/redundancy_level.hpp"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -39,8 +40,12 @@ result<std::unique_ptr<redundancy_level>> redundancy_level::create(level_host* h
     // A rank killed in the middle of encoding a version (after `after` windows).
     CAIRN_ASSIGN_OR_RETURN(storage::fault_plan p, storage::parse_fault_plan(cfg.fault_inject));
     if (p.level == "redundancy" && (p.rank < 0 || p.rank == host->rank())) {
-      l->kill_version_ = p.version;
-      l->kill_after_ = p.spec.after;
+      if (p.role == "rebuild") {
+        l->kill_rebuild_version_ = p.version;
+      } else {
+        l->kill_version_ = p.version;
+        l->kill_after_ = p.spec.after;
+      }
     }
   }
   return l;
@@ -446,6 +451,7 @@ status redundancy_level::rebuild(const std::string& name, int64_t version, const
   // 2. Everybody's, on every rank (application thread: MPI is allowed here).
   std::vector<json> all;
   for (const auto& l : comm::allgather_lines(host_->comm(), info.dump())) all.push_back(json::parse(l, nullptr, false));
+  if (kill_rebuild_version_ == version) ::raise(SIGKILL);  // test hook: mid-rebuild
 
   // 3. A lost rank decodes its own chunks from the survivors' blocks into
   // memory, the image its restart copies from (the client writes it to the

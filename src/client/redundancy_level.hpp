@@ -89,10 +89,13 @@ class redundancy_level final : public level {
   // the level protects nothing (said once at init; client settle_redundancy
   // turns the scheme off before the levels exist for the other reasons).
   bool off_ = false;
-  // Test hook (fault_inject level=redundancy): this rank dies in the middle
-  // of encoding `version`, after `after` windows.
+  // Test hooks (fault_inject level=redundancy): this rank dies in the middle
+  // of encoding `version`, after `after` windows; with role=rebuild, in the
+  // rebuild of `version` at restart, once every rank has exposed what it
+  // serves (a survivor while lost ranks pull from it, a lost rank mid-pull).
   int64_t kill_version_ = -1;
   int kill_after_ = 0;
+  int64_t kill_rebuild_version_ = -1;
 };
 
 }  // namespace cairn

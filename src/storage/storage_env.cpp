@@ -237,6 +237,8 @@ result<fault_plan> parse_fault_plan(const std::string& text) {
     return bad("level=" + l + " needs action=kill and a version");
   if (l == "transfer" && p.role != "leader" && p.role != "sender")
     return bad("level=transfer needs action=kill, a version and role=leader or role=sender");
+  if (l == "redundancy" && !p.role.empty() && p.role != "rebuild")
+    return bad("level=redundancy takes role=rebuild (a kill in the rebuild at restart) or no role (in the encoding)");
   return p;
 }
 

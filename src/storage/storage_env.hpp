@@ -147,7 +147,7 @@ struct fault_spec {
 std::unique_ptr<storage_env> make_fault_env(storage_env* base, fault_spec spec);
 
 // The configuration key fault_inject, parsed and checked:
-// "level=L,action=A[,kind=K][,errno=E][,after=N][,rank=R][,version=V[,file=F]][,role=leader|sender]".
+// "level=L,action=A[,kind=K][,errno=E][,after=N][,rank=R][,version=V[,file=F]][,role=R]".
 // Levels local and persistent make a fault env (spec; its prefix is the
 // caller's: the node-local or the persistent directory); capture, redundancy
 // and transfer are kill points in the client's own code, at `version`.
@@ -155,7 +155,7 @@ struct fault_plan {
   std::string level = "persistent";  // local, persistent, capture, redundancy, transfer
   int rank = -1;                     // only this rank (-1: every rank)
   int64_t version = -1;              // the version the fault hits (-1: any)
-  std::string role;                  // transfer: leader or sender
+  std::string role;                  // transfer: leader or sender; redundancy: rebuild (else encoding)
   fault_spec spec;                   // action, kind, errno, after; path_part from version and file
 };
 result<fault_plan> parse_fault_plan(const std::string& text);

@@ -248,6 +248,36 @@ def test_killed_during_encoding_keeps_previous_protected(trial, reference, tmp_p
     assert res.final_hash == ref.final_hash
 
 
+# Who dies during the rebuild of version 6 after node 1 (rank 1) was lost: a
+# survivor while rank 1 pulls from it, rank 1 mid-pull, or rank 1 while it
+# stores the rebuilt shard (or its parity) at the node-local level again.
+REBUILD_KILLS = {"survivor": "level=redundancy,action=kill,version=6,role=rebuild,rank=2",
+                 "lost": "level=redundancy,action=kill,version=6,role=rebuild,rank=1",
+                 "storing": "level=local,action=kill,kind=write,version=6,rank=1"}
+
+
+@pytest.mark.parametrize("how", sorted(REBUILD_KILLS))
+def test_killed_during_a_rebuild_rebuilds_again(how, reference, tmp_path):
+    """Node 1 lost, and the restart that rebuilds its shard of version 6 is
+    killed part-way: nothing it left half-done is used. The next restart
+    restores version 6 bit for bit (rebuilt again, or from the shard the
+    killed one stored whole) and runs on to the uninterrupted final state."""
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    first_run(job, "xor")
+    job.lose_node(1)
+    killed = job.run("--steps", 10, "--every", 2, "--bytes", NBYTES, fault_inject=REBUILD_KILLS[how], **cfg("xor"))
+    assert killed.rc != 0 and not killed.timed_out, killed.describe()
+    assert "final hash" not in killed.stdout, killed.describe()
+    shard = job.local_dir(1, 6) / "shard.000001"
+    if how != "storing":
+        assert not shard.exists(), killed.describe()
+    res = restart(job, "xor", ref)
+    assert res.restarted_from == 6, res.describe()
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), f"killed during the rebuild ({how})")
+    assert res.final_hash == ref.final_hash
+
+
 @pytest.mark.parametrize("scheme,extra,expect", [
     ("xor", {}, "needs sets of at least 2 ranks on distinct nodes, but this job's 2 ranks are on 1 node(s)"),
     ("rs", {"rs_parity": 2}, "needs sets of at least 3 ranks on distinct nodes"),
