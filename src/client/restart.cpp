@@ -471,9 +471,10 @@ status client_impl::restore_unverified(const std::string& name, int64_t version)
     again = status(errc::corruption, "the copy found holds another image than the node-local shard's header names");
   if (!again) {
     const std::string part = st ? std::string() : st.message() + "; ";
+    const std::string regions = in_place ? "the protected regions now hold part of it" : "buffers left untouched";
     return {again.code() == errc::not_found ? errc::corruption : again.code(),
-            "'" + name + "' version " + std::to_string(version) + ": " + part + again.message() +
-                "; the protected regions now hold part of it (call cairn_restart_test again for an older version)"};
+            "'" + name + "' version " + std::to_string(version) + ": " + part + again.message() + "; " + regions +
+                " (call cairn_restart_test again for an older version)"};
   }
   copy_restart_image();
   return {};
