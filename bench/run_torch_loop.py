@@ -14,10 +14,15 @@ usage: bench/run_torch_loop.py [--mib 320] [--steps 40] [--every 10]
 --capture: one cairn variant per capture method (a Checkpointer each, runs
 loop-copy and loop-cow): `cow` write-protects the state and copies it while
 the next step's forward and backward passes read it.
-Every variant ends with its last save complete: cairn's and DCP's waited
-for, torch.save's returned (torch.save is not fsynced: the plain
-alternative; cairn's persistent level is durable). The local level goes
-under /dev/shm, the stores under --dir; all are deleted at the end.
+Every variant ends with its last save complete, compared like for like:
+- survives the process: torch.save returned (in the page cache, not
+  fsynced) against cairn's last save at its node-local level;
+- durable (survives a power loss): torch.save followed by fsync, and DCP's
+  async_save (its writer fsyncs), against cairn's last save at the
+  persistent level. cairn's durable time is the same loop's, waited for
+  further.
+The local level goes under /dev/shm, the stores under --dir; all are deleted
+at the end.
 Results: docs/benchmarks.md ("Training loop").
 """
 import argparse
@@ -109,6 +114,14 @@ def main():
             torch.save(state, work / "state.pt")
         return loop(save)
 
+    def torch_fsync_loop():
+        def save(i):
+            with open(work / "state.pt", "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+        return loop(save)
+
     captures = a.capture.split(",")
     savers = {}
     for how in captures:
@@ -116,6 +129,8 @@ def main():
         savers[how] = (ck, cairn.pytorch.StateSaver(ck, "loop"))
 
     blocked = {how: [] for how in captures}  # each cairn save's blocked time, the first one first
+
+    durable = {how: [] for how in captures}  # the same loops, until the last save was persistent
 
     def cairn_loop(how):
         saver = savers[how][1]
@@ -125,7 +140,14 @@ def main():
             t = time.perf_counter()
             saver.save(state, version[0])
             blocked[how].append(time.perf_counter() - t)
-        return lambda: loop(save, lambda: saver.wait(version[0]))
+
+        def run():
+            t = loop(save, lambda: saver.wait(version[0], cairn.LEVEL_LOCAL))
+            t0 = time.perf_counter()
+            saver.wait(version[0])
+            durable[how].append(t + time.perf_counter() - t0)
+            return t
+        return run
 
     def dcp_loop():
         fut = [None]
@@ -143,7 +165,7 @@ def main():
 
     name_of = {how: "cairn" if len(captures) == 1 else f"cairn ({how})" for how in captures}
     variants = [("none", none_loop)] + [(name_of[how], cairn_loop(how)) for how in captures] + \
-        [("torch.save", torch_loop)]
+        [("torch.save", torch_loop), ("torch.save+fsync", torch_fsync_loop)]
     if dcp is not None:
         variants.append(("dcp.async_save", dcp_loop))
     times = {name: [] for name, _ in variants}
@@ -153,6 +175,7 @@ def main():
         none_loop()
         for how in captures:
             cairn_loop(how)()  # warm-up: the first save of the execution is in it
+            durable[how].clear()
         for r in range(a.rounds):
             for name, fn in variants:
                 times[name].append(fn())
@@ -167,23 +190,27 @@ def main():
               f"{step_ms:.0f} ms, a save every {a.every} ({nsaves} saves); torch threads {a.threads}, "
               f"cairn engine_priority {a.priority}; medians of {a.rounds} interleaved rounds, load average "
               f"{os.getloadavg()[0]:.1f}")
+        for how in captures:
+            times[name_of[how] + " durable"] = durable[how]
         per = {}
-        for name, _ in variants:
-            t = statistics.median(times[name])
+        for name, t_all in times.items():
+            t = statistics.median(t_all)
             per[name] = (t - base) / nsaves
             extra = "" if name == "none" else f"   {per[name] * 1e3:8.1f} ms of loop time per save"
-            print(f"  {name:16s} loop {t:7.2f} s{extra}")
+            print(f"  {name:22s} loop {t:7.2f} s{extra}")
+
+        def ratios(name, against):
+            if per[name] <= 0:
+                return "no measurable loop time per save (within the noise of the loop)"
+            return ", ".join(f"{per[o] / per[name]:.1f} x less than {o}" for o in against if o in per)
+
         for how in captures:
             name, b = name_of[how], blocked[how]
             print(f"  {name} blocked: first save of the execution {b[0] * 1e3:.1f} ms, later saves median "
                   f"{statistics.median(b[1:]) * 1e3:.1f} ms")
-            if per[name] > 0:
-                line = f"  {name}: {per['torch.save'] / per[name]:.1f} x less loop time per save than torch.save"
-                if "dcp.async_save" in per:
-                    line += f", {per['dcp.async_save'] / per[name]:.1f} x less than dcp.async_save"
-                print(line)
-            else:
-                print(f"  {name}: no measurable loop time per save (within the noise of the loop)")
+            print(f"  survives the process: {name} (node-local) {ratios(name, ['torch.save'])}")
+            print(f"  durable: {name} (persistent) "
+                  f"{ratios(name + ' durable', ['torch.save+fsync', 'dcp.async_save'])}")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
