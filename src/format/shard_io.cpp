@@ -314,8 +314,8 @@ status shard_reader::read_region(size_t index, std::span<std::byte> out) {
     return {errc::invalid_argument, s_->path + ": no region " + std::to_string(index) + " of that size"};
   const region_desc& r = h.regions[index];
   // One pass over memory: each piece is hashed right after it is read,
-  // while it is still in cache (512 MiB from tmpfs: 1.1x a read(2) of it,
-  // where reading it whole and then hashing it is 1.3x; bench/verified_read_bench).
+  // while it is still in cache (512 MiB from tmpfs: 1.13x an unverified
+  // read(2) of it; bench/verified_read_bench).
   constexpr uint64_t kPiece = 256u << 10;
   util::xxh3_stream hash;
   for (uint64_t at = 0; at < r.length; at += kPiece) {
