@@ -309,8 +309,7 @@ class client_impl final : private level_host {
   // over. Local.
   status restore_unverified(const std::string& name, int64_t version);
   // Whether restart defers the node-local level's verification to restore
-  // (restart_verify = while, and no level rebuilds lost shards from the
-  // survivors' verified images).
+  // (restart_verify = while).
   bool defer_verification() const;
   // Copies restart_ (verified) into the protected regions.
   void copy_restart_image();

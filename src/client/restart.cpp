@@ -264,8 +264,12 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
     } else if (rebuilder) {
       // The node-local shard; where some rank's is missing or corrupt, its
       // set's survivors rebuild it; failing that, the other levels.
-      status mine = load_shard(name, g, true, false);
+      status mine = load_shard(name, g, true, false, defer_verification());
       if (comm_->min(mine ? 1 : 0) == 0) {
+        // The rebuild exposes the survivors' verified images: a shard
+        // whose verification was deferred is verified now (damaged, its
+        // rank is rebuilt too).
+        if (restart_unverified_) mine = load_shard(name, g, true, false);
         const bool had = mine.is_ok();
         format::shard_image image;
         status rebuilt = rebuilder->rebuild(name, g, had ? &restart_ : nullptr, &image);
@@ -425,10 +429,7 @@ status client_impl::restore(const std::string& name, int64_t version) {
   return {};
 }
 
-bool client_impl::defer_verification() const {
-  return cfg_.restart_verify == restart_verification::during &&
-         std::none_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->rebuilds(); });
-}
+bool client_impl::defer_verification() const { return cfg_.restart_verify == restart_verification::during; }
 
 void client_impl::copy_restart_image() {
   for (auto& entry : regions_) {

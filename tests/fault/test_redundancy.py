@@ -248,6 +248,29 @@ def test_killed_during_encoding_keeps_previous_protected(trial, reference, tmp_p
     assert res.final_hash == ref.final_hash
 
 
+def test_restart_verifying_while_reading_with_redundancy(reference, tmp_path):
+    """restart_verify = while with xor and a persistent level (committed
+    versions): with every shard intact, each rank reads its node-local shard
+    into place; with node 1 lost, the survivors verify their shards whole
+    before they expose them, and rank 1 is rebuilt. Both bit for bit."""
+    job = NodeJob(tmp_path / "job", 4, 1)
+    ref = reference(4, 10, 2, NBYTES)
+    extra = {"persistent_interval": 1, "restart_verify": "while", "keep_local_after_finalize": "true"}
+    first_run(job, "xor", **extra)
+    assert job.committed() == [2, 4, 6]
+    res = job.run("--steps", 6, "--every", 2, "--bytes", NBYTES, "--dump-restored", job.dumps / "intact",
+                  **cfg("xor", **extra)).ok()
+    assert res.restarted_from == 6, res.describe()
+    assert "rebuilt" not in res.stderr and "unusable" not in res.stderr, res.describe()
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "intact"), "xor, while: every shard intact")
+    job.lose_node(1)
+    res = restart(job, "xor", ref, **extra)
+    assert res.restarted_from == 6, res.describe()
+    assert "rank 1: rebuilt the node-local shard of 'ckpt' version 6 from redundancy xor" in res.stderr, res.describe()
+    assert_same_state(ref.dump(6), job.read_dump(job.dumps / "restored"), "xor, while: node 1 lost")
+    assert res.final_hash == ref.final_hash
+
+
 # Who dies during the rebuild of version 6 after node 1 (rank 1) was lost: a
 # survivor while rank 1 pulls from it, rank 1 mid-pull, or rank 1 while it
 # stores the rebuilt shard (or its parity) at the node-local level again.
