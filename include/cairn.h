@@ -204,8 +204,9 @@ int cairn_committed_newest(cairn_t *c, const char *name, int64_t *version);
  * the same image (verified first) and copied over before cairn_restart
  * returns. Only if no level holds it intact does it return CAIRN_ECORRUPT;
  * the regions then hold part of the version and part of what was there
- * before, and cairn_restart_test no longer offers the version in this
- * execution (call it again for an older one). */
+ * before, and cairn_restart_test no longer offers the version, in this
+ * execution or a later one (a DAMAGED file beside its MANIFEST records it):
+ * call it again for an older one. */
 int cairn_restart(cairn_t *c, const char *name, int64_t version);
 
 /* Collective. With wait_for_pending != 0 waits until every pending version has

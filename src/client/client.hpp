@@ -308,6 +308,12 @@ class client_impl final : private level_host {
   // mismatch, this rank's shard is loaded from the next level and copied
   // over. Local.
   status restore_unverified(const std::string& name, int64_t version);
+  // A committed version that a restart found damaged at every level:
+  // recorded beside its MANIFEST (rank 0, durable), so that no later
+  // restart_test offers it (marked_damaged, collective) until a checkpoint
+  // replaces it (check_committed_floor).
+  void mark_damaged(const std::string& name, int64_t version, const std::string& why);
+  bool marked_damaged(const std::string& name, int64_t version);
   // Whether restart defers the node-local level's verification to restore
   // (restart_verify = while).
   bool defer_verification() const;

@@ -212,6 +212,8 @@ status client_impl::check_committed_floor(const std::string& name, int64_t versi
       std::fprintf(stderr, "cairn: warning: '%s' version %lld was committed but is damaged on every level; "
                            "replacing it\n", name.c_str(), static_cast<long long>(version));
       w = env_->remove_file(mp);
+      const std::string marker = format::damaged_path(cfg_.persistent, cfg_.run, name, version);
+      if (w && env_->exists(marker)) w = env_->remove_file(marker);
       if (w) w = env_->sync_dir(storage::dirname_of(mp));
     }
     CAIRN_RETURN_IF_ERROR(agree(w));

@@ -248,6 +248,16 @@ result<int64_t> client_impl::agree_restartable(const std::string& name, int64_t 
     if (g < 0) return nothing_restartable(name, cands, newest_failure);
     cap = g;
     if (comm_->min(mine == g ? 1 : 0) == 0) continue;  // some rank lacks g: look lower
+    if (marked_damaged(name, g)) {
+      // An earlier cairn_restart found every copy damaged: not read again.
+      excluded.insert(g);
+      damaged_[name].insert(g);
+      if (newest_failure.is_ok())
+        newest_failure = status(errc::corruption, "'" + name + "' version " + std::to_string(g) +
+                                                      ": an earlier restart found every copy damaged (" +
+                                                      format::damaged_path(cfg_.persistent, cfg_.run, name, g) + ")");
+      continue;
+    }
     status st;
     if (auto m = other_rank_count(name, g)) {
       // Written by another rank count: redistributed by the regions' global
@@ -413,7 +423,10 @@ status client_impl::restore(const std::string& name, int64_t version) {
   if (!st) {
     // Damaged at every level: restart_test offers it no more, and a
     // checkpoint of this execution may replace it (check_committed_floor).
-    if (st.code() == errc::corruption) damaged_[name].insert(version);
+    if (st.code() == errc::corruption) {
+      damaged_[name].insert(version);
+      mark_damaged(name, version, st.message());
+    }
     floors_.erase(name);
     restart_version_ = -1;
     restart_ = format::shard_image();
@@ -427,6 +440,24 @@ status client_impl::restore(const std::string& name, int64_t version) {
     release_restart_image();
   }
   return {};
+}
+
+bool client_impl::marked_damaged(const std::string& name, int64_t version) {
+  int64_t marked = 0;
+  if (rank() == 0) marked = env_->exists(format::damaged_path(cfg_.persistent, cfg_.run, name, version)) ? 1 : 0;
+  return -comm_->min(-marked) == 1;
+}
+
+void client_impl::mark_damaged(const std::string& name, int64_t version, const std::string& why) {
+  // Only a committed version has a directory at the persistent level to
+  // record it in; the next execution's restart_test then skips it too.
+  if (rank() != 0 || !env_->exists(format::manifest_path(cfg_.persistent, cfg_.run, name, version))) return;
+  const std::string path = format::damaged_path(cfg_.persistent, cfg_.run, name, version);
+  status st = env_->write_atomic(path, "every copy found damaged by cairn_restart: " + why + "\n", true);
+  if (!st)
+    std::fprintf(stderr, "cairn: warning: could not record that '%s' version %lld is damaged at every level (%s); a "
+                         "later execution's restart_test may offer it again\n", name.c_str(),
+                 static_cast<long long>(version), st.to_string().c_str());
 }
 
 bool client_impl::defer_verification() const { return cfg_.restart_verify == restart_verification::during; }

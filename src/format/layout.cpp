@@ -43,6 +43,10 @@ std::string manifest_path(const std::string& root, const std::string& run, const
   return join(version_dir(root, run, name, version), kManifestName);
 }
 
+std::string damaged_path(const std::string& root, const std::string& run, const std::string& name, int64_t version) {
+  return join(version_dir(root, run, name, version), kDamagedName);
+}
+
 namespace {
 // Decimal digits from `from` to the end, zero-padded or not, up to INT64_MAX
 // (a nanosecond timestamp used as a version has 19 digits).

@@ -13,6 +13,9 @@ namespace cairn::format {
 
 inline constexpr const char* kManifestName = "MANIFEST";
 inline constexpr const char* kCatalogName = "catalog.sqlite";
+// Beside a committed version's MANIFEST: a restart found every copy of it
+// damaged (docs/format/store.md).
+inline constexpr const char* kDamagedName = "DAMAGED";
 
 // <root>/runs
 std::string runs_dir(const std::string& root);
@@ -25,6 +28,7 @@ std::string shard_file_name(uint32_t rank);  // shard.<rank:06>
 std::string shard_path(const std::string& root, const std::string& run, const std::string& name, int64_t version,
                        uint32_t rank);
 std::string manifest_path(const std::string& root, const std::string& run, const std::string& name, int64_t version);
+std::string damaged_path(const std::string& root, const std::string& run, const std::string& name, int64_t version);
 
 // Parses "v000000000042" -> 42; false for other names.
 bool parse_version_dir(const std::string& entry, int64_t* version);
