@@ -166,8 +166,7 @@ def test_agent_killed_mid_pull_restart_from_the_other_copies(deployment, make_jo
         agents = d.app(run)["agents"]
         os.kill(rng.choice(agents)["pid"], signal.SIGKILL)
         time.sleep(rng.uniform(0.2, 0.8))
-        os.killpg(p.pid, signal.SIGKILL)
-        first = harness.finish_process(p)
+        first = harness.kill_job(p)  # every rank gone (each has a process group of its own)
         assert first.rc != 0, f"{run}: the run ended before the kill\n" + first.describe()
         wait_until(f"{run}: agents running again",
                    lambda: all(g["pid"] > 0 and g.get("endpoint") for g in d.app(run)["agents"]))

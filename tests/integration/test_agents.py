@@ -55,8 +55,7 @@ def test_checkpoint_through_agents_and_restart_from_agent_memory(deployment, ref
     assert protected(r2) and all(rc == 0 for rc in protected(r2).values()), r2.describe()
     app = d.app("agents-mem")
     assert app and app["agents"], d.status()
-    os.killpg(p.pid, signal.SIGKILL)
-    first = harness.finish_process(p)
+    first = harness.kill_job(p)  # every rank gone (each has a process group of its own)
     prot = protected(first)
     assert {(r, v) for r in range(2) for v in (2, 4, 6, 8)} <= set(prot), first.describe()
     assert all(rc == 0 for rc in prot.values()), first.describe()
@@ -84,8 +83,7 @@ def test_restart_does_not_forget_agents_that_do_not_answer(deployment, reference
     p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
                   "--pause-after", 8, flag, **cfg)
     job.wait_paused(p, flag)
-    os.killpg(p.pid, signal.SIGKILL)
-    harness.finish_process(p)
+    harness.kill_job(p)  # every rank gone (each has a process group of its own)
     agents = d.app("agents-silent")["agents"]
     pids = [g["pid"] for g in agents]
     assert pids and all(pid > 0 for pid in pids), agents
@@ -130,8 +128,7 @@ def test_restart_right_after_the_agents_node_died_is_not_refused(deployment, ref
                   "--pause-after", 8, flag, **cfg)
     job.wait_paused(p, flag)
     node = d.app("agents-node-died")["agents"][0]["node"]
-    os.killpg(p.pid, signal.SIGKILL)
-    harness.finish_process(p)
+    harness.kill_job(p)  # every rank gone (each has a process group of its own)
     d.kill("manager-" + node)  # the node is gone, with its agents and what they held
     t0 = time.monotonic()
     r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg).ok()
@@ -157,8 +154,7 @@ def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, 
                   **agents_cfg(d))
     job.wait_paused(p, flag)
     wait_until("v6 committed by the agents", lambda: committed(job, 6))
-    os.killpg(p.pid, signal.SIGKILL)
-    harness.finish_process(p)
+    harness.kill_job(p)  # every rank gone (each has a process group of its own)
     # Kill the agent processes: their managers restart them, empty.
     pids = [g["pid"] for g in d.app("agents-store")["agents"]]
     assert pids and all(pid > 0 for pid in pids)
@@ -322,8 +318,7 @@ def test_lend_agents_pull_from_the_regions_and_restart_from_memory(deployment, r
     p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-captured", "--wait-protected",
                   "--pause-after", 8, flag, **cfg)
     job.wait_paused(p, flag)
-    os.killpg(p.pid, signal.SIGKILL)
-    first = harness.finish_process(p)
+    first = harness.kill_job(p)  # every rank gone (each has a process group of its own)
     prot = protected(first)
     assert {(r, v) for r in range(2) for v in (2, 4, 6, 8)} <= set(prot), first.describe()
     assert all(rc == 0 for rc in prot.values()), first.describe()
@@ -477,8 +472,7 @@ def test_an_agent_serves_only_its_application(deployment, reference, make_job, t
     p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--wait-protected",
                   "--pause-after", 8, flag, **cfg)
     job.wait_paused(p, flag)
-    os.killpg(p.pid, signal.SIGKILL)
-    first = harness.finish_process(p)
+    first = harness.kill_job(p)  # every rank gone (each has a process group of its own)
     assert all(protected(first).get((r, 8)) == 0 for r in range(2)), first.describe()
     key = job.store / "runs" / "sealed" / "agents.key"
     assert key.stat().st_mode & 0o777 == 0o600 and len(key.read_text().strip()) == 64

@@ -212,8 +212,7 @@ def test_agents_in_other_namespaces_hold_and_restore_a_run(netns, deployment, re
     job.wait_paused(p, flag)
     agents = d.app(APP)["agents"]
     assert sorted(g["node"] for g in agents) == sorted(nodes), agents
-    os.killpg(p.pid, signal.SIGKILL)
-    first = harness.finish_process(p)
+    first = harness.kill_job(p)  # every rank gone (each has a process group of its own)
     prot = {(int(m.group(1)), int(m.group(2))): int(m.group(3))
             for m in re.finditer(r"^rank (\d+) protected (\d+) rc=(-?\d+)$", first.stdout, re.M)}
     assert {(r, v) for r in range(2) for v in (2, 4, 6, 8)} <= set(prot), first.describe()
