@@ -498,7 +498,7 @@ status client_impl::restore_unverified(const std::string& name, int64_t version)
   rd.reset();
   // The node-local copy verified whole (not in place), else the next level
   // that holds the image the MANIFEST names.
-  status again = load_shard(name, version, !in_place || st.is_ok(), true);
+  status again = load_shard(name, version, !in_place, true);
   if (again && restart_.header.header_checksum != h.header_checksum)
     again = status(errc::corruption, "the copy found holds another image than the node-local shard's header names");
   if (!again) {
