@@ -11,6 +11,8 @@
 # 64M), CKPTS checkpoints per run, REPS repetitions; mode sync (default) or
 # async (real VELOC: its veloc-backend, which the client starts from
 # VELOC_PREFIX/bin; the drop-in: its background thread).
+# DROPIN_ENV (optional): cairn configuration overrides for the drop-in's
+# side only, e.g. DROPIN_ENV="CAIRN_RESTART_VERIFY=while".
 # Each repetition, for each side (which side goes first alternates): a fresh
 # scratch (/dev/shm), persistent and meta directory (/var/tmp) and VELOC
 # configuration file; one mpirun writes CKPTS checkpoints; a new mpirun
@@ -70,8 +72,13 @@ for side in veloc cairn; do
     -Wl,--disable-new-dtags,-rpath,"$prefix/lib" -lveloc-client
 done
 
-# Only the configuration file below: real VELOC reads VELOC_<KEY> variables as
-# overrides of its keys, cairn reads CAIRN_*; neither comes from the caller.
+# Only the configuration file below (and DROPIN_ENV): real VELOC reads
+# VELOC_<KEY> variables as overrides of its keys, cairn reads CAIRN_*; neither
+# comes from the caller's environment.
+read -r -a dropin_env <<< "${DROPIN_ENV:-}"
+for kv in "${dropin_env[@]}"; do
+  case $kv in CAIRN_*=*) ;; *) echo "run_veloc_heatdis: DROPIN_ENV: '$kv' is not CAIRN_<KEY>=value" >&2; exit 2 ;; esac
+done
 for v in $(env | sed -n 's/^\(\(VELOC\|CAIRN\)_[A-Za-z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 export TMPDIR=$work # the drop-in writes its translated configuration there
 if [ "$uid" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
@@ -84,6 +91,8 @@ run() {
   if [ "$side" = veloc ] && [ "$mode" = async ]; then
     VELOC_BIN=$veloc/bin timeout 900 "${mpi[@]}" "$work/bench_$side" "$@" > "$out" 2> "$out.err" || status=$?
     stop_backend
+  elif [ "$side" = cairn ]; then
+    env "${dropin_env[@]}" timeout 900 "${mpi[@]}" "$work/bench_$side" "$@" > "$out" 2> "$out.err" || status=$?
   else
     timeout 900 "${mpi[@]}" "$work/bench_$side" "$@" > "$out" 2> "$out.err" || status=$?
   fi

@@ -306,7 +306,8 @@ class client_impl final : private level_host {
   // restore of a deferred node-local shard (restart_unverified_): each
   // region read into the protected memory and verified as it arrives; on a
   // mismatch, this rank's shard is loaded from the next level and copied
-  // over. Local.
+  // over. The reader stays until the image is released, so that a
+  // restart_begin/end sequence may restore again. Local.
   status restore_unverified(const std::string& name, int64_t version);
   // A committed version that a restart found damaged at every level:
   // recorded beside its MANIFEST (rank 0, durable), so that no later

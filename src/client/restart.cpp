@@ -429,6 +429,7 @@ status client_impl::restore(const std::string& name, int64_t version) {
     }
     floors_.erase(name);
     restart_version_ = -1;
+    restart_unverified_.reset();
     restart_ = format::shard_image();
     return st;
   }
@@ -479,7 +480,9 @@ void client_impl::copy_restart_image() {
 }
 
 status client_impl::restore_unverified(const std::string& name, int64_t version) {
-  std::unique_ptr<format::shard_reader> rd = std::move(restart_unverified_);
+  // Kept until the image is released: a restart_begin/end sequence may call
+  // cairn_restart again (cairn.pytorch reads its state region first).
+  format::shard_reader* rd = restart_unverified_.get();
   const format::shard_header h = restart_.header;
   // Regions laid out in memory as blocks of a larger array are copied from
   // a whole verified image (copy_block), not read in place.
@@ -495,7 +498,6 @@ status client_impl::restore_unverified(const std::string& name, int64_t version)
   if (!st)
     std::fprintf(stderr, "cairn: rank %d: node-local copy of '%s' version %lld damaged (%s); restoring it from the "
                          "next level\n", rank(), name.c_str(), static_cast<long long>(version), st.message().c_str());
-  rd.reset();
   // The node-local copy verified whole (not in place), else the next level
   // that holds the image the MANIFEST names.
   status again = load_shard(name, version, !in_place, true);
@@ -693,8 +695,13 @@ status client_impl::restart_begin(const std::string& name, int64_t version) {
   CAIRN_RETURN_IF_ERROR(check_name("checkpoint", name));
   engine::staging_pause pause(pool_);
   // A shard restart_test left unverified (restart_verify = while) is
-  // loaded again, verified: files are written from a whole image.
-  bool cached = restart_name_ == name && restart_version_ == version && !restart_unverified_;
+  // loaded again, verified, when it holds routed files (they are written
+  // from a whole image); its memory regions alone are read in place by
+  // cairn_restart, as outside a sequence (the VELOC drop-in's restart).
+  const auto& regs = restart_.header.regions;
+  const bool files_in_it =
+      std::any_of(regs.begin(), regs.end(), [](const format::region_desc& d) { return d.name.rfind("file:", 0) == 0; });
+  bool cached = restart_name_ == name && restart_version_ == version && !(restart_unverified_ && files_in_it);
   if (comm_->min(cached ? 1 : 0) == 0) {
     reshard_.reset();
     if (auto m = other_rank_count(name, version)) {

@@ -397,6 +397,48 @@ TEST_F(client_test, restart_verifying_while_it_reads_restores_from_the_next_leve
   ASSERT_TRUE(restore(2, 2));
 }
 
+// The VELOC drop-in's restart and cairn.pytorch's load: a restart_begin/end
+// sequence without routed files reads the regions in place as well, and may
+// call restart more than once; damaged node-local data come from the next level.
+TEST_F(client_test, restart_verifying_while_it_reads_in_a_restart_sequence_may_restore_twice) {
+  setenv("CAIRN_RESTART_VERIFY", "while", 1);
+  std::vector<uint64_t> big(300000);
+  std::vector<uint64_t> saved(big.size());
+  for (size_t i = 0; i < big.size(); ++i) saved[i] = i * 0x9e3779b97f4a7c15ull;
+  {
+    auto c = make_client();
+    big = saved;
+    ASSERT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_UINT64));
+    ASSERT_TRUE(c.checkpoint("ck", 1));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  auto restore_twice = [&] {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_UINT64));
+    auto v = c.restart_test("ck");
+    ASSERT_TRUE(v) << v.error().to_string();
+    ASSERT_TRUE(c.restart_begin("ck", *v));
+    for (int round = 0; round < 2; ++round) {
+      std::fill(big.begin(), big.end(), 0);
+      status st = c.restart("ck", *v);
+      ASSERT_TRUE(st) << st.to_string();
+      EXPECT_EQ(big, saved) << "round " << round;
+    }
+    ASSERT_TRUE(c.restart_end(true));
+    ASSERT_TRUE(c.finalize(true));
+  };
+  ASSERT_NO_FATAL_FAILURE(restore_twice());
+  const std::string p = format::shard_path(scratch(), "unit", "ck", 1, 0);
+  auto h = format::read_header(storage::storage_env::posix(), p);
+  ASSERT_TRUE(h);
+  auto data = storage::storage_env::posix()->read_all(p);
+  ASSERT_TRUE(data);
+  std::string d = *data;
+  d[h->regions[0].offset + 12345] ^= 0x01;
+  ASSERT_TRUE(storage::storage_env::posix()->write_atomic(p, d, true));
+  ASSERT_NO_FATAL_FAILURE(restore_twice());
+}
+
 // A writer of the store re-seals version 2's header (and its MANIFEST entry)
 // so that its one region claims `claim` bytes, over a sparse file of that
 // size, and removes the node-local level (the persistent copy is then read
