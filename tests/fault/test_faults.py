@@ -13,6 +13,7 @@ mount tests are skipped where mounting is not permitted.
 Unless a test says otherwise: 2 ranks, checkpoints every 2 steps (versions 2,
 4, 6, ...), 64 KiB of float data per rank, keep_local = 2.
 """
+import json
 import os
 import re
 import subprocess
@@ -274,7 +275,14 @@ class TestLostOrDamagedLevel:
         if checked is None:
             skip_if_no_cli("restart assertions passed")
 
-    def test_flipped_byte_in_both_levels_falls_back_to_older_version(self, reference, make_job):
+    @pytest.mark.parametrize("when", ["before", "while"])
+    def test_flipped_byte_in_both_levels_falls_back_to_older_version(self, when, reference, make_job):
+        """With restart_verify = before, restart_test skips version 6. With
+        while, it offers 6 (its headers are intact), cairn_restart finds the
+        damage on both levels and fails with CAIRN_ECORRUPT, and the
+        application asks restart_test again, which offers 4. The version is
+        recorded as damaged (DAMAGED), the CLI says so, and checkpointing 6
+        again removes the record."""
         ref = reference(2)
         job = make_job(2)
         job.run("--steps", 7).ok()
@@ -286,9 +294,29 @@ class TestLostOrDamagedLevel:
             assert checked.rc == 1, checked.describe()
             for path in bad:
                 assert str(path) in checked.stdout, checked.describe()
-        res = restart_and_compare(job, ref, 4, steps=10)
-        for lvl in ("local", "persistent"):
-            assert f"rank 1: {lvl} copy of 'ckpt' version 6 unusable" in res.stderr, res.describe()
+        res = restart_and_compare(job, ref, 4, restart_verify=when, label=".a")
+        lost = "node-local copy" if when == "while" else "local copy"
+        assert f"rank 1: {lost} of 'ckpt' version 6 " in res.stderr, res.describe()
+        assert "rank 1: persistent copy of 'ckpt' version 6 unusable" in res.stderr, res.describe()
+        assert ("restart of version 6 failed" in res.stdout) == (when == "while"), res.describe()
+        record = job.manifest(6).parent / "DAMAGED"
+        assert record.exists() == (when == "while")
+        if checked is not None:
+            listed = harness.run_cli("ls", str(job.store), "--json")
+            assert listed.rc == 0, listed.describe()
+            six = [v for v in json.loads(listed.stdout)["versions"] if v["version"] == 6]
+            assert len(six) == 1 and bool(six[0]["damaged"]) == (when == "while"), listed.describe()
+            if when == "while":
+                store_only = verify(job.store)
+                assert store_only.rc == 1 and str(record) in store_only.stdout, store_only.describe()
+                usable = harness.run_cli("restartable", str(job.store), "ckpt", "--ranks", "2", "--json")
+                assert usable.rc == 0, usable.describe()
+                six = [v for v in json.loads(usable.stdout)["versions"] if v["version"] == 6]
+                assert not six[0]["restartable"] and "damaged" in six[0]["why_not"], usable.describe()
+        # Version 6 written again by the execution that goes on: the record goes.
+        restart_and_compare(job, ref, 4, steps=10, restart_verify=when, label=".b")
+        assert not record.exists()
+        restart_and_compare(job, ref, 10, steps=10, restart_verify=when, label=".c")
         if checked is None:
             skip_if_no_cli("restart assertions passed")
 

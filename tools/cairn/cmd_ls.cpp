@@ -104,7 +104,7 @@ int cmd_ls(const ls_options& o) {
         std::string ranks_text = nranks ? std::to_string(*nranks) : "?";
         std::string state_text;
         switch (s.state) {
-          case version_state::committed: state_text = "committed"; break;
+          case version_state::committed: state_text = s.damaged ? "damaged" : "committed"; break;
           case version_state::incomplete:
             // An aggregated version's data files say nothing of the ranks until its MANIFEST is written.
             state_text = s.aggregated() ? "incomplete" : "incomplete " + std::to_string(s.shard_ranks.size()) +
@@ -135,6 +135,7 @@ int cmd_ls(const ls_options& o) {
                              {"committed_at", s.manifest ? nlohmann::json(committed_at) : nlohmann::json(nullptr)}};
         jv["redundancy"] = redundancy_json(s.manifest ? s.manifest->redundancy : std::nullopt);
         if (s.state == version_state::invalid) jv["problem"] = s.manifest_error.message();
+        jv["damaged"] = s.damaged ? nlohmann::json(*s.damaged) : nlohmann::json(nullptr);
         jversions.push_back(std::move(jv));
       }
     }

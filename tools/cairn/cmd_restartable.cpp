@@ -50,6 +50,10 @@ int cmd_restartable(const restartable_options& o) {
     if (!m) {
       how = "no";
       why = m.error().message();
+    } else if (auto damaged = damaged_record(env, o.store, run, o.name, *v)) {
+      nranks = m->nranks;
+      how = "no";
+      why = "a restart found every copy damaged: " + *damaged;
     } else {
       nranks = m->nranks;
       if (m->nranks == o.ranks) {

@@ -297,6 +297,7 @@ int cmd_show(const show_options& o) {
     state_text += " (" + s.manifest_error.message() + ")";
     t.rc = kExitFailure;
   }
+  if (s.damaged) state_text += ", damaged: restarts skip it (" + *s.damaged + ")";
 
   if (o.json) {
     nlohmann::json j = {{"store", o.store},   {"run", run},        {"name", o.name},
@@ -312,6 +313,7 @@ int cmd_show(const show_options& o) {
     }
     if (container) j["container"] = container_json(container->container, s.dir);
     if (s.state == version_state::invalid) j["problem"] = s.manifest_error.message();
+    j["damaged"] = s.damaged ? nlohmann::json(*s.damaged) : nlohmann::json(nullptr);
     print_json(j);
   } else {
     std::printf("run:         %s\n", run.c_str());

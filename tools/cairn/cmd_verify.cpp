@@ -163,6 +163,10 @@ class verifier {
       const std::string mpath = storage::join(s.dir, format::kManifestName);
       add_problem(mpath, "persistent", run, name, version, s.manifest_error.message());
     }
+    if (s.damaged)
+      add_problem(format::damaged_path(o_.store, run, name, version), "persistent", run, name, version,
+                  "a restart found every copy damaged (" + *s.damaged + "); restarts skip this version until it is "
+                  "checkpointed again, or until this record is removed after a repair");
     if (s.manifest && s.manifest->aggregated) {
       plan_container(s, run, name, version);
     }

@@ -89,6 +89,19 @@ uint64_t file_size_of(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
 }
 
+std::optional<std::string> damaged_record(storage::storage_env* env, const std::string& root, const std::string& run,
+                                          const std::string& name, int64_t version) {
+  const std::string path = format::damaged_path(root, run, name, version);
+  if (!env->exists(path)) return std::nullopt;
+  auto text = env->read_all(path);
+  if (!text) return "(its record " + path + " cannot be read: " + text.error().message() + ")";
+  std::string why = text->substr(0, 4096);
+  while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+  for (char& ch : why)
+    if (static_cast<unsigned char>(ch) < 0x20) ch = ' ';  // one line of a table, whatever the file holds
+  return why;
+}
+
 version_scan scan_version(storage::storage_env* env, const std::string& root, const std::string& run,
                           const std::string& name, int64_t version) {
   version_scan s;
@@ -100,6 +113,8 @@ version_scan scan_version(storage::storage_env* env, const std::string& root, co
     uint32_t rank = 0;
     if (n == format::kManifestName) {
       has_manifest = true;
+    } else if (n == format::kDamagedName) {
+      s.damaged = damaged_record(env, root, run, name, version);
     } else if (n.size() > 4 && n.compare(n.size() - 4, 4, ".tmp") == 0) {
       s.tmp_files.push_back(n);
     } else if (format::parse_shard_name(n, &rank)) {

@@ -62,6 +62,9 @@ struct version_scan {
   std::vector<std::string> tmp_files;        // names ending in .tmp
   std::optional<uint32_t> nranks;            // manifest's, else the first readable shard header's
   uint64_t bytes = 0;                        // sizes of the present shard and data files
+  // A committed version that a restart found damaged at every level: the
+  // reason its DAMAGED record gives. restart_test offers it no more.
+  std::optional<std::string> damaged;
 
   // The aggregated layout (docs/format/container.md): the MANIFEST says so,
   // or, without a valid one, data files are there and no shard file is.
@@ -78,6 +81,10 @@ const char* layout_name(const version_scan& s);
 // a valid MANIFEST, reads shard headers until one gives nranks. Never fails: what it finds wrong lands in the fields.
 version_scan scan_version(storage::storage_env* env, const std::string& root, const std::string& run,
                           const std::string& name, int64_t version);
+
+// The reason in the DAMAGED record beside a version's MANIFEST, if there is one.
+std::optional<std::string> damaged_record(storage::storage_env* env, const std::string& root, const std::string& run,
+                                          const std::string& name, int64_t version);
 
 // Size of a file in bytes; 0 if it cannot be stat'ed.
 uint64_t file_size_of(const std::string& path);
