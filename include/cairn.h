@@ -326,7 +326,11 @@ int cairn_size(const cairn_t *c);
  * Restart:     cairn_restart_begin(version) restores the files; cairn_route_file
  *              gives the path to read each from; cairn_restart_end.
  * Routed paths live in the node-local directory; files are identified by their
- * base name. begin/end are collective. */
+ * base name. begin/end are collective. Between cairn_restart_begin and
+ * cairn_restart_end, cairn_restart may restore the version's memory regions
+ * (once or more); with restart_verify = while, a version without routed files
+ * is then read and verified in place as outside a sequence, and one with
+ * routed files is verified whole by cairn_restart_begin. */
 int cairn_checkpoint_begin(cairn_t *c, const char *name, int64_t version);
 int cairn_route_file(cairn_t *c, const char *file, char *routed, size_t routed_len);
 int cairn_checkpoint_end(cairn_t *c, int success);
