@@ -46,8 +46,13 @@ void stream_sse2(std::byte* d, const std::byte* s, size_t n) {
 }  // namespace
 
 void stream_copy(void* dst, const void* src, size_t len) {
+  if (len >= kStreamFrom) stream_copy_piece(dst, src, len);
+  else std::memcpy(dst, src, len);
+}
+
+void stream_copy_piece(void* dst, const void* src, size_t len) {
 #if defined(__x86_64__)
-  if (len >= kStreamFrom) {
+  if (len >= 256) {
     auto* d = static_cast<std::byte*>(dst);
     const auto* s = static_cast<const std::byte*>(src);
     static const bool avx2 = __builtin_cpu_supports("avx2");

@@ -17,6 +17,11 @@ namespace cairn::util {
 // overlap.
 void stream_copy(void* dst, const void* src, size_t len);
 
+// stream_copy at any size: for one piece of a large copy made in pieces (a
+// region restored through a cache-sized buffer), whose destination as a
+// whole is not read again soon.
+void stream_copy_piece(void* dst, const void* src, size_t len);
+
 }  // namespace cairn::util
 
 #endif

@@ -268,6 +268,41 @@ TEST_F(ShardCompressFiles, LargeImageVerifiedWhileItIsRead) {
   ASSERT_FALSE(cut.is_ok());
 }
 
+// read_region (restart_verify = while) into memory 64-byte aligned (read
+// straight in) and 16 bytes past it (through the reader's buffer): the
+// region's bytes, a region that ends in a partial piece, and a byte flipped
+// in a later piece refused.
+TEST_F(ShardCompressFiles, RegionReadIntoAlignedAndUnalignedMemory) {
+  const std::vector<test::region_spec> regions = {{"a", CAIRN_BYTE, (3u << 20) + 12345, {}, false},
+                                                  {"b", CAIRN_INT32, 7, {}, false}};
+  auto made = test::make_shard_image("run1", "rr", 1, 0, 1, regions);
+  ASSERT_TRUE(made.is_ok()) << made.error().to_string();
+  const test::shard_image& img = *made;
+  const format::region_desc& a = img.header.regions[0];
+  std::vector<std::byte> mem(a.length + 128);
+  auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
+  for (size_t skew : {0u, 16u}) {
+    std::vector<std::byte> bytes = img.bytes;
+    for (bool damaged : {false, true}) {
+      if (damaged) bytes[a.offset + a.length - 100] ^= std::byte{1};
+      ASSERT_TRUE(test::write_file(path("s"), bytes.data(), bytes.size()).is_ok());
+      auto rd = format::shard_reader::open(env_, path("s"));
+      ASSERT_TRUE(rd.is_ok()) << message_of(rd);
+      std::span<std::byte> out(aligned + skew, a.length);
+      status st = (*rd)->read_region(0, out);
+      if (damaged) {
+        EXPECT_EQ(st.code(), errc::corruption) << skew;
+        continue;
+      }
+      ASSERT_TRUE(st.is_ok()) << skew << ": " << message_of(st);
+      EXPECT_EQ(std::memcmp(out.data(), img.bytes.data() + a.offset, a.length), 0) << skew;
+      std::vector<std::byte> small(img.header.regions[1].length);
+      EXPECT_TRUE((*rd)->read_region(1, small).is_ok());
+      EXPECT_EQ(std::memcmp(small.data(), img.bytes.data() + img.header.regions[1].offset, small.size()), 0);
+    }
+  }
+}
+
 // The node-local level's restart: an uncompressed shard verified where it
 // lies (mapped, no copy), a damaged one refused, a compressed one read as
 // read_shard_image reads it.
