@@ -6,6 +6,7 @@
 #include "format/layout.hpp"
 #include "format/tree.hpp"
 #include "util/clock.hpp"
+#include "util/copy.hpp"
 #include "util/hash.hpp"
 
 namespace cairn::engine {
@@ -127,10 +128,18 @@ class local_stage final : public stage {
     // failed write of the new one.
     CAIRN_RETURN_IF_ERROR(env_->remove_file(path));
     CAIRN_RETURN_IF_ERROR(env_->make_dirs(storage::dirname_of(path)));
-    const bool recycled = recycler_ && recycler_->take(h.file_size, path + ".tmp");
-    CAIRN_RETURN_IF_ERROR(
-        write_shard_file(env_, path, job.image->data(), h.file_size, false, false, job.tree_image, recycled));
-    if (recycler_) recycler_->wrote(path, h.file_size);
+    std::shared_ptr<storage::mapped_file> map;
+    const bool recycled = recycler_ && recycler_->take(h.file_size, path + ".tmp", &map);
+    if (map) {
+      // A recycled file kept mapped: the image is copied in, no write(2).
+      util::stream_copy(map->bytes().data(), job.image->data(), h.file_size);
+      CAIRN_ASSIGN_OR_RETURN(auto w, shard_file_writer::create(env_, path, false, true));
+      CAIRN_RETURN_IF_ERROR(w->finish(false, job.tree_image));
+    } else {
+      CAIRN_RETURN_IF_ERROR(
+          write_shard_file(env_, path, job.image->data(), h.file_size, false, false, job.tree_image, recycled));
+    }
+    if (recycler_) recycler_->wrote(path, h.file_size, std::move(map));
     job.local_s = util::now_s() - t0;
     return {};
   }

@@ -149,8 +149,47 @@ class posix_readable final : public readable_file {
   mutable int direct_fd_ = -1;
 };
 
+class posix_mapped final : public mapped_file {
+ public:
+  posix_mapped(void* p, size_t n, dev_t dev, ino_t ino) : p_(p), n_(n), dev_(dev), ino_(ino) {}
+  ~posix_mapped() override { ::munmap(p_, n_); }
+  std::span<std::byte> bytes() override { return {static_cast<std::byte*>(p_), n_}; }
+  bool is(const std::string& path) const override {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_;
+  }
+
+ private:
+  void* p_;
+  size_t n_;
+  dev_t dev_;
+  ino_t ino_;
+};
+
 class posix_env final : public storage_env {
  public:
+  result<std::unique_ptr<mapped_file>> map_shared(const std::string& path) override {
+    g_counters.opens.fetch_add(1, std::memory_order_relaxed);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return status::from_errno(errno, "open " + path);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return status::from_errno(e, "stat " + path);
+    }
+    if (st.st_size <= 0) {
+      ::close(fd);
+      return status(errc::not_supported, path + ": an empty file is not mapped");
+    }
+    void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     fd, 0);
+    const int e = errno;
+    ::close(fd);  // the mapping keeps the file
+    if (p == MAP_FAILED) return status::from_errno(e, "mmap " + path);
+    return std::unique_ptr<mapped_file>(new posix_mapped(p, static_cast<size_t>(st.st_size), st.st_dev, st.st_ino));
+  }
+
   result<std::unique_ptr<writable_file>> create(const std::string& path, bool want_direct, bool truncate) override {
     g_counters.creates.fetch_add(1, std::memory_order_relaxed);
     int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (truncate ? O_TRUNC : 0);

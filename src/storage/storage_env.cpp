@@ -27,6 +27,10 @@ std::string join(const std::string& a, const std::string& b) {
   return a + "/" + b;
 }
 
+result<std::unique_ptr<mapped_file>> storage_env::map_shared(const std::string& path) {
+  return status(errc::not_supported, path + ": this storage env writes through files only");
+}
+
 result<std::string> storage_env::read_all(const std::string& path) {
   CAIRN_ASSIGN_OR_RETURN(auto f, open_read(path));
   std::string data(f->size(), '\0');

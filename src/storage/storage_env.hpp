@@ -46,6 +46,18 @@ class readable_file {
   virtual std::span<const std::byte> map() { return {}; }
 };
 
+// A whole file mapped for reading and writing, shared: stores reach the file
+// as write(2) would, without the kernel's copy. Its pages are faulted in when
+// it is made; the mapping lives as long as this object. The file must not be
+// truncated meanwhile (cairn never truncates a file it renamed into place).
+class mapped_file {
+ public:
+  virtual ~mapped_file() = default;
+  virtual std::span<std::byte> bytes() = 0;
+  // Whether `path` names the mapped file now (the same device and inode).
+  virtual bool is(const std::string& path) const = 0;
+};
+
 class storage_env {
  public:
   virtual ~storage_env() = default;
@@ -64,6 +76,10 @@ class storage_env {
   // Names in dir (no "." or ".."); not_found if dir does not exist.
   virtual result<std::vector<std::string>> list(const std::string& dir) = 0;
   virtual bool exists(const std::string& path) = 0;
+  // The existing file at `path` mapped (mapped_file). not_supported where
+  // this env's writes must go through writable_file (the wrappers below: a
+  // fault, a rate or a power loss applies to write_at), and on an empty file.
+  virtual result<std::unique_ptr<mapped_file>> map_shared(const std::string& path);
 
   // Reads a whole (small) file.
   result<std::string> read_all(const std::string& path);

@@ -100,6 +100,52 @@ TEST_F(client_test, checkpoint_wait_restart_round_trip_in_both_modes) {
   }
 }
 
+// Scratch on tmpfs: recycled node-local files are kept mapped and each
+// version's image is copied into the mapping (engine/recycler.hpp). Every
+// version's node-local shard holds exactly its data, checked as soon as it
+// is there, and the newest restores from the node-local level bit for bit.
+TEST_F(client_test, node_local_shards_written_through_kept_mappings_hold_their_versions) {
+  char tmpl[] = "/dev/shm/cairn-client-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string shm = tmpl;
+  setenv("CAIRN_SCRATCH", shm.c_str(), 1);
+  setenv("CAIRN_KEEP_LOCAL", "1", 1);
+  std::vector<uint64_t> big(600000);  // 4.6 MiB
+  auto fill = [&](int64_t v) {
+    for (size_t i = 0; i < big.size(); ++i) big[i] = (i + 1) * 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(v);
+  };
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_UINT64));
+    for (int64_t v = 1; v <= 10; ++v) {
+      fill(v);
+      ASSERT_TRUE(c.checkpoint("ck", v));
+      ASSERT_TRUE(c.wait("ck", v, CAIRN_LEVEL_LOCAL));
+      auto img = format::read_shard_image(storage::storage_env::posix(), format::shard_path(shm, "unit", "ck", v, 0));
+      ASSERT_TRUE(img) << v << ": " << img.error().to_string();
+      ASSERT_EQ(img->header.regions[0].length, big.size() * 8);
+      EXPECT_EQ(std::memcmp(img->bytes().data() + img->header.regions[0].offset, big.data(), big.size() * 8), 0) << v;
+    }
+    ASSERT_TRUE(c.finalize(true));
+  }
+  std::fill(big.begin(), big.end(), 0);
+  {
+    // The node-local copy only.
+    ASSERT_TRUE(storage::storage_env::posix()->remove_tree(format::version_dir(store(), "unit", "ck", 10)));
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("big", big.data(), big.size(), CAIRN_UINT64));
+    auto v = c.restart_test("ck");
+    ASSERT_TRUE(v) << v.error().to_string();
+    EXPECT_EQ(*v, 10);
+    ASSERT_TRUE(c.restart("ck", 10));
+    const auto restored = big;
+    fill(10);
+    EXPECT_EQ(restored, big);
+    ASSERT_TRUE(c.finalize(true));
+  }
+  ASSERT_TRUE(storage::storage_env::posix()->remove_tree(shm));
+}
+
 // capture = cow: each version holds its regions as they were at its
 // checkpoint, bit for bit, whatever the application writes right after
 // (every block at once, the worst case), for a region copied in the

@@ -24,6 +24,7 @@
 #include "engine/stages.hpp"
 #include "format/layout.hpp"
 #include "format/shard.hpp"
+#include "storage/geometry.hpp"
 #include "storage/storage_env.hpp"
 
 namespace cairn::engine {
@@ -497,6 +498,61 @@ TEST(recycler, only_files_this_process_wrote_are_binned_and_taken_by_exact_size)
   EXPECT_TRUE(bin->empty());
   EXPECT_FALSE(r.take(8192, dir + "/new2.tmp"));
   ASSERT_TRUE(env->remove_tree(dir));
+}
+
+// On tmpfs, a taken file comes with a mapping of it, which travels with the
+// file through the bin and is used again; a file replaced meanwhile gets a
+// new one; elsewhere (ext4 /tmp here) none.
+TEST(recycler, taken_files_are_mapped_on_tmpfs_and_the_mapping_is_used_again) {
+  auto env = storage::storage_env::posix();
+  for (const char* base : {"/dev/shm/cairn-recycler-XXXXXX", "/tmp/cairn-recycler-XXXXXX"}) {
+    std::string tmpl = base;
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    const std::string dir = tmpl;
+    auto tmpfs = storage::detect_geometry(dir);
+    ASSERT_TRUE(tmpfs);
+    const bool maps = tmpfs->fs == "tmpfs";
+    local_recycler r(env, dir, "run", 0, 2);
+    const std::string a = dir + "/a";
+    ASSERT_TRUE(env->write_atomic(a, std::string(3 * 4096 + 5, 'a'), false));
+    r.wrote(a, 3 * 4096 + 5);
+    ASSERT_TRUE(r.retire(a));
+    std::shared_ptr<storage::mapped_file> m;
+    ASSERT_TRUE(r.take(3 * 4096 + 5, dir + "/b.tmp", &m));
+    EXPECT_EQ(m != nullptr, maps) << dir;
+    if (m) {
+      ASSERT_EQ(m->bytes().size(), 3u * 4096 + 5);
+      std::memset(m->bytes().data(), 'b', m->bytes().size());
+      auto back = env->read_all(dir + "/b.tmp");
+      ASSERT_TRUE(back);
+      EXPECT_EQ(*back, std::string(3 * 4096 + 5, 'b'));  // stores reach the file
+    }
+    storage::mapped_file* first = m.get();
+    ASSERT_TRUE(env->rename(dir + "/b.tmp", dir + "/b"));
+    r.wrote(dir + "/b", 3 * 4096 + 5, std::move(m));
+    ASSERT_TRUE(r.retire(dir + "/b"));
+    ASSERT_TRUE(r.take(3 * 4096 + 5, dir + "/c.tmp", &m));
+    EXPECT_EQ(m.get(), first);  // the same mapping, the same file
+    ASSERT_TRUE(env->rename(dir + "/c.tmp", dir + "/c"));
+    r.wrote(dir + "/c", 3 * 4096 + 5, std::move(m));
+    ASSERT_TRUE(r.retire(dir + "/c"));
+    // The binned file replaced by another one (another inode): a new mapping.
+    auto bin = env->list(dir + "/recycle/run");
+    ASSERT_TRUE(bin);
+    ASSERT_EQ(bin->size(), 1u);
+    const std::string binned = dir + "/recycle/run/" + bin->front();
+    ASSERT_TRUE(env->remove_file(binned));
+    ASSERT_TRUE(env->write_atomic(binned, std::string(3 * 4096 + 5, 'z'), false));
+    ASSERT_TRUE(r.take(3 * 4096 + 5, dir + "/d.tmp", &m));
+    EXPECT_EQ(m != nullptr, maps);
+    if (m) {
+      EXPECT_TRUE(m->is(dir + "/d.tmp"));
+      EXPECT_EQ(static_cast<char>(m->bytes()[0]), 'z');
+    }
+    m.reset();
+    ASSERT_TRUE(r.clear());
+    ASSERT_TRUE(env->remove_tree(dir));
+  }
 }
 
 TEST(staging, reserving_ahead_never_waits_for_a_slot_in_use) {
