@@ -226,11 +226,12 @@ class Deployment:
                                             stdin=subprocess.DEVNULL, start_new_session=True, env=self.env)
         logf.close()
 
-    def add_manager(self, node, capacity=4, store=None, threads=None, cpu=None, ns=None, addr=None):
+    def add_manager(self, node, capacity=4, store=None, threads=None, cpu=None, ns=None, addr=None, provider=None):
         """A manager whose agents keep versions in memory and, with `store`,
         write them to it (the agent arguments are given explicitly because
         applications registered by hand carry no store); on CPU `cpu`, or in
-        network namespace `ns` serving on `addr`."""
+        network namespace `ns` serving on `addr`; their libfabric provider
+        `provider` (default: cairn-agent's)."""
         run_dir = os.path.join(self.root, "run-" + node)
         agent_args = ["--agent-id", "{agent}", "--app-id", "{app}", "--app", "{app_name}", "--node", "{node}",
                       "--controller", "{controller}", "--stats-file", "{stats_file}"]
@@ -240,6 +241,8 @@ class Deployment:
             agent_args += ["--threads", str(threads)]
         if addr:
             agent_args += ["--bind", addr]
+        if provider:
+            agent_args += ["--provider", provider]
         cmd = [self.args.cli, "manager", "--controller", self.address, "--secret-file", self.secret,
                "--service-secret-file", self.service_secret, "--node-id",
                node, "--capacity", str(capacity), "--agent-program", self.args.agent, "--run-dir", run_dir,
@@ -492,9 +495,13 @@ def measure_agent_counts(b, pdir, sdir):
                 log("  %d agent(s), %s" % (k, variant))
                 app = dep.register(name, a.ranks, store, agents=k)
                 env = agents_env(dep, blocking=blocking, lend=lend)
-                # Restart from agent memory (the agents hold the newest
-                # version; the store is only tried after them), for the first
-                # count, staging and lend alike.
+                if a.restart_verify:
+                    env["CAIRN_RESTART_VERIFY"] = a.restart_verify
+                # Restart in a fresh handle after cairn_bench's finalize, for
+                # the first count, staging and lend alike. The finalize
+                # unregistered the application, so its agents no longer hold
+                # the version and it comes from the store: restart from agent
+                # memory after a job died is bench/run_agent_restart.py's.
                 restart = k == a.agent_counts[0] and not blocking
                 r = b.run_json(b.bench_cmd(a.ranks, store_parent, scratch, env, [
                     "--run", name, "--modes", "thread", "--checkpoints", a.checkpoints, "--reps", a.reps,
@@ -805,7 +812,7 @@ def print_report(doc):
     for e in res.get("agent_counts", {}).get("runs", []):
         rs = e.get("restart_from_agents")
         if rs:
-            print("  restart from agent memory, %d agent(s), %-11s %7.4f s (test %.4f + restart %.4f) = %.2f x memcpy"
+            print("  restart after finalize, %d agent(s), %-11s %7.4f s (test %.4f + restart %.4f) = %.2f x memcpy"
                   % (e["agents"], e["variant"] + ":", rs["total_s"], rs["test_s"], rs["restart_s"],
                      rs["total_s"] / e["memcpy_s"]))
     ac = res.get("agent_counts", {})
@@ -894,6 +901,8 @@ def main():
                     help="tc rate of each agent node's link in the netns variant (default 2gbit)")
     ap.add_argument("--placement-rounds", type=int, default=2,
                     help="repetitions of each placement case, alternating (default 2)")
+    ap.add_argument("--restart-verify", choices=["before", "while"],
+                    help="restart_verify of the restarts from agent memory (default: cairn's, before)")
     ap.add_argument("--no-placement", action="store_true", help="skip the placement experiment")
     ap.add_argument("--no-counts", action="store_true", help="skip the 1/2/4-agent measurements")
     ap.add_argument("--no-rma", action="store_true", help="skip agents_rma_bench")

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <map>
+#include <system_error>
 #include <sys/random.h>
 #include <time.h>
 
@@ -51,6 +53,16 @@ status replay_guard::admit(const data_message& m, int64_t now_ns) {
 
 // ---- agent_client --------------------------------------------------------------------
 
+namespace {
+
+// "restore of RUN/NAME rank R vV" (or "(newest)"), for errors.
+std::string restore_what(const std::string& run, const std::string& name, uint32_t rank, int64_t version) {
+  return "restore of " + run + "/" + name + " rank " + std::to_string(rank) +
+         (version < 0 ? std::string(" (newest)") : " v" + std::to_string(version));
+}
+
+}  // namespace
+
 struct agent_client::impl {
   client_options opts;
   std::string agent_name;
@@ -62,13 +74,28 @@ struct agent_client::impl {
   // Lent application memory, registered once (agents_lend): (address, size).
   std::map<std::pair<const std::byte*, size_t>, fabric::memory_region> lent_mrs;
 
-  status ensure_lanes() {
-    if (lanes) return {};
+  // Lanes being opened in the background (prepare_lanes).
+  std::future<result<std::unique_ptr<fabric::transfer_engine>>> lanes_coming;
+
+  fabric::transfer_options lane_options() const {
     fabric::transfer_options t;
     t.fabric = opts.fabric;
     t.threads = opts.threads;
     t.piece_bytes = opts.piece_bytes;
-    CAIRN_ASSIGN_OR_RETURN(lanes, fabric::transfer_engine::create(t));
+    return t;
+  }
+
+  status ensure_lanes() {
+    if (lanes) return {};
+    if (lanes_coming.valid()) {
+      auto made = lanes_coming.get();
+      if (made) {
+        lanes = std::move(made).value();
+        return {};
+      }
+      // Opened again below: the failure may have been passing.
+    }
+    CAIRN_ASSIGN_OR_RETURN(lanes, fabric::transfer_engine::create(lane_options()));
     return {};
   }
 
@@ -77,6 +104,21 @@ struct agent_client::impl {
     m.sent_ns = wall_ns();
     std::string bytes = encode_data_message(m);
     return ctx->send(agent, opts.key.empty() ? bytes : fabric::seal(opts.key, kToAgent, std::move(bytes)));
+  }
+
+  // A RESTORE of (run, name, rank) version `version` (-1: the newest).
+  data_message restore_request(const std::string& run, const std::string& name, uint32_t rank, int64_t version,
+                               transfer_mode mode) {
+    data_message req;
+    req.type = data_msg::restore;
+    req.mode = mode;
+    req.request = next_request++;
+    req.run = run;
+    req.name = name;
+    req.version = version;
+    req.rank = rank;
+    req.reply_to = ctx->name();
+    return req;
   }
 
   // A READY for h's image of `length` bytes.
@@ -138,6 +180,17 @@ struct agent_client::impl {
 
 agent_client::agent_client(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
 agent_client::~agent_client() = default;
+
+void agent_client::prepare_lanes() {
+  impl& m = *impl_;
+  if (m.lanes || m.lanes_coming.valid()) return;
+  try {
+    m.lanes_coming = std::async(std::launch::async,
+                                [t = m.lane_options()] { return fabric::transfer_engine::create(t); });
+  } catch (const std::system_error&) {
+    // No thread to spare: ensure_lanes opens them when they are needed.
+  }
+}
 fabric::fabric_context& agent_client::context() { return *impl_->ctx; }
 
 result<std::unique_ptr<agent_client>> agent_client::create(const client_options& options,
@@ -221,64 +274,98 @@ status agent_client::checkpoint(std::span<std::byte> image, const format::shard_
 result<restored_image> agent_client::restore(const std::string& run, const std::string& name, uint32_t rank,
                                              int64_t version, std::span<std::byte> buffer, transfer_mode mode) {
   impl& m = *impl_;
-  const std::string what = "restore of " + run + "/" + name + " rank " + std::to_string(rank) +
-                           (version < 0 ? std::string(" (newest)") : " v" + std::to_string(version));
-  data_message req;
-  req.type = data_msg::restore;
-  req.mode = mode;
-  req.request = m.next_request++;
-  req.run = run;
-  req.name = name;
-  req.version = version;
-  req.rank = rank;
-  req.length = buffer.size();
-  req.reply_to = m.ctx->name();
-
-  if (mode == transfer_mode::push) {
-    // Registered only for this call: once it is closed, a late write from the
-    // agent fails on its side instead of landing in `buffer`.
-    CAIRN_ASSIGN_OR_RETURN(fabric::memory_region mr,
-                           m.ctx->register_memory(buffer.data(), buffer.size(), fabric::kRemoteWrite));
-    req.addr = mr.remote_address();
-    req.key = mr.key();
-    CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
-    CAIRN_ASSIGN_OR_RETURN(data_message reply, m.await(req.request, data_msg::restored, what));
-    CAIRN_RETURN_IF_ERROR(data_message_status(reply).with_context(what));
-    if (reply.length > buffer.size()) return status(errc::corruption, what + ": agent reports more bytes than asked");
+  const std::string what = restore_what(run, name, rank, version);
+  if (mode == transfer_mode::pull) {
+    CAIRN_ASSIGN_OR_RETURN(restore_lease lease, open_restore(run, name, rank, version));
     restored_image out;
-    out.version = reply.version;
-    out.length = reply.length;
-    // Only the header and the regions were written: zero the padding so the
-    // buffer holds exactly the shard file's bytes.
-    CAIRN_ASSIGN_OR_RETURN(format::shard_header h, format::decode_header(buffer.first(reply.length), what));
-    fabric::zero_padding(h, buffer.first(reply.length));
-    CAIRN_ASSIGN_OR_RETURN(out.header, fabric::verify_shard_image(buffer.first(reply.length), what));
+    out.version = lease.version;
+    out.length = lease.length;
+    status st;
+    if (lease.length > buffer.size()) {
+      st = status(errc::invalid_argument, what + ": version " + std::to_string(lease.version) + " needs " +
+                                              std::to_string(lease.length) + " bytes, the buffer has " +
+                                              std::to_string(buffer.size()));
+    } else {
+      auto h = fabric::pull_image(*m.lanes, lease.source, buffer);
+      if (h) out.header = std::move(h).value();
+      else st = h.take_status().with_context(what);
+    }
+    close_restore(lease, st);
+    if (!st) return st;
     return out;
   }
 
+  data_message req = m.restore_request(run, name, rank, version, mode);
+  req.length = buffer.size();
+  // Registered only for this call: once it is closed, a late write from the
+  // agent fails on its side instead of landing in `buffer`.
+  CAIRN_ASSIGN_OR_RETURN(fabric::memory_region mr,
+                         m.ctx->register_memory(buffer.data(), buffer.size(), fabric::kRemoteWrite));
+  req.addr = mr.remote_address();
+  req.key = mr.key();
+  CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
+  CAIRN_ASSIGN_OR_RETURN(data_message reply, m.await(req.request, data_msg::restored, what));
+  CAIRN_RETURN_IF_ERROR(data_message_status(reply).with_context(what));
+  if (reply.length > buffer.size()) return status(errc::corruption, what + ": agent reports more bytes than asked");
+  restored_image out;
+  out.version = reply.version;
+  out.length = reply.length;
+  // Only the header and the regions were written: zero the padding so the
+  // buffer holds exactly the shard file's bytes.
+  CAIRN_ASSIGN_OR_RETURN(format::shard_header h, format::decode_header(buffer.first(reply.length), what));
+  fabric::zero_padding(h, buffer.first(reply.length));
+  CAIRN_ASSIGN_OR_RETURN(out.header, fabric::verify_shard_image(buffer.first(reply.length), what));
+  return out;
+}
+
+result<restore_lease> agent_client::open_restore(const std::string& run, const std::string& name, uint32_t rank,
+                                                 int64_t version) {
+  impl& m = *impl_;
+  const std::string what = restore_what(run, name, rank, version);
+  data_message req = m.restore_request(run, name, rank, version, transfer_mode::pull);
   CAIRN_RETURN_IF_ERROR(m.ensure_lanes().with_context(what));
   CAIRN_RETURN_IF_ERROR(m.send(req).with_context(what));
   CAIRN_ASSIGN_OR_RETURN(data_message src, m.await(req.request, data_msg::restore_source, what));
   CAIRN_RETURN_IF_ERROR(data_message_status(src).with_context(what));
-  restored_image out;
-  out.version = src.version;
-  out.length = src.length;
-  data_message done = req;
+  restore_lease lease;
+  lease.run = run;
+  lease.name = name;
+  lease.rank = rank;
+  lease.version = src.version;
+  lease.length = src.length;
+  lease.request = req.request;
+  lease.source = fabric::remote_buffer{m.agent_name, src.addr, src.key, src.length};
+  return lease;
+}
+
+status agent_client::read_restored(const restore_lease& lease, uint64_t offset, std::span<std::byte> out) {
+  impl& m = *impl_;
+  if (offset > lease.length || out.size() > lease.length - offset)
+    return status(errc::invalid_argument, "read of " + std::to_string(out.size()) + " bytes at " +
+                                              std::to_string(offset) + " past the lent image's " +
+                                              std::to_string(lease.length));
+  if (out.empty()) return {};
+  CAIRN_RETURN_IF_ERROR(m.ensure_lanes());
+  // The range as a buffer of its own: registered addresses (or offsets, by
+  // the provider's mode) count from the image's first byte.
+  const fabric::remote_buffer range{lease.source.peer, lease.source.addr + offset, lease.source.key, out.size()};
+  const fabric::extent all{0, out.size()};
+  return m.lanes->pull(range, out, {&all, 1});
+}
+
+void agent_client::close_restore(const restore_lease& lease, const status& st) {
+  impl& m = *impl_;
+  data_message done;
   done.type = data_msg::restore_done;
-  status st;
-  if (src.length > buffer.size()) {
-    st = status(errc::invalid_argument, what + ": version " + std::to_string(src.version) + " needs " +
-                                            std::to_string(src.length) + " bytes, the buffer has " +
-                                            std::to_string(buffer.size()));
-  } else {
-    auto h = fabric::pull_image(*m.lanes, fabric::remote_buffer{m.agent_name, src.addr, src.key, src.length}, buffer);
-    if (h) out.header = std::move(h).value();
-    else st = h.take_status().with_context(what);
-  }
+  done.mode = transfer_mode::pull;
+  done.request = lease.request;
+  done.run = lease.run;
+  done.name = lease.name;
+  done.rank = lease.rank;
+  done.version = lease.version;
+  done.reply_to = m.ctx->name();
   done.code = static_cast<int32_t>(st.code());
   (void)m.send(done);  // lets the agent drop the registration; it times out otherwise
-  if (!st) return st;
-  return out;
 }
 
 namespace {

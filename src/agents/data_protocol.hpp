@@ -107,6 +107,18 @@ struct restored_image {
   format::shard_header header;
 };
 
+// A held version the agent lends for reading (restore by read, kept open):
+// its bytes are read in ranges until close_restore, or until the agent's
+// transfer timeout drops the loan (reads then fail).
+struct restore_lease {
+  std::string run, name;
+  uint32_t rank = 0;
+  int64_t version = 0;
+  uint64_t length = 0;  // image bytes
+  uint64_t request = 0;
+  fabric::remote_buffer source;
+};
+
 // One application rank talking to one agent. Thread-safety: one call at a
 // time.
 class agent_client {
@@ -134,6 +146,18 @@ class agent_client {
   // reads from the agent.
   result<restored_image> restore(const std::string& run, const std::string& name, uint32_t rank, int64_t version,
                                  std::span<std::byte> buffer, transfer_mode mode);
+  // Starts opening the transfer lanes a restore by read uses (about 30 ms
+  // of endpoint set-up) on a thread of their own, so that they are ready
+  // when asked for; a restart calls it before its first QUERY.
+  void prepare_lanes();
+  // Restore by read in steps (restart_verify = while: the regions are read
+  // straight into the application's memory and verified as they arrive):
+  // asks the agent to lend a held version, reads ranges of it, and tells the
+  // agent it is done (`st`: whether the reads went well).
+  result<restore_lease> open_restore(const std::string& run, const std::string& name, uint32_t rank,
+                                     int64_t version);
+  status read_restored(const restore_lease& lease, uint64_t offset, std::span<std::byte> out);
+  void close_restore(const restore_lease& lease, const status& st);
 
   // The versions of (run, name, rank) the agent holds in memory, oldest first.
   result<std::vector<held_info>> held(const std::string& run, const std::string& name, uint32_t rank);

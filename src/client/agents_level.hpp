@@ -40,6 +40,7 @@ class agents_level final : public level {
   void candidates(const std::string& name, std::set<int64_t>* out) override;
   status restart_allowed(const std::string& name) override;
   status load(const std::string& name, int64_t version, format::shard_image* out, std::string* why) override;
+  result<std::unique_ptr<format::shard_reader>> open_unverified(const std::string& name, int64_t version) override;
   std::string where() const override { return "the agents' memory"; }
   bool keeps_restored() const override { return true; }
 

@@ -370,6 +370,7 @@ class fabric_agents_data final : public agents_data {
       status why;
       for (int attempt = 0;; ++attempt) {
         auto c = client(i);
+        if (c) (*c)->prepare_lanes();  // a restore follows: its lanes open while the agent answers
         auto list = c ? (*c)->held(run, name, rank) : result<std::vector<agents::held_info>>(c.error());
         if (list) {
           for (const auto& h : *list) out.holdings.push_back({h.version, h.length, h.attempt, i});
@@ -410,6 +411,26 @@ class fabric_agents_data final : public agents_data {
     return r->header;
   }
 
+  result<std::unique_ptr<storage::readable_file>> open_held(const agent_holding& h, const std::string& run,
+                                                            const std::string& name, uint32_t rank) override {
+    cairn::lock_guard lk(mu_);
+    if (h.agent >= view_.agents.size()) return status(errc::not_found, "agent index out of range");
+    const std::string who = "agent " + std::to_string(view_.agents[h.agent].id);
+    CAIRN_ASSIGN_OR_RETURN(agents::agent_client * c, client(h.agent));
+    auto lease = c->open_restore(run, name, rank, h.version);
+    if (!lease) {
+      clients_[h.agent].reset();
+      return lease.error().with_context(who);
+    }
+    if (lease->version != h.version) {
+      status st(errc::corruption, who + " lent another version than it listed");
+      c->close_restore(*lease, st);
+      return st;
+    }
+    return std::unique_ptr<storage::readable_file>(
+        std::make_unique<held_file>(this, h.agent, c, std::move(lease).value()));
+  }
+
   status release(size_t index, const std::string& run) override {
     cairn::lock_guard lk(mu_);
     if (index >= view_.agents.size()) return {};
@@ -438,6 +459,33 @@ class fabric_agents_data final : public agents_data {
     clients_[i] = std::move(c).value();
     return clients_[i].get();
   }
+
+  // A held version lent by agent `index` through client `c` (the one that
+  // asked: a client made again since then no longer reads it).
+  struct held_file final : storage::readable_file {
+    held_file(fabric_agents_data* owner, size_t index, agents::agent_client* c, agents::restore_lease l)
+        : owner(owner), index(index), client(c), lease(std::move(l)) {}
+    ~held_file() override {
+      cairn::lock_guard lk(owner->mu_);
+      if (owner->clients_[index].get() == client) client->close_restore(lease, failed);
+    }
+    status read_at(uint64_t offset, void* data, size_t len) const override {
+      cairn::lock_guard lk(owner->mu_);
+      if (owner->clients_[index].get() != client)
+        return status(errc::io_error, "the connection to the agent that lent it was closed");
+      status st = client->read_restored(lease, offset, {static_cast<std::byte*>(data), len});
+      if (!st) failed = st;
+      return st;
+    }
+    uint64_t size() const override { return lease.length; }
+    // Pieces of this size per read (each a round trip to the agent).
+    uint64_t read_piece() const override { return uint64_t{4} << 20; }
+    fabric_agents_data* owner;
+    size_t index;
+    agents::agent_client* client;
+    agents::restore_lease lease;
+    mutable status failed;
+  };
 
   cairn::mutex mu_;
   agents::client_options opts_;

@@ -149,6 +149,13 @@ class agents_data {
   // Fetches one of them into *image (allocated here), verified.
   virtual result<format::shard_header> restore(const agent_holding& h, const std::string& run, const std::string& name,
                                                uint32_t rank, engine::aligned_buffer* image) = 0;
+  // One of them lent for reading, as a file whose ranges are read from the
+  // agent's memory when asked, unverified (restart_verify = while: the
+  // regions go straight into the application's memory, verified as they
+  // arrive); the loan ends when the file is destroyed, which must happen
+  // before this object's.
+  virtual result<std::unique_ptr<storage::readable_file>> open_held(const agent_holding& h, const std::string& run,
+                                                                    const std::string& name, uint32_t rank) = 0;
   // Tells agent `index` to drop what it holds of `run`.
   virtual status release(size_t index, const std::string& run) = 0;
   virtual size_t agent_count() = 0;

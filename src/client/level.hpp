@@ -222,6 +222,15 @@ class level {
     (void)name, (void)version, (void)out, (void)why;
     return {errc::not_found, "not held"};
   }
+  // Local, restart_verify = while: a reader of this level's copy of this
+  // rank's shard of (name, version) with its header read and nothing else:
+  // cairn_restart reads the regions straight into the application's memory
+  // and verifies them as they arrive (format::shard_reader::read_region).
+  // not_found when this level has no copy it can lend that way.
+  virtual result<std::unique_ptr<format::shard_reader>> open_unverified(const std::string& name, int64_t version) {
+    (void)name, (void)version;
+    return status(errc::not_found, "not held");
+  }
   // Whether rebuild can restore lost node-local shards.
   virtual bool rebuilds() const { return false; }
   // Collective, when some rank's node-local shard of (name, version) is

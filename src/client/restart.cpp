@@ -74,16 +74,26 @@ status read_verified(result<std::unique_ptr<storage::readable_file>> file, const
 // read_verified does (identity, the MANIFEST's entry, the regions' fit), but
 // reads none of its data: restore verifies them as it reads them into the
 // regions. not_supported for a compressed shard (read_verified reads it).
+// check_unverified makes those checks of an opened reader (a node-local
+// shard, or a copy a level lends: agent memory).
+result<std::unique_ptr<format::shard_reader>> check_unverified(result<std::unique_ptr<format::shard_reader>> rd,
+                                                               uint32_t rank, uint32_t nranks, const std::string& name,
+                                                               int64_t version, const format::shard_entry& expect,
+                                                               const std::map<std::string, region>& regions) {
+  if (!rd) return rd;
+  const format::shard_header& h = rd.value()->header();
+  const std::string& where = rd.value()->path();
+  CAIRN_RETURN_IF_ERROR(format::shard_identity_check(where, rank, nranks, name, version, &expect)(h));
+  if (h.compressed()) return status(errc::not_supported, where + ": compressed");
+  CAIRN_RETURN_IF_ERROR(image_fits_regions(h, regions, where));
+  return rd;
+}
+
 result<std::unique_ptr<format::shard_reader>> open_unverified(storage::storage_env* env, const std::string& path,
                                                               uint32_t rank, uint32_t nranks, const std::string& name,
                                                               int64_t version, const format::shard_entry& expect,
                                                               const std::map<std::string, region>& regions) {
-  CAIRN_ASSIGN_OR_RETURN(auto rd, format::shard_reader::open(env, path));
-  const format::shard_header& h = rd->header();
-  CAIRN_RETURN_IF_ERROR(format::shard_identity_check(path, rank, nranks, name, version, &expect)(h));
-  if (h.compressed()) return status(errc::not_supported, path + ": compressed");
-  CAIRN_RETURN_IF_ERROR(image_fits_regions(h, regions, path));
-  return rd;
+  return check_unverified(format::shard_reader::open(env, path), rank, nranks, name, version, expect, regions);
 }
 
 }  // namespace
@@ -115,6 +125,14 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
   // earlier execution and must not be mixed in.
   std::string mpath = format::manifest_path(cfg_.persistent, cfg_.run, name, version);
   std::optional<format::manifest> committed = committed_manifest(name, version);
+  // A deferred shard: its header is the restart's, its data are read by restore.
+  auto keep_deferred = [&](std::unique_ptr<format::shard_reader> rd) -> status {
+    restart_.header = rd->header();
+    restart_unverified_ = std::move(rd);
+    restart_name_ = name;
+    restart_version_ = version;
+    return {};
+  };
   if (cfg_.local_enabled && local) {
     std::string path = format::shard_path(cfg_.scratch, cfg_.run, name, version, me);
     if (!others && !env_->exists(path)) return {errc::not_found, path + ": missing"};
@@ -125,13 +143,7 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
       // the data turn out damaged.
       if (defer && committed) {
         auto rd = open_unverified(env_, path, me, n, name, version, *expect, regions_);
-        if (rd) {
-          restart_.header = rd.value()->header();
-          restart_unverified_ = std::move(rd).value();
-          restart_name_ = name;
-          restart_version_ = version;
-          return {};
-        }
+        if (rd) return keep_deferred(std::move(rd).value());
       }
       status st = read_verified(env_->open_read(path), path, me, n, name, version, expect, true, regions_, &restart_);
       if (st && !committed) st = written_by_this_store(restart_.header, path);
@@ -152,6 +164,13 @@ status client_impl::load_shard(const std::string& name, int64_t version, bool lo
   // The levels that hold copies of their own (agent memory) next: faster
   // than the persistent level, and they may hold versions not written yet.
   for (const auto& l : levels_) {
+    if (defer && committed) {
+      // Deferred as a node-local shard is (committed: the persistent level
+      // holds the image to fall back to), its data read by restore.
+      auto rd = check_unverified(l->open_unverified(name, version), me, n, name, version, committed->shards[me],
+                                 regions_);
+      if (rd) return keep_deferred(std::move(rd).value());
+    }
     status st = l->load(name, version, &restart_, &why);
     if (st) {
       restart_name_ = name;
@@ -495,9 +514,13 @@ status client_impl::restore_unverified(const std::string& name, int64_t version)
       st = rd->read_region(i, std::span<std::byte>(static_cast<std::byte*>(it->second.ptr), h.regions[i].length));
   }
   if (in_place && st) return {};
-  if (!st)
-    std::fprintf(stderr, "cairn: rank %d: node-local copy of '%s' version %lld damaged (%s); restoring it from the "
-                         "next level\n", rank(), name.c_str(), static_cast<long long>(version), st.message().c_str());
+  if (!st) {
+    const bool local = rd->path() == format::shard_path(cfg_.scratch, cfg_.run, name, version, rank());
+    const std::string copy = local ? "node-local copy of '" + name + "' version " + std::to_string(version)
+                                   : rd->path();
+    std::fprintf(stderr, "cairn: rank %d: %s damaged (%s); restoring it from the next level\n", rank(), copy.c_str(),
+                 st.message().c_str());
+  }
   // The node-local copy verified whole (not in place), else the next level
   // that holds the image the MANIFEST names.
   status again = load_shard(name, version, !in_place, true);

@@ -327,15 +327,20 @@ status shard_reader::read_region(size_t index, std::span<std::byte> out) {
   // buffer the size of a piece: the kernel copies into it at full speed, the
   // hash reads it from cache, and non-temporal stores put it in place
   // (bench/verified_read_bench --offset 16).
-  const bool bounce = s_->memory == nullptr && r.compression == kCompressNone && r.length >= 4 * kPiece &&
-                      reinterpret_cast<uintptr_t>(out.data()) % 64 != 0;
+  // A file whose every read is a round trip (an agent's memory) is read in
+  // the larger pieces it asks for, straight into place.
+  const uint64_t asked = s_->memory == nullptr ? s_->file->read_piece() : 0;
+  const uint64_t piece = asked ? asked : kPiece;
+  bool bounce = s_->memory == nullptr && !asked && r.compression == kCompressNone && r.length >= 4 * kPiece &&
+                reinterpret_cast<uintptr_t>(out.data()) % 64 != 0;
   if (bounce && s_->bounce.size() < kPiece) {
     auto b = util::aligned_buffer::allocate(kPiece);
+    bounce = static_cast<bool>(b);  // without it, straight in
     if (b) s_->bounce = std::move(b).value();
   }
-  for (uint64_t at = 0; at < r.length; at += kPiece) {
-    const uint64_t n = std::min(kPiece, r.length - at);
-    if (bounce && s_->bounce.size() >= n) {
+  for (uint64_t at = 0; at < r.length; at += piece) {
+    const uint64_t n = std::min(piece, r.length - at);
+    if (bounce) {
       CAIRN_RETURN_IF_ERROR(read(r.offset + at, s_->bounce.data(), n));
       hash.update(s_->bounce.data(), n);
       util::stream_copy_piece(out.data() + at, s_->bounce.data(), n);

@@ -44,6 +44,9 @@ class readable_file {
   // not be changed in place meanwhile (cairn replaces files by rename, which
   // leaves a mapping intact). Not thread-safe.
   virtual std::span<const std::byte> map() { return {}; }
+  // The bytes a reader going through the file piece by piece should ask for
+  // at a time (each read_at is a round trip); 0: the reader's own choice.
+  virtual uint64_t read_piece() const { return 0; }
 };
 
 // A whole file mapped for reading and writing, shared: stores reach the file

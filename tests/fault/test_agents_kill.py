@@ -150,7 +150,9 @@ def test_agent_killed_mid_pull_restart_from_the_other_copies(deployment, make_jo
     """Agents that write the store: one agent process is SIGKILLed while the
     application checkpoints (its memory is lost; its rank writes its shards
     itself from then on), then the application is killed. The rerun restores
-    at least the newest committed version, bit for bit."""
+    at least the newest committed version, bit for bit; in the second trial
+    with restart_verify = while (the surviving agent's copy read straight
+    into the regions)."""
     d = deployment
     d.add_manager("node-a", agent_args=["--keep", KEEP])
     d.add_manager("node-b", agent_args=["--keep", KEEP])
@@ -159,7 +161,7 @@ def test_agent_killed_mid_pull_restart_from_the_other_copies(deployment, make_jo
     for trial in range(2):
         run = f"agentkill{trial}"
         job = make_job(NRANKS, run=run)
-        cfg = agents_cfg(d, agents_timeout=5)
+        cfg = agents_cfg(d, agents_timeout=5, restart_verify="while" if trial else "before")
         p = job.start("--steps", STEPS, "--every", 1, "--bytes", NBYTES, "--sleep-ms", 1, **cfg)
         wait_until(f"{run}: a version held", lambda: held_versions(d, run), timeout=30)
         time.sleep(rng.uniform(0.0, 0.5))

@@ -8,7 +8,10 @@
 //   restore    --agent NAMEFILE --run R --name N [--version V] [--rank r --nranks n]
 //              --bytes B [--mode push|pull]
 //       asks the agent for version V (default: the newest) and checks it bit
-//       for bit against the image `checkpoint` would have built.
+//       for bit against the image `checkpoint` would have built. --mode lend:
+//       the agent lends it (open_restore) and the image is read in three
+//       uneven ranges (read_restored, as restart_verify = while reads
+//       regions); a read past its end must be refused.
 //   replay     --agent NAMEFILE --key-file F --run R --name N --version V --bytes B
 //       as someone who recorded the fabric's traffic: checkpoints V (sealed
 //       under the application's key in F, hex), sends a sealed RELEASE of R
@@ -135,7 +138,7 @@ int run(int argc, char** argv) {
     c->add_option("--rank", a.rank);
     c->add_option("--nranks", a.nranks);
     c->add_option("--bytes", a.bytes);
-    c->add_option("--mode", a.mode)->check(CLI::IsMember({"pull", "push"}));
+    c->add_option("--mode", a.mode)->check(CLI::IsMember({"pull", "push", "lend"}));
     c->add_option("--threads", a.threads);
     c->add_option("--timeout", a.timeout);
     c->add_option("--data", a.data)->check(CLI::IsMember({"random", "smooth"}));
@@ -273,6 +276,27 @@ int run(int argc, char** argv) {
   auto buf = engine::aligned_buffer::allocate(probe->bytes.size());
   if (!buf) return fail(2, buf.error().to_string());
   std::memset(buf->data(), 0x5a, buf->size());
+  if (a.mode == "lend") {
+    auto lease = (*client)->open_restore(a.run, a.name, a.rank, a.version);
+    if (!lease) return fail(3, lease.error().to_string());
+    const uint64_t n = lease->length;
+    if (n > buf->size()) return fail(4, "the lent image is larger than any image checkpointed");
+    status st;
+    const uint64_t cuts[] = {0, n / 3 + 17, n - n / 5, n};
+    for (int i = 0; st && i < 3; ++i)
+      st = (*client)->read_restored(*lease, cuts[i], buf->span().subspan(cuts[i], cuts[i + 1] - cuts[i]));
+    status past = (*client)->read_restored(*lease, n - 8, buf->span().subspan(0, 16));
+    (*client)->close_restore(*lease, st);
+    if (!st) return fail(3, st.to_string());
+    if (past.code() != errc::invalid_argument) return fail(4, "a read past the lent image was not refused");
+    auto expect = build_image(a, lease->version);
+    if (!expect) return fail(2, expect.error().to_string());
+    if (n != expect->bytes.size() || std::memcmp(buf->data(), expect->bytes.data(), n) != 0)
+      return fail(4, "lent v" + std::to_string(lease->version) + " differs from the image that was checkpointed");
+    std::printf("restored %s/%s v%lld rank %u (lend, %llu bytes in 3 ranges, equal)\n", a.run.c_str(),
+                a.name.c_str(), static_cast<long long>(lease->version), a.rank, static_cast<unsigned long long>(n));
+    return 0;
+  }
   auto got = (*client)->restore(a.run, a.name, a.rank, a.version, buf->span(), mode);
   if (!got) return fail(3, got.error().to_string());
   auto expect = build_image(a, got->version);

@@ -127,6 +127,9 @@ client_run a 0 restore --bytes 16777216 --mode push && grep -q "restored app/sta
   pass "restore of the newest (v3) by write"
 client_run a 0 restore --version 2 --bytes 3145733 --mode pull && grep -q "restored app/state v2" "$tmp/out" &&
   pass "restore of v2 by read"
+client_run a 0 restore --version 2 --bytes 3145733 --mode lend && grep -q "restored app/state v2 rank 0 (lend" "$tmp/out" &&
+  wait_log a "restored app/state v2 rank 0/1 (read by the rank)" &&
+  pass "v2 lent and read in ranges, a read past its end refused, the loan closed"
 client_run a 0 restore --version 1 --bytes 1048576 --mode push && grep -q "restored app/state v1" "$tmp/out" &&
   pass "restore of v1 from the store"
 client_run a 3 restore --version 9 --bytes 1048576 --mode push && grep -q "not_found" "$tmp/err" &&

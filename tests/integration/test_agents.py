@@ -27,6 +27,16 @@ pytestmark = pytest.mark.skipif(not AGENT or not harness.cli_path() or not harne
                                 reason="needs cairn-agent (CAIRN_ENABLE_FABRIC), the cairn CLI and MPI")
 
 
+def _killed_once_v6_is_committed(job, cfg):
+    """Runs job with cfg until the agents committed v6, then kills every rank
+    (each has a process group of its own)."""
+    flag = job.root / "pause6"
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--pause-after", 6, flag, **cfg)
+    job.wait_paused(p, flag)
+    wait_until("v6 committed by the agents", lambda: committed(job, 6))
+    harness.kill_job(p)
+
+
 @pytest.fixture
 def deployment(tmp_path):
     d = Deployment(tmp_path / "deploy")
@@ -149,12 +159,7 @@ def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, 
     d.add_manager("node-b")
     ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
     job = make_job(2, run="agents-store")
-    flag = job.root / "pause6"
-    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--pause-after", 6, flag,
-                  **agents_cfg(d))
-    job.wait_paused(p, flag)
-    wait_until("v6 committed by the agents", lambda: committed(job, 6))
-    harness.kill_job(p)  # every rank gone (each has a process group of its own)
+    _killed_once_v6_is_committed(job, agents_cfg(d))
     # Kill the agent processes: their managers restart them, empty.
     pids = [g["pid"] for g in d.app("agents-store")["agents"]]
     assert pids and all(pid > 0 for pid in pids)
@@ -176,6 +181,56 @@ def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, 
     assert (STEPS, "agent") in rows, rows
     ls = json.loads(d.cli("ls", job.store, "--json").stdout)
     assert job.run_id in json.dumps(ls)
+
+
+def test_restart_verifying_while_it_reads_agent_memory_into_the_regions(deployment, reference, make_job):
+    """restart_verify = while, a version the agents hold and committed:
+    cairn_restart_test reads only the header of the agent's copy, and
+    cairn_restart reads the regions from the agent's memory straight into
+    the application's and verifies them as they arrive. The restored run
+    ends bit for bit as one never interrupted; the agent lent the image and
+    was told the rank read it without error."""
+    d = deployment
+    d.add_manager("node-a")
+    d.add_manager("node-b")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-while")
+    cfg = agents_cfg(d, restart_verify="while")
+    _killed_once_v6_is_committed(job, cfg)
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg).ok()
+    assert r.restarted_from == 6, r.describe()
+    assert r.final_hash == ref.final_hash
+    assert "damaged" not in r.stderr, r.describe()
+    logs = agent_logs(d)
+    for rank in (0, 1):
+        assert re.search(rf"restored \S+ v6 rank {rank}/2 \(read by the rank\)", logs), logs
+
+
+def test_agents_killed_while_the_restart_reads_their_memory_restores_from_the_store(deployment, reference,
+                                                                                     make_job):
+    """restart_verify = while: cairn_restart_test took the agents' copies of
+    v6 (header only), then every agent process is SIGKILLed before
+    cairn_restart reads the regions. The reads fail, and cairn_restart
+    restores v6 from the store instead, bit for bit, before it returns."""
+    d = deployment
+    d.add_manager("node-a")
+    d.add_manager("node-b")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run="agents-while-killed")
+    cfg = agents_cfg(d, restart_verify="while")
+    _killed_once_v6_is_committed(job, cfg)
+    before = job.root / "before-restart"
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--pause-before-restart", before, **cfg)
+    job.wait_paused(p, before)
+    pids = [g["pid"] for g in d.app("agents-while-killed")["agents"]]
+    assert pids and all(pid > 0 for pid in pids)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    release(before)
+    r = harness.finish_process(p).ok()
+    assert r.restarted_from == 6, r.describe()
+    assert r.final_hash == ref.final_hash
+    assert "agent copy of 'ckpt' version 6 damaged" in r.stderr, r.describe()
 
 
 def test_finalize_without_waiting_does_not_wait_for_abandoned_versions(deployment, reference, make_job):
