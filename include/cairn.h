@@ -295,6 +295,15 @@ int cairn_should_checkpoint(cairn_t *c, int *yes);
  * the end has passed). */
 int cairn_time_left(cairn_t *c, double *seconds);
 
+/* Local. Copies into `value` (len bytes, with its terminating NUL) the value
+ * of configuration key `key` (docs/design/core.md) as cairn_init resolved it:
+ * the CAIRN_<KEY> environment variable, else the configuration file, else the
+ * default. CAIRN_ENOTFOUND for a key cairn does not have; CAIRN_EINVAL if
+ * the buffer is too short (the message says how many bytes it needs). Lets a
+ * binding act on the configuration (e.g. how checkpoints capture) without
+ * resolving it a second time. */
+int cairn_config_value(cairn_t *c, const char *key, char *value, size_t len);
+
 /* The checkpoint interval that minimises lost time (docs/design/advise.md),
  * from this rank's measured cost per checkpoint so far and the configuration
  * key mtbf (CAIRN_MTBF: the job's mean time between failures, seconds).

@@ -66,6 +66,8 @@ class client {
   result<double> time_left();
   // See cairn_advice (local).
   result<cairn_advice_t> advice();
+  // See cairn_config_value (local).
+  result<std::string> config_value(std::string_view key);
 
   status set_code_version(std::string_view code_version);
   status tag(std::string_view key, std::string_view value);

@@ -108,6 +108,13 @@ result<int> client::probe() { CAIRN_IMPL_OR_FAIL(); return impl_->probe(); }
 result<bool> client::should_checkpoint() { CAIRN_IMPL_OR_FAIL(); return impl_->should_checkpoint(); }
 result<cairn_advice_t> client::advice() { CAIRN_IMPL_OR_FAIL(); return impl_->advice(); }
 result<double> client::time_left() { CAIRN_IMPL_OR_FAIL(); return impl_->time_left(); }
+result<std::string> client::config_value(std::string_view key) {
+  CAIRN_IMPL_OR_FAIL();
+  const auto values = impl_->cfg().values();
+  if (auto it = values.find(std::string(key)); it != values.end()) return it->second;
+  return status(errc::not_found, "no configuration key '" + std::string(key) +
+                                     "' (docs/design/core.md lists the keys)");
+}
 status client::restart(std::string_view n, int64_t v) { CAIRN_IMPL_OR_FAIL(); return impl_->restart(std::string(n), v); }
 status client::set_code_version(std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->set_code_version(std::string(v)); }
 status client::tag(std::string_view k, std::string_view v) { CAIRN_IMPL_OR_FAIL(); return impl_->tag(std::string(k), std::string(v)); }
@@ -150,6 +157,20 @@ using cairn::capi::guard;
 
 #define CAIRN_CHECK_HANDLE(c) \
   if ((c) == nullptr) return status(errc::invalid_argument, std::string(__func__) + ": handle is NULL")
+
+namespace {
+
+// Copies `s` with its terminating NUL into the caller's buffer of `len` bytes,
+// or says how many it needs (`what` names the value).
+status copy_out(const std::string& s, char* out, size_t len, const std::string& what) {
+  if (s.size() + 1 > len)
+    return {errc::invalid_argument,
+            what + " needs " + std::to_string(s.size() + 1) + " bytes, the buffer has " + std::to_string(len)};
+  std::memcpy(out, s.c_str(), s.size() + 1);
+  return {};
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -381,6 +402,15 @@ int cairn_time_left(cairn_t* c, double* seconds) {
   });
 }
 
+int cairn_config_value(cairn_t* c, const char* key, char* value, size_t len) {
+  return guard(__func__, [&]() -> status {
+    CAIRN_CHECK_HANDLE(c);
+    if (key == nullptr || value == nullptr) return {errc::invalid_argument, "cairn_config_value: NULL argument"};
+    CAIRN_ASSIGN_OR_RETURN(std::string v, c->client.config_value(key));
+    return copy_out(v, value, len, "cairn_config_value: the value of '" + std::string(key) + "'");
+  });
+}
+
 int cairn_advice(cairn_t* c, cairn_advice_t* advice) {
   return guard(__func__, [&]() -> status {
     CAIRN_CHECK_HANDLE(c);
@@ -407,11 +437,7 @@ int cairn_route_file(cairn_t* c, const char* file, char* routed, size_t routed_l
     CAIRN_CHECK_HANDLE(c);
     if (file == nullptr || routed == nullptr) return {errc::invalid_argument, "cairn_route_file: NULL argument"};
     CAIRN_ASSIGN_OR_RETURN(std::string path, c->client.route_file(file));
-    if (path.size() + 1 > routed_len)
-      return {errc::invalid_argument, "cairn_route_file: routed path needs " + std::to_string(path.size() + 1) +
-                                          " bytes, buffer has " + std::to_string(routed_len)};
-    std::memcpy(routed, path.c_str(), path.size() + 1);
-    return {};
+    return copy_out(path, routed, routed_len, "cairn_route_file: routed path");
   });
 }
 

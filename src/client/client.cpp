@@ -5,10 +5,13 @@
 #include <csignal>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
+#include <vector>
 
 #include "aggregate/stage.hpp"
 #include "client/batch_job.hpp"
@@ -23,6 +26,7 @@
 #include "util/names.hpp"
 #include "util/clock.hpp"
 #include "storage/geometry.hpp"
+#include "util/aligned_buffer.hpp"
 #include "util/copy.hpp"
 #include "util/cpu.hpp"
 #include "util/hash.hpp"
@@ -213,12 +217,29 @@ status client_impl::start() {
   }
   engine::stage_graph stages;
   graph_points g{&stages, 0, 0, {cfg_.run, cfg_.scratch, cfg_.persistent}, flush_env, recycler_};
+  const int home = sched_getcpu();
+  CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
+  // write_during_capture: the checksum pass and the persistent data write
+  // start with the application thread's copy, each 16 MiB piece read once it
+  // is copied. `auto`: only where the engine threads are placed on other
+  // CPUs than the application thread; on its core they would run inside the
+  // application's call. With engine threads free to run on the other core
+  // of two, the node-local copy came 0.85x as late but the blocked time was
+  // 1.2x (the pass reads memory beside the copy), so that is not the default
+  // (docs/benchmarks/core.md, "The checksum pass behind the copy").
+  g.follow_capture = cfg_.mode == engine_mode::thread &&
+                     (cfg_.write_during_capture == capture_overlap::on ||
+                      (cfg_.write_during_capture == capture_overlap::automatic && !engine_cpus.empty() &&
+                       std::find(engine_cpus.begin(), engine_cpus.end(), home) == engine_cpus.end()));
+  // An idle engine thread shares large copies (copy_image) where it can run
+  // beside the application thread.
+  copy_helper_ = cfg_.mode == engine_mode::thread && util::runs_elsewhere(engine_cpus, home);
   if (!stages_elsewhere) {
     CAIRN_ASSIGN_OR_RETURN(pipeline_shape shape,
                            build_pipeline(cfg_, env_, levels_, g,
                                           [this](const engine::version_job& job) { return describe_version(job); }, host_));
     commit_stage_ = shape.commit_stage;
-    stream_capture_ = shape.stream_capture;
+    follow_capture_ = g.follow_capture;
     online_ = std::move(shape.online);
   }
   // The attempt tag of this execution's shards: rank 0 draws it, and the
@@ -247,20 +268,14 @@ status client_impl::start() {
   for (size_t at = 0, comma; (comma = known.find(',', at)) != std::string::npos; at = comma + 1)
     store_attempts_.insert(static_cast<uint32_t>(std::stoul(known.substr(at, comma - at))));
   for (const auto& l : levels_) CAIRN_RETURN_IF_ERROR(l->start(g));
-  int home = sched_getcpu();
-  CAIRN_ASSIGN_OR_RETURN(std::vector<int> engine_cpus, util::placement_cpus(cfg_.placement, home < 0 ? 0 : home));
-  // write_during_capture = auto: the persistent write starts with the
-  // capture only where it does not compete with it for the application
-  // thread's core (engine threads placed on other CPUs). Sharing the core,
-  // its I/O submission runs inside the application's call; measured on 2
-  // cores its gain was within the noise (docs/benchmarks.md). Otherwise it
-  // starts when the capture ends, beside the checksum pass.
-  if (cfg_.write_during_capture == capture_overlap::off) stream_capture_ = false;
-  else if (cfg_.write_during_capture == capture_overlap::automatic)
-    stream_capture_ = stream_capture_ && !engine_cpus.empty() &&
-                      std::find(engine_cpus.begin(), engine_cpus.end(), home) == engine_cpus.end();
   util::thread_setup setup{std::move(engine_cpus), cfg_.engine_priority, cfg_.engine_nice};
   engine_ = std::make_unique<engine::engine>(cfg_.mode, cfg_.io_threads, std::move(setup), std::move(stages));
+  // Whether staging slots ask for huge pages, learnt off the application's
+  // thread before the first slot is made (util/aligned_buffer.hpp).
+  if (cfg_.mode == engine_mode::thread) engine_->submit_task([] {
+      util::learn_page_cost();
+      return status{};
+    });
   start_cow();
   return {};
 }
@@ -374,16 +389,22 @@ status client_impl::protect(region r) {
       std::reverse(r.mem_start.begin(), r.mem_start.end());
     }
   }
-  if (auto it = regions_.find(r.name); it != regions_.end() && (it->second.ptr != r.ptr || it->second.count != r.count)) {
-    drain_capture();  // the region's old memory may be freed once this returns
-    for (const auto& l : levels_) l->regions_changed();
+  if (auto it = regions_.find(r.name); it != regions_.end()) {
+    if (it->second.ptr != r.ptr || it->second.count != r.count) {
+      drain_capture();  // the region's old memory may be freed once this returns
+      for (const auto& l : levels_) l->regions_changed();
+    }
+    count_for_staging(it->second, false);
   }
+  count_for_staging(r, true);
   regions_[r.name] = std::move(r);
-  // A run with versions may restart: its slots wait kRestartGrace after the
-  // last protect for the application to ask (a restart wants the memory
-  // first), then are made anyway, so that an execution that never asks
-  // does not make them in its first checkpoint.
-  if (restart_first_ && !restart_asked_) pool_.defer_until(std::chrono::steady_clock::now() + kRestartGrace);
+  // The slots are made once the protects have settled (kProtectSettle), for
+  // the layout they leave. A run with versions may restart: its slots wait
+  // kRestartGrace after the last protect for the application to ask (a
+  // restart wants the memory first), then are made anyway, so that an
+  // execution that never asks does not make them in its first checkpoint.
+  pool_.defer_until(std::chrono::steady_clock::now() +
+                    (restart_first_ && !restart_asked_ ? std::chrono::milliseconds(kRestartGrace) : kProtectSettle));
   prepare_staging();
   return {};
 }
@@ -400,7 +421,10 @@ result<int> client_impl::probe() {
 
 status client_impl::unprotect(const std::string& name) {
   drain_capture();  // the application may free the memory once this returns
-  if (regions_.erase(name) == 0) return {errc::not_found, "region '" + name + "' is not protected"};
+  auto it = regions_.find(name);
+  if (it == regions_.end()) return {errc::not_found, "region '" + name + "' is not protected"};
+  count_for_staging(it->second, false);
+  regions_.erase(it);
   for (const auto& l : levels_) l->regions_changed();
   return {};
 }
@@ -434,7 +458,8 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   format::shard_header h;
   // Lent: contiguous regions stay where they are; a level reads them.
   const bool lend = std::any_of(levels_.begin(), levels_.end(), [](const auto& l) { return l->lends(); });
-  status st = reserve_staging(name, version, regs, lend, may_cow, &h);
+  bool cow = false;
+  status st = reserve_staging(name, version, regs, lend, may_cow, &h, &cow);
   CAIRN_RETURN_IF_ERROR(check_committed_floor(name, version));
 
   // Whether this version goes to the persistent level (the same on every rank).
@@ -491,17 +516,21 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   job->plan = std::move(plan);
   job->captured_at = util::wall_s();
   if (lend) job->lent.assign(regs.size(), nullptr);
-  const bool cow = use_cow(job->header.file_size, lend, may_cow);
   // The copy goes 16 MiB at a time (non-temporal stores: no slower in
-  // pieces); with `stream` the persistent write follows it piece by piece
-  // and need not wait for the whole image.
-  const bool stream = !cow && stream_capture_ && !lend && (wanted & CAIRN_LEVEL_PERSISTENT);
+  // pieces); with `stream` the checksum pass and the persistent write follow
+  // it piece by piece and need not wait for the whole image.
+  const bool stream = !cow && !lend && follow_capture_;
+  job->capture_streams = stream;
   // A lent version is captured once the agents hold it (or it was copied);
   // a copy-on-write one once the background copy ends (engine::captured).
   job->done = job->lent.empty() && !cow ? CAIRN_LEVEL_CAPTURED : 0;
   if (stream || cow) engine_->submit(job, true);
-  if (cow) capture_cow(job, regs);
-  else copy_image(*job, regs, lend, stream);
+  if (cow) {
+    capture_cow(job, regs);
+    ++cow_captures_;
+  } else {
+    copy_image(*job, regs, lend, stream);
+  }
   warnings_at_capture_ = warnings;
   ++stats_.checkpoints;
   stats_dirty_ = true;
@@ -525,9 +554,13 @@ status client_impl::capture(const std::string& name, int64_t version, const std:
   return {};
 }
 
-bool client_impl::use_cow(uint64_t bytes, bool lend, bool may_cow) const {
+bool client_impl::use_cow(uint64_t bytes, bool lend, bool may_cow, bool slot_ready) const {
   if (!cow_ || lend || !may_cow) return false;
-  return cfg_.capture == capture_method::cow || bytes >= kCowMinBytes;
+  if (cfg_.capture == capture_method::cow) return true;
+  // copy_or_cow: a copy into a slot made inside the call would also fault
+  // its fresh memory in (about 1 s per GiB); the background copy does that.
+  if (cfg_.capture == capture_method::copy_or_cow && slot_ready) return false;
+  return bytes >= kCowMinBytes;
 }
 
 void client_impl::capture_cow(const std::shared_ptr<engine::version_job>& job, const std::vector<region>& regs) {
@@ -535,19 +568,25 @@ void client_impl::capture_cow(const std::shared_ptr<engine::version_job>& job, c
   const auto& regions = job->header.regions;
   std::vector<engine::cow_region> protect;
   std::vector<size_t> which;  // index in regs of protect[k]
+  std::vector<std::pair<uint64_t, uint64_t>> padding;  // offset, length
   for (size_t i = 0; i < regs.size(); ++i) {
     const auto& d = regions[i];
     if (regs[i].mem_shape.empty() && d.length) {
       protect.push_back({static_cast<const std::byte*>(regs[i].ptr), d.length, img + d.offset});
       which.push_back(i);
     }
-    // Zero the alignment padding so no stale bytes of earlier layouts leak to disk.
     const uint64_t end = format::align_up(d.offset + d.length);
-    if (end > d.offset + d.length) std::memset(img + d.offset + d.length, 0, end - d.offset - d.length);
+    if (end > d.offset + d.length) padding.emplace_back(d.offset + d.length, end - d.offset - d.length);
   }
   // The background copy ends the capture; the job (and the engine, which
-  // outlives cow_) stay until it has.
-  std::vector<int> refused = cow_->begin(protect, [this, job](status st, const engine::cow_report& r) {
+  // outlives cow_) stay until it has. It also zeroes the alignment padding,
+  // so no stale bytes of earlier layouts leak to disk: here, in a slot not
+  // faulted in yet, every region's last page would fault a huge page in on
+  // the application's call (90-180 ms of a 312 MiB first save).
+  std::vector<int> refused = cow_->begin(protect, [this, job, padding = std::move(padding)](
+                                                      status st, const engine::cow_report& r) {
+    std::byte* image = job->image->data();
+    for (const auto& [at, length] : padding) std::memset(image + at, 0, length);
     job->capture_s = r.copy_s;
     cow_faults_ += r.faults;
     engine_->captured(*job, std::move(st));
@@ -577,17 +616,72 @@ void client_impl::copy_region(std::byte* img, const format::region_desc& d, cons
   }
 }
 
+namespace {
+
+// Pieces of a copy taken by two threads (the application's and an idle
+// engine thread), each claiming the next piece until none is left. The
+// application thread returns once every piece is copied; a helper that
+// starts late finds none left and copies nothing. Each piece's time goes to
+// util::fresh_pages_written: in a slot not faulted in yet, huge pages found
+// slow are given up for the rest of it (copies into memory already faulted
+// in are far below its threshold).
+struct shared_copy {
+  struct piece {
+    std::byte* to;
+    const std::byte* from;
+    uint64_t bytes;
+  };
+  std::vector<piece> pieces;
+  std::byte* slot_end = nullptr;
+  std::atomic<size_t> next{0};
+  std::atomic<size_t> left{0};  // pieces not copied yet
+  cairn::mutex mu;
+  cairn::condition_variable all_copied;
+
+  void run() {
+    for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
+      const double t0 = util::now_s();
+      util::stream_copy(pieces[i].to, pieces[i].from, pieces[i].bytes);
+      util::fresh_pages_written(pieces[i].to, pieces[i].bytes, util::now_s() - t0, slot_end);
+      if (left.fetch_sub(1) == 1) {
+        cairn::lock_guard lk(mu);
+        all_copied.notify_all();
+      }
+    }
+  }
+  void wait() {
+    cairn::unique_lock lk(mu);
+    all_copied.wait(lk, [&] { return left.load() == 0; });
+  }
+};
+
+}  // namespace
+
 void client_impl::copy_image(engine::version_job& job, const std::vector<region>& regs, bool lend, bool stream) {
   double t0 = util::now_s();
   std::byte* img = job.image->data();
   const auto& regions = job.header.regions;
   constexpr uint64_t kPiece = 16ull << 20;
+  // Shared with an engine thread: on fresh slot memory the page faults take
+  // most of a copy's time, and two threads take them in half of it (312 MiB
+  // of 4 KiB pages: 69 against 135 ms here); into memory already faulted in,
+  // 0.9x (11.5 against 13 ms).
+  std::shared_ptr<shared_copy> shared;
+  if (shares_copy(job.header.file_size, lend)) {  // never with `stream` (follow_capture_)
+    shared = std::make_shared<shared_copy>();
+    shared->slot_end = img + job.image->size();
+  }
   for (size_t i = 0; i < regs.size(); ++i) {
     const auto& d = regions[i];
     if (lend && regs[i].mem_shape.empty() && d.length) {
       job.lent[i] = static_cast<const std::byte*>(regs[i].ptr);
     } else if (!regs[i].mem_shape.empty()) {
       copy_region(img, d, regs[i]);
+    } else if (shared) {
+      constexpr uint64_t kSharedPiece = 4ull << 20;  // copied after the loop
+      for (uint64_t at = 0; at < d.length; at += kSharedPiece)
+        shared->pieces.push_back({img + d.offset + at, static_cast<const std::byte*>(regs[i].ptr) + at,
+                                  std::min(kSharedPiece, d.length - at)});
     } else {
       for (uint64_t at = 0; at < d.length; at += kPiece) {
         util::stream_copy(img + d.offset + at, static_cast<const std::byte*>(regs[i].ptr) + at,
@@ -600,6 +694,15 @@ void client_impl::copy_image(engine::version_job& job, const std::vector<region>
     uint64_t end = format::align_up(d.offset + d.length);
     if (end > d.offset + d.length) std::memset(img + d.offset + d.length, 0, end - d.offset - d.length);
     if (stream) job.capture.publish(end);
+  }
+  if (shared && !shared->pieces.empty()) {
+    shared->left = shared->pieces.size();
+    engine_->submit_task([shared] {
+      shared->run();
+      return status{};
+    });
+    shared->run();
+    shared->wait();
   }
   job.capture_s = util::now_s() - t0;
 }

@@ -187,10 +187,11 @@ class client_impl final : private level_host {
   // copied in the background (engine::cow_capture), the rest copied here;
   // the job was submitted capturing, and engine::captured ends it.
   void capture_cow(const std::shared_ptr<engine::version_job>& job, const std::vector<region>& regions);
-  // Whether this capture of `bytes` goes copy-on-write.
-  bool use_cow(uint64_t bytes, bool lend, bool may_cow) const;
-  // capture = auto: the smallest image captured copy-on-write (below it,
-  // protecting costs about what copying does).
+  // Whether this capture of `bytes` goes copy-on-write; slot_ready: a
+  // staging slot that holds it is made (copy_or_cow copies into it).
+  bool use_cow(uint64_t bytes, bool lend, bool may_cow, bool slot_ready) const;
+  // capture = auto and copy_or_cow: the smallest image captured
+  // copy-on-write (below it, protecting costs about what copying does).
   static constexpr uint64_t kCowMinBytes = uint64_t{8} << 20;
   // Copies region r into its place d in the image.
   static void copy_region(std::byte* img, const format::region_desc& d, const region& r);
@@ -202,17 +203,28 @@ class client_impl final : private level_host {
     if (cow_) cow_->drain();
   }
   // Local: plans the shard header of a capture of `regs` into *h and makes
-  // sure staging can hold it (the status is agreed by the capture's round).
-  // A slot for a copy-on-write capture (use_cow) is handed out mapped but
-  // not faulted in: the background copy faults it in, not cairn_checkpoint.
+  // sure staging can hold it (the status is agreed by the capture's round);
+  // *cow: whether the capture goes copy-on-write (use_cow). A slot for a
+  // copy-on-write capture is handed out mapped but not faulted in: the
+  // background copy faults it in, not cairn_checkpoint.
   status reserve_staging(const std::string& name, int64_t version, const std::vector<region>& regs, bool lend,
-                         bool may_cow, format::shard_header* h);
+                         bool may_cow, format::shard_header* h, bool* cow);
   // Collective: invalid unless `version` is above every version of `name`
   // that earlier executions committed (a damaged one is withdrawn first).
   status check_committed_floor(const std::string& name, int64_t version);
   // Local: copies (or lends) the regions into job's image; with `stream`
-  // the persistent write follows the copy piece by piece.
+  // the persistent write follows the copy piece by piece; else, where
+  // shares_copy says so, an idle engine thread copies pieces beside the
+  // application thread.
   void copy_image(engine::version_job& job, const std::vector<region>& regs, bool lend, bool stream);
+  // Whether a copy of an image of `bytes` is shared with an engine thread
+  // (copy_image): where one can run on another CPU (copy_helper_), not
+  // streamed, and large enough for the second thread to pay. Its slot may be
+  // handed out not yet faulted in: two threads fault it in in half the time.
+  bool shares_copy(uint64_t bytes, bool lend) const {
+    return copy_helper_ && !lend && !follow_capture_ && bytes >= kSharedCopyBytes;
+  }
+  static constexpr uint64_t kSharedCopyBytes = uint64_t{32} << 20;
   // Records a captured version as pending (old resolved records are forgotten).
   version_record* track(const std::string& name, int64_t version, std::shared_ptr<engine::version_job> job);
   // Collective, when the capture's round saw a latched error on some rank:
@@ -231,6 +243,10 @@ class client_impl final : private level_host {
   // its bandwidth first. The task pauses while a restart call runs; an image
   // the restart read into memory becomes a slot (release_restart_image).
   void prepare_staging();
+  // Keeps the sums prepare_staging sizes the image from: a region protected
+  // (add) or no longer (its header entry and its data, padded).
+  void count_for_staging(const region& r, bool add);
+  uint64_t staged_header_bytes_ = 0, staged_data_bytes_ = 0;
   // restart_test found nothing, or restart or restart_end returned: the
   // slots no longer wait (staging_pool::defer_until) and are made for the
   // regions protected now.
@@ -239,6 +255,11 @@ class client_impl final : private level_host {
   // restart call (applications ask right after protecting; the slots must
   // still be ready for a first checkpoint a few seconds later).
   static constexpr std::chrono::seconds kRestartGrace{1};
+  // How long after a protect the slots wait for the next one: a burst of
+  // protects (StateSaver.save protects every tensor, then checkpoints) makes
+  // no slot for a layout the next protect outgrows, which the capture would
+  // then unmap on the application's call.
+  static constexpr std::chrono::milliseconds kProtectSettle{100};
   // Whether this execution may restart: the run has versions on the
   // persistent level or on some rank's node-local level, or agents may hold
   // some. Collective; called at init.
@@ -298,12 +319,13 @@ class client_impl final : private level_host {
   // it lies, mapped, not copied). Local.
   // local / others: which levels to try (redundancy tries the node-local
   // shard first, then rebuilds, then the rest).
-  // defer (restart_verify = while): a committed node-local shard is only
+  // defer (restart_verify = while): a committed node-local shard, or a
+  // level's copy of it (agent memory, level::open_unverified), is only
   // opened and its header checked; restart_unverified_ holds it and restore
   // verifies its data while reading them into the regions.
   status load_shard(const std::string& name, int64_t version, bool local = true, bool others = true,
                     bool defer = false);
-  // restore of a deferred node-local shard (restart_unverified_): each
+  // restore of a deferred shard (restart_unverified_): each
   // region read into the protected memory and verified as it arrives; on a
   // mismatch, this rank's shard is loaded from the next level and copied
   // over. The reader stays until the image is released, so that a
@@ -426,6 +448,7 @@ class client_impl final : private level_host {
   std::unique_ptr<engine::cow_capture> cow_;
   std::set<int> cow_refused_;                 // errnos already explained once (copied regions)
   std::atomic<uint64_t> cow_faults_{0};       // writes that waited for their block, all captures
+  uint64_t cow_captures_ = 0;                 // captures made copy-on-write
   cairn::mutex catalog_mu_;
   std::unique_ptr<history::catalog> catalog_ CAIRN_GUARDED_BY(catalog_mu_);  // rank 0 only
 
@@ -454,8 +477,9 @@ class client_impl final : private level_host {
   std::string restart_name_;
   int64_t restart_version_ = -1;
   format::shard_image restart_;  // the verified image of restart_version_
-  // Set with restart_verify = while: the node-local shard of restart_version_,
-  // whose header (restart_.header) is checked and whose data are not yet.
+  // Set with restart_verify = while: the node-local shard of restart_version_
+  // (or an agent's copy of it), whose header (restart_.header) is checked
+  // and whose data are not yet.
   std::unique_ptr<format::shard_reader> restart_unverified_;
   bool restart_rebuilt_ = false;  // restart_ was rebuilt from redundancy: not at the node-local level yet
   // Set instead of restart_ when restart_version_ was written by another rank count.
@@ -476,7 +500,8 @@ class client_impl final : private level_host {
   // Collective part of progress for the online comparison.
   void progress_divergence(int64_t global_first);
   bool finalized_ = false;
-  bool stream_capture_ = false;  // the persistent write follows the capture (engine::submit(job, true))
+  bool follow_capture_ = false;  // the checksum and persistent data write follow the copy (engine::submit(job, true))
+  bool copy_helper_ = false;     // an engine thread may run on another CPU than the application's (shares_copy)
   std::atomic<bool> more_slots_queued_{false};  // an engine task makes the staging slots a capture did not
   // This execution's shard attempt tag (format::shard_header::attempt), the
   // same on every rank.

@@ -43,7 +43,10 @@ void client_impl::write_metrics() {
   stats_.time_to_durable_s = agreed_durable_s_;
   stats_.warning_signals = batch::warnings_received();
   stats_.staging_bytes = pool_.slot_bytes() * static_cast<uint64_t>(pool_.slots());
-  if (cow_) stats_.capture_write_faults = cow_faults_.load();
+  if (cow_) {
+    stats_.capture_write_faults = cow_faults_.load();
+    stats_.cow_captures = cow_captures_;
+  }
   // One file per rank (run and rank in the name: the node exporter reads
   // every *.prom of the directory), replaced atomically; not synced, since a
   // metric is an observation, not state.

@@ -13,6 +13,26 @@
 
 namespace cairn {
 
+namespace {
+
+// The shard's description of a protected region (before plan_layout).
+format::region_desc describe(const region& r) {
+  format::region_desc d;
+  d.name = r.name;
+  d.type = r.type;
+  d.flags = r.column_major ? format::kColumnMajor : 0;
+  d.dims = r.dims;
+  d.count = r.count;
+  if (!r.global.empty()) {
+    d.flags |= format::kHasLayout;
+    d.global = r.global;
+    d.start = r.start;
+  }
+  return d;
+}
+
+}  // namespace
+
 result<format::shard_header> client_impl::plan_header(const std::string& name, int64_t version,
                                                       const std::vector<region>& regs) const {
   format::shard_header h;
@@ -22,22 +42,21 @@ result<format::shard_header> client_impl::plan_header(const std::string& name, i
   h.rank = static_cast<uint32_t>(rank());
   h.nranks = static_cast<uint32_t>(size());
   h.attempt = attempt_;
-  for (auto& r : regs) {
-    format::region_desc d;
-    d.name = r.name;
-    d.type = r.type;
-    d.flags = r.column_major ? format::kColumnMajor : 0;
-    d.dims = r.dims;
-    d.count = r.count;
-    if (!r.global.empty()) {
-      d.flags |= format::kHasLayout;
-      d.global = r.global;
-      d.start = r.start;
-    }
-    h.regions.push_back(std::move(d));
-  }
+  for (auto& r : regs) h.regions.push_back(describe(r));
   CAIRN_RETURN_IF_ERROR(format::plan_layout(h));
   return h;
+}
+
+void client_impl::count_for_staging(const region& r, bool add) {
+  const uint64_t header = format::region_header_bytes(describe(r));
+  const uint64_t data = format::align_up(r.count * format::type_size(r.type));
+  if (add) {
+    staged_header_bytes_ += header;
+    staged_data_bytes_ += data;
+  } else {
+    staged_header_bytes_ -= header;
+    staged_data_bytes_ -= data;
+  }
 }
 
 result<int> client_impl::staging_slots(const std::string& name, uint64_t file_size) const {
@@ -69,12 +88,11 @@ void client_impl::restart_phase_over() {
 
 void client_impl::prepare_staging() {
   if (cfg_.mode != engine_mode::thread || !engine_ || regions_.empty()) return;
-  std::vector<region> regs;
-  for (auto& [n, r] : regions_) regs.push_back(r);
-  // A checkpoint name of up to a page more header than an empty one.
-  auto h = plan_header("", 0, regs);
-  if (!h) return;
-  const uint64_t need = h->file_size;
+  // The image of the regions protected now, with an empty checkpoint name
+  // (a name takes up to a page more): plan_header's file_size, from the sums
+  // protect and unprotect keep, so that n protects cost O(n), not O(n^2).
+  const uint64_t need =
+      format::align_up(format::header_base_bytes(cfg_.run, "") + staged_header_bytes_) + staged_data_bytes_;
   auto slots = staging_slots("", need + 4096);
   if (!slots || (need <= pool_.slot_bytes() && pool_.slots() >= *slots)) return;
   {
@@ -84,6 +102,9 @@ void client_impl::prepare_staging() {
     if (std::exchange(staging_queued_, true)) return;
   }
   engine_->submit_task([this]() -> status {
+    // The layout is read once the slots may be made: protects meanwhile
+    // (kProtectSettle apart) change what this task makes, not add tasks.
+    if (!pool_.wait_ahead()) return {};
     std::pair<uint64_t, int> w;
     {
       cairn::lock_guard lk(staging_mu_);
@@ -96,21 +117,27 @@ void client_impl::prepare_staging() {
 }
 
 status client_impl::reserve_staging(const std::string& name, int64_t version, const std::vector<region>& regs,
-                                    bool lend, bool may_cow, format::shard_header* out) {
+                                    bool lend, bool may_cow, format::shard_header* out, bool* cow) {
   status st;
   format::shard_header& h = *out;
+  *cow = false;
   if (auto planned = plan_header(name, version, regs); planned) h = std::move(planned).value();
   else st = planned.take_status();
   if (st) {
     auto slots = staging_slots(name, h.file_size);
     if (!slots) st = slots.take_status();
+    const bool ready = h.file_size <= pool_.slot_bytes() && pool_.slots() > 0;
+    *cow = st && use_cow(h.file_size, lend, may_cow, ready);
     if (st && (h.file_size > pool_.slot_bytes() || pool_.slots() < *slots)) {
-      if (pool_.slots() > 0 && h.file_size > pool_.slot_bytes()) engine_->wait_idle();  // slots are replaced
+      // Larger slots replace the pool's once no version holds one: wait for
+      // the engine only when a version does. A task still making a slot
+      // ahead for the layout before the last protect is no reason to wait.
+      if (h.file_size > pool_.slot_bytes() && pool_.in_use()) engine_->wait_idle();
       // Thread mode: this checkpoint needs one slot; the others are made by
       // an engine task, off the application's call (on this VM faulting in
       // a 512 MiB slot costs 0.7-1.4 s).
       const int now = cfg_.mode == engine_mode::thread ? 1 : *slots;
-      st = pool_.reserve(h.file_size, now, true, !use_cow(h.file_size, lend, may_cow));
+      st = pool_.reserve(h.file_size, now, true, !*cow && !shares_copy(h.file_size, lend));
       if (st && now < *slots && !more_slots_queued_.exchange(true)) {
         engine_->submit_task([this, size = pool_.slot_bytes(), n = *slots]() -> status {
           (void)pool_.try_reserve(size, size, n);  // best effort: a later capture reserves what it needs

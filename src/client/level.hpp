@@ -100,6 +100,9 @@ struct graph_points {
   engine::level_paths paths;
   storage::storage_env* flush_env = nullptr;  // the persistent level's writers write through it (io_rate_limit)
   std::shared_ptr<engine::local_recycler> recycler;  // the node-local level's reused files (may be null)
+  // The checksum pass and the persistent data write start with the
+  // application thread's copy (write_during_capture; client::start decides).
+  bool follow_capture = false;
 };
 
 class level {

@@ -19,7 +19,8 @@ result<pipeline_shape> build_pipeline(const config& cfg, storage::storage_env* e
   engine::stage_graph& stages = *g.graph;
   // Checksum and hash trees first, in one pass (they finish the image); then
   // the levels, each of which only reads the image, run side by side.
-  g.image_done = g.local = stages.add(engine::make_checksum_stage(cfg.hash_trees, cfg.hash_chunk, cfg.hash_abs));
+  g.image_done = g.local =
+      stages.add(engine::make_checksum_stage(cfg.hash_trees, cfg.hash_chunk, cfg.hash_abs, g.follow_capture));
   if (commits_persistent) {
     for (const auto& l : levels) CAIRN_RETURN_IF_ERROR(l->add_stages(g));
   } else {
@@ -28,9 +29,9 @@ result<pipeline_shape> build_pipeline(const config& cfg, storage::storage_env* e
     if (!writes_data) {
       // The data part is written as the application captures it, the header
       // once the checksum pass has filled it in.
-      const size_t data = stages.add(engine::make_persistent_data_stage(g.flush_env, g.paths, cfg.direct_io), {});
+      const size_t data =
+          stages.add(engine::make_persistent_data_stage(g.flush_env, g.paths, cfg.direct_io, g.follow_capture), {});
       stages.add(engine::make_persistent_stage(g.flush_env, g.paths, cfg.direct_io), {g.image_done, data});
-      shape.stream_capture = cfg.mode == engine_mode::thread;  // where write_during_capture allows (client::start)
     }
     // The last rank to make its part durable commits the version, after
     // every level of it ended (the manifest records their times). With

@@ -21,7 +21,6 @@ namespace cairn {
 // What the assembly decided, for the client.
 struct pipeline_shape {
   bool commit_stage = false;    // the graph ends in the client's commit stage
-  bool stream_capture = false;  // the persistent data stage takes the image as it is captured (thread mode)
   std::shared_ptr<analytics::online_tracker> online;  // the compare stage's tracker; null without reference_run
 };
 

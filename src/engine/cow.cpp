@@ -18,8 +18,9 @@
 #include <new>
 #include <numeric>
 
-#include "util/mutex.hpp"
+#include "util/aligned_buffer.hpp"
 #include "util/clock.hpp"
+#include "util/mutex.hpp"
 
 #ifndef UFFD_FEATURE_WP_UNPOPULATED
 #define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)  // Linux 6.4; older headers lack it
@@ -42,6 +43,16 @@ struct span {
   uint64_t lo = 0, hi = 0;
   uint32_t first_block = 0, blocks = 0;
   int error = 0;  // why it is not protected (0: it is)
+};
+
+// Bytes of a region on a page it shares with other memory, copied by the
+// caller into the arena (`at`) and put at `dst` by the thread, unless the
+// region's span (`span`, UINT32_MAX: none) could not be protected: the caller
+// copies that region whole.
+struct edge {
+  std::byte* dst = nullptr;
+  uint64_t length = 0, at = 0;
+  uint32_t span = UINT32_MAX;
 };
 
 // The unit copied and unprotected at a time: kBlock-aligned, inside one span.
@@ -158,6 +169,10 @@ struct cow_capture::control {
   block* blocks = nullptr;
   size_t nblocks = 0;
   uint32_t* refs = nullptr;
+  edge* edges = nullptr;
+  size_t nedges = 0;
+  std::byte* edge_bytes = nullptr;
+  std::byte* image_end = nullptr;  // past the last byte any region goes to
 
   bool dropped = false;  // the thread unregistered spans (after a failure)
   // The thread's result: which region could not be read, or which call failed.
@@ -287,20 +302,50 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
   drain();
   control& c = *ctl_;
   const uint64_t pg = page_size();
-  // The regions by address; each region's pages; overlapping page ranges
-  // merge into one span (one registration, one fate).
+  // Only the pages a region covers whole are write-protected. Its first and
+  // last page, where it starts or ends inside one, hold other memory too
+  // (heap objects, malloc's headers), whose writes would each wait for the
+  // thread: the region's bytes there are copied now, into the arena (memory
+  // touched already, unlike the staging image), and the thread puts them in
+  // place. A region inside two pages is copied that way whole.
+  // The regions by their whole pages, by address; overlapping page ranges
+  // (regions that overlap) merge into one span (one registration, one fate).
   std::vector<uint32_t> order;
-  for (uint32_t i = 0; i < regions.size(); ++i)
-    if (regions[i].length) order.push_back(i);
-  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return regions[a].src < regions[b].src; });
+  std::vector<std::pair<uint64_t, uint64_t>> whole(regions.size());  // page-aligned, empty if none
+  for (uint32_t i = 0; i < regions.size(); ++i) {
+    const auto a = reinterpret_cast<uint64_t>(regions[i].src), e = a + regions[i].length;
+    const uint64_t lo = (a + pg - 1) / pg * pg, hi = e / pg * pg;
+    if (regions[i].length && lo < hi) {
+      whole[i] = {lo, hi};
+      order.push_back(i);
+    }
+  }
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return whole[a].first < whole[b].first; });
   std::vector<span> spans;
   std::vector<uint32_t> reg_span(regions.size(), UINT32_MAX);
   for (uint32_t i : order) {
-    const auto a = reinterpret_cast<uint64_t>(regions[i].src);
-    const uint64_t lo = a / pg * pg, hi = (a + regions[i].length + pg - 1) / pg * pg;
+    const auto [lo, hi] = whole[i];
     if (spans.empty() || lo >= spans.back().hi) spans.push_back({lo, hi});
     else spans.back().hi = std::max(spans.back().hi, hi);
     reg_span[i] = static_cast<uint32_t>(spans.size() - 1);
+  }
+  std::vector<edge> edges;
+  std::vector<const std::byte*> edge_src;  // where each edge's bytes are now
+  uint64_t edge_total = 0;
+  for (uint32_t i = 0; i < regions.size(); ++i) {
+    const auto a = reinterpret_cast<uint64_t>(regions[i].src), e = a + regions[i].length;
+    auto add = [&](uint64_t from, uint64_t to) {
+      if (from >= to) return;
+      edges.push_back({regions[i].dst + (from - a), to - from, edge_total, reg_span[i]});
+      edge_src.push_back(regions[i].src + (from - a));
+      edge_total += to - from;
+    };
+    if (reg_span[i] == UINT32_MAX) {
+      add(a, e);
+    } else {
+      add(a, whole[i].first);
+      add(whole[i].second, e);
+    }
   }
   // Shared or file-backed memory is the caller's to copy. The mappings are
   // read again only when the spans change (a capture of the same regions
@@ -329,10 +374,10 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
     }
     s.blocks = static_cast<uint32_t>(blocks.size()) - s.first_block;
   }
-  // The regions overlapping each block (several where regions share pages).
+  // The regions overlapping each block (several where regions overlap).
   std::vector<std::vector<uint32_t>> per_block(blocks.size());
   for (uint32_t i : order) {
-    const auto a = reinterpret_cast<uint64_t>(regions[i].src), e = a + regions[i].length;
+    const auto [a, e] = whole[i];
     auto it = std::upper_bound(blocks.begin(), blocks.end(), a, [](uint64_t v, const block& b) { return v < b.hi; });
     for (; it != blocks.end() && it->lo < e; ++it) per_block[it - blocks.begin()].push_back(i);
   }
@@ -346,7 +391,8 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
   // The tables go where the thread may write (see the header comment).
   auto bytes_of = [](size_t n, size_t each) { return (n * each + 63) / 64 * 64; };
   const size_t need = bytes_of(regions.size(), sizeof(cow_region)) + bytes_of(spans.size(), sizeof(span)) +
-                      bytes_of(blocks.size(), sizeof(block)) + bytes_of(nrefs, sizeof(uint32_t));
+                      bytes_of(blocks.size(), sizeof(block)) + bytes_of(nrefs, sizeof(uint32_t)) +
+                      bytes_of(edges.size(), sizeof(edge)) + bytes_of(edge_total, 1);
   std::vector<int> result(regions.size(), 0);
   c.fail_errno = 0;
   c.fail_region = -1;
@@ -380,14 +426,21 @@ std::vector<int> cow_capture::begin(std::span<const cow_region> regions, done_fn
   c.spans = reinterpret_cast<span*>(carve(spans.size(), sizeof(span)));
   c.blocks = reinterpret_cast<block*>(carve(blocks.size(), sizeof(block)));
   c.refs = reinterpret_cast<uint32_t*>(carve(nrefs, sizeof(uint32_t)));
+  c.edges = reinterpret_cast<edge*>(carve(edges.size(), sizeof(edge)));
+  c.edge_bytes = carve(edge_total, 1);
   std::copy(regions.begin(), regions.end(), c.regs);
   std::copy(spans.begin(), spans.end(), c.spans);
   std::copy(blocks.begin(), blocks.end(), c.blocks);
   for (size_t b = 0; b < blocks.size(); ++b)
     std::copy(per_block[b].begin(), per_block[b].end(), c.refs + blocks[b].first_ref);
+  std::copy(edges.begin(), edges.end(), c.edges);
+  for (size_t k = 0; k < edges.size(); ++k) std::memcpy(c.edge_bytes + edges[k].at, edge_src[k], edges[k].length);
   c.nregs = regions.size();
   c.nspans = spans.size();
   c.nblocks = blocks.size();
+  c.nedges = edges.size();
+  c.image_end = nullptr;
+  for (const auto& r : regions) c.image_end = std::max(c.image_end, r.dst + r.length);
   c.parts.store(2, std::memory_order_relaxed);
 
   // Protect. The thread serves faults from the tables from here on (this
@@ -457,12 +510,16 @@ void cow_capture::thread_main() {
       const cow_region& r = c.regs[i];
       const auto a = reinterpret_cast<uint64_t>(r.src);
       const uint64_t from = std::max(lo, a), to = std::min(hi, a + r.length);
+      const double t0 = util::now_s();
       for (uint64_t p = from; p < to;) {
         iovec local{r.dst + (p - a), to - p}, remote{reinterpret_cast<void*>(p), to - p};
         const ssize_t n = ::process_vm_readv(c.pid, &local, 1, &remote, 1, 0);
         if (n <= 0) return fail("reading the region", n < 0 ? errno : EFAULT, static_cast<int>(i));
         p += static_cast<uint64_t>(n);
       }
+      // A staging slot not faulted in yet is faulted in here: whether its
+      // huge pages pay (util/aligned_buffer.hpp).
+      if (from < to) util::fresh_pages_written(r.dst + (from - a), to - from, util::now_s() - t0, c.image_end);
     }
     return true;
   };
@@ -538,6 +595,12 @@ void cow_capture::thread_main() {
       }
     }
     if (ok) ok = serve();
+    // The bytes the caller copied from shared pages (not those of a region
+    // it copies whole), last: into pages the copy faulted in already.
+    for (size_t k = 0; ok && k < c.nedges; ++k) {
+      const edge& g = c.edges[k];
+      if (g.span == UINT32_MAX || !c.spans[g.span].error) std::memcpy(g.dst, c.edge_bytes + g.at, g.length);
+    }
     if (!ok) {
       // Lift what is still protected (and wake its writers); where even that
       // fails, unregister, which lifts it too (the caller registers again).

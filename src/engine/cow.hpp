@@ -4,7 +4,11 @@
 // copies them into the staging image in the background, and a write by the
 // application to a page not copied yet stops at a fault that this thread
 // serves first: it copies the page's block (2 MiB, aligned, so a huge page
-// stays huge), lifts the protection and the writer goes on.
+// stays huge), lifts the protection and the writer goes on. Only the pages a
+// region covers whole are protected: the bytes it has on a page it shares
+// with other memory (its first and last page, unless it starts or ends on a
+// page boundary) are copied by begin, so that writes to the heap's other
+// objects there never wait.
 //
 // The thread is the only server of the faults, so while anything is
 // write-protected it writes no memory but its own stack, this unit's control

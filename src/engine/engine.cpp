@@ -83,6 +83,10 @@ void engine::submit(std::shared_ptr<version_job> job, bool capturing) {
 }
 
 void engine::captured(version_job& job, status error) {
+  // Before the end: a stage that follows the capture reads the error once
+  // the capture has ended (byte_progress orders the two).
+  if (job.capture.ended()) return;
+  job.capture_error = error;
   if (error.is_ok()) job.capture.publish(job.header.file_size);
   job.capture.end();
   bool wake = false;
@@ -92,7 +96,6 @@ void engine::captured(version_job& job, status error) {
     if (!job.capturing) return;
     job.capturing = false;
     if (error.is_ok() && job.lent.empty()) job.done |= kLevelCaptured;
-    job.capture_error = std::move(error);
     finished = schedule();
     wake = claim_wake();
   }
@@ -148,7 +151,7 @@ std::vector<std::shared_ptr<version_job>> engine::schedule() {
     for (auto& job : active_) {
       for (size_t i = 0; i < stages_.size(); ++i) {
         if (job->stage_state[i] != 0 || stage_next_[i] != job->seq) continue;
-        if (job->capturing && !stages_[i]->follows_capture()) continue;
+        if (job->capturing && !(job->capture_streams && stages_[i]->follows_capture())) continue;
         if (!std::all_of(after_[i].begin(), after_[i].end(), [&](size_t a) { return job->stage_state[a] == 2; }))
           continue;
         if (!job->abandoned && stages_[i]->applies(*job)) {

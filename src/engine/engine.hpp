@@ -71,9 +71,13 @@ struct version_job {
   // for stages that follow it (stage::follows_capture); complete unless the
   // job was submitted with capturing = true.
   util::byte_progress capture;
+  // The capture publishes its progress in image order as it goes (the
+  // application thread's copy), so stages that follow it start with it; a
+  // capture that ends all at once (capture = cow) leaves it false.
+  bool capture_streams = false;
   // Why a capture that ended in the background (capture = cow) is not
-  // complete: the checksum stage fails the version with it. Written before
-  // engine::captured.
+  // complete: the checksum stage fails the version with it. Written by
+  // engine::captured before the capture ends.
   status capture_error;
   std::unique_ptr<stage_carry> carry;  // see stage_carry
   // agents_lend: per region (header.regions order), the application memory
@@ -145,8 +149,8 @@ class stage {
   // Whether the job needs this stage (e.g. only every k-th version persistent).
   virtual bool applies(const version_job& job) const { return level() == 0 || (job.wanted & level()); }
   // Whether it may start while the application thread is still capturing
-  // the image (engine::submit(job, true)): it reads only what
-  // job.capture says is captured.
+  // the image (engine::submit(job, true) of a job whose capture streams):
+  // it reads only what job.capture says is captured.
   virtual bool follows_capture() const { return false; }
   virtual status run(version_job& job) = 0;
 };

@@ -82,18 +82,45 @@ namespace {
 // checksums cannot be written. With hash_trees off, checksums only.
 class checksum_stage final : public stage {
  public:
-  checksum_stage(bool trees, uint64_t chunk_bytes, double quantum)
-      : trees_(trees), chunk_bytes_(chunk_bytes), quantum_(quantum) {}
+  checksum_stage(bool trees, uint64_t chunk_bytes, double quantum, bool follows)
+      : trees_(trees), chunk_bytes_(chunk_bytes), quantum_(quantum), follows_(follows) {}
   const char* name() const override { return trees_ ? "checksum and hash trees" : "checksum"; }
   bool essential() const override { return true; }
+  // Behind the application thread's copy, each piece read as it is
+  // captured: where an engine thread runs beside the application's, the
+  // pass is mostly done by the time the checkpoint returns.
+  bool follows_capture() const override { return follows_; }
   status run(version_job& job) override {
-    if (!job.capture_error.is_ok()) return job.capture_error;
+    // A capture that already failed (a background copy that could not
+    // finish) leaves nothing worth reading.
+    if (job.capture.ended() && !job.capture_error.is_ok()) return job.capture_error;
     const double t0 = util::now_s();
     std::vector<const std::byte*> regions(job.header.regions.size());
     for (size_t i = 0; i < regions.size(); ++i) regions[i] = job.region_data(i);
     format::tree_file tree;
     double trees_s = 0;
-    format::checksum_and_tree(&job.header, regions, chunk_bytes_, quantum_, trees_ ? &tree : nullptr, &trees_s);
+    uint64_t captured = 0;  // image bytes known to be captured
+    double waited_s = 0;    // for the capture: not the pass's time
+    auto ready = [&](size_t i, uint64_t end) {
+      const uint64_t need = job.header.regions[i].offset + end;
+      while (captured < need) {
+        const double w0 = util::now_s();
+        const uint64_t upto = job.capture.wait_past(captured);
+        waited_s += util::now_s() - w0;
+        if (upto <= captured) return false;  // the capture ended short
+        captured = upto;
+      }
+      return true;
+    };
+    const bool whole = format::checksum_and_tree(&job.header, regions, chunk_bytes_, quantum_,
+                                                 trees_ ? &tree : nullptr, &trees_s, ready);
+    // The capture has ended here, or the pass could not have read it all
+    // (and a background capture may have failed at the end).
+    const double w0 = util::now_s();
+    (void)job.capture.wait_past(job.header.file_size);
+    waited_s += util::now_s() - w0;
+    if (!job.capture_error.is_ok()) return job.capture_error;
+    if (!whole) return status(errc::internal, "the capture ended before the image was complete");
     format::encode_header(job.header, job.image->span());
     if (trees_) {
       const double t1 = util::now_s();
@@ -104,7 +131,7 @@ class checksum_stage final : public stage {
     // checksum_s: the pass itself (the read of the data); hash_s: what the
     // trees add to it (leaves hashed from cache, roots, encoding).
     job.hash_s = trees_s;
-    job.checksum_s = util::now_s() - t0 - trees_s;
+    job.checksum_s = util::now_s() - t0 - trees_s - waited_s;
     return {};
   }
 
@@ -112,6 +139,7 @@ class checksum_stage final : public stage {
   bool trees_;
   uint64_t chunk_bytes_;
   double quantum_;
+  bool follows_;
 };
 
 class local_stage final : public stage {
@@ -162,11 +190,11 @@ struct persistent_carry final : stage_carry {
 
 class persistent_data_stage final : public stage {
  public:
-  persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct)
-      : env_(env), paths_(std::move(paths)), direct_(direct) {}
+  persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct, bool follows)
+      : env_(env), paths_(std::move(paths)), direct_(direct), follows_(follows) {}
   const char* name() const override { return "persistent (data)"; }
   bool applies(const version_job& job) const override { return job.wanted & kLevelPersistent; }
-  bool follows_capture() const override { return true; }
+  bool follows_capture() const override { return follows_; }
   status run(version_job& job) override {
     auto c = std::make_unique<persistent_carry>();
     c->started = util::now_s();
@@ -197,6 +225,7 @@ class persistent_data_stage final : public stage {
   storage::storage_env* env_;
   level_paths paths_;
   bool direct_;
+  bool follows_;
 };
 
 class persistent_stage final : public stage {
@@ -304,8 +333,8 @@ std::unique_ptr<stage> make_commit_stage(storage::storage_env* env, std::string 
   return std::make_unique<commit_stage>(env, std::move(store), std::move(describe), std::move(host));
 }
 std::unique_ptr<stage> make_unlend_stage() { return std::make_unique<unlend_stage>(); }
-std::unique_ptr<stage> make_checksum_stage(bool hash_trees, uint64_t chunk_bytes, double quantum) {
-  return std::make_unique<checksum_stage>(hash_trees, chunk_bytes, quantum);
+std::unique_ptr<stage> make_checksum_stage(bool hash_trees, uint64_t chunk_bytes, double quantum, bool follows) {
+  return std::make_unique<checksum_stage>(hash_trees, chunk_bytes, quantum, follows);
 }
 std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths paths,
                                         std::shared_ptr<local_recycler> recycler) {
@@ -314,8 +343,9 @@ std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths p
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io) {
   return std::make_unique<persistent_stage>(env, std::move(paths), direct_io);
 }
-std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct_io) {
-  return std::make_unique<persistent_data_stage>(env, std::move(paths), direct_io);
+std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct_io,
+                                                  bool follows) {
+  return std::make_unique<persistent_data_stage>(env, std::move(paths), direct_io, follows);
 }
 
 }  // namespace cairn::engine

@@ -24,8 +24,11 @@ struct level_paths {
 // xxh3 of every region, then the header (with its own checksum) into the
 // image; with hash_trees also the hash trees of every region (tree.md) into
 // job.tree_image, computed in the same pass over the data
-// (format::checksum_and_tree). Essential.
-std::unique_ptr<stage> make_checksum_stage(bool hash_trees = false, uint64_t chunk_bytes = 0, double quantum = 0);
+// (format::checksum_and_tree). Essential. `follows`: it starts with a
+// capture that streams (stage::follows_capture), each piece hashed once it
+// is copied.
+std::unique_ptr<stage> make_checksum_stage(bool hash_trees = false, uint64_t chunk_bytes = 0, double quantum = 0,
+                                           bool follows = false);
 // Writes the image to <scratch>/.../shard.<rank> (temp name, rename). Survives
 // a process crash, not a node loss: no fsync. With a recycler, the temporary
 // is a retired shard of the same size when there is one (overwritten in place).
@@ -36,11 +39,13 @@ std::unique_ptr<stage> make_local_stage(storage::storage_env* env, level_paths p
 // After a persistent data stage (below) it writes only the header, then
 // makes the shard durable.
 std::unique_ptr<stage> make_persistent_stage(storage::storage_env* env, level_paths paths, bool direct_io);
-// Begins the persistent write while the application thread still captures:
-// the image's data part, as it is captured (follows_capture), side by side
-// with the checksum pass. Goes before make_persistent_stage, which must
-// follow it and the checksum stage. Its failure is the persistent stage's.
-std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct_io);
+// The persistent write of the image's data part, side by side with the
+// checksum pass; with `follows`, begun while the application thread still
+// captures, as the bytes are captured (follows_capture). Goes before
+// make_persistent_stage, which must follow it and the checksum stage. Its
+// failure is the persistent stage's.
+std::unique_ptr<stage> make_persistent_data_stage(storage::storage_env* env, level_paths paths, bool direct_io,
+                                                  bool follows);
 
 // The commit by the last writer (format::record_part, docs/format/store.md
 // "Commit"): once this rank's part of a version is durable at the persistent

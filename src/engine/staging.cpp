@@ -50,6 +50,17 @@ void staging_pool::stop_ahead() {
   cv_.notify_all();
 }
 
+bool staging_pool::wait_ahead() {
+  cairn::unique_lock lk(mu_);
+  for (;;) {
+    if (ahead_stopped_) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (waiting_ > 0 || (paused_ == 0 && now >= deferred_until_)) return true;
+    if (paused_ > 0) cv_.wait(lk);
+    else cv_.wait_for(lk, deferred_until_ - now);
+  }
+}
+
 void staging_pool::set_on_drop(std::function<void(uint64_t id)> f) {
   cairn::lock_guard lk(mu_);
   on_drop_ = std::move(f);
@@ -72,7 +83,7 @@ status staging_pool::reserve(size_t slot_bytes, int slots, bool wait, bool touch
 status staging_pool::make(size_t slot_bytes, int slots, bool wait, bool ahead, bool touch) {
   // Buffers are mapped and faulted in outside the lock: acquire, release and
   // has_free stay quick meanwhile (an engine task may be the one reserving).
-  constexpr size_t piece = size_t{16} << 20;  // faulted in between two looks at pause
+  constexpr size_t piece = size_t{2} << 20;  // faulted in between two looks at pause and hurry
   cairn::unique_lock lk(mu_);
   for (;;) {
     if (ahead && ahead_stopped_) return {};
@@ -180,6 +191,11 @@ void staging_pool::release(aligned_buffer* slot) {
 bool staging_pool::has_free() {
   cairn::lock_guard lk(mu_);
   return !free_.empty();
+}
+
+bool staging_pool::in_use() const {
+  cairn::lock_guard lk(mu_);
+  return free_.size() != all_.size();
 }
 
 int staging_pool::slots() const {

@@ -38,7 +38,8 @@ class staging_pool {
   // waits for them, or with `wait` false returns without change) and
   // allocates up to `slots` slots. Fails with no_space when memory cannot be
   // mapped. The client calls it for a larger layout only with the engine
-  // idle, so that no slot it waits for belongs to a job still queued.
+  // idle when a slot is in use, so that no slot it waits for belongs to a
+  // job still queued.
   // With `touch` false the slots may be handed out before their memory is
   // faulted in (a copy-on-write capture, whose background copy faults it
   // in): they are mapped only, and a slot being made ahead stops touching.
@@ -66,6 +67,11 @@ class staging_pool {
   // Slots being made ahead of need are dropped at their next piece, and no
   // more are made ahead (finalize: nothing will use them).
   void stop_ahead();
+  // Waits until slots may be made ahead: the time defer_until set has passed
+  // (moved by later calls while it waits) and the pool is not paused. Returns
+  // at once while a reserve waits for slots; false once stop_ahead was
+  // called. The maker learns how large a slot to make after it.
+  bool wait_ahead();
 
   // Takes `buf`, memory already faulted in that its owner is done with (a
   // restart's image), as a free slot when the pool has fewer than `slots`
@@ -77,6 +83,8 @@ class staging_pool {
   aligned_buffer* acquire(bool wait);
   void release(aligned_buffer* slot);
   bool has_free();
+  // Whether a slot is acquired and not released yet (a version holds it).
+  bool in_use() const;
   size_t slot_bytes() const;
   int slots() const;
 

@@ -46,10 +46,22 @@ constexpr size_t kRegionFixedBytes = 8 + 4 * 8;
 constexpr size_t kStoredFixedBytes = 16;
 constexpr size_t kStoredRegionBytes = 16;
 
+}  // namespace
+
+size_t header_base_bytes(const std::string& run, const std::string& name) {
+  return kFixedHeaderBytes + 8 + run.size() + name.size();
+}
+
+size_t region_header_bytes(const region_desc& r) {
+  return kRegionFixedBytes + 8 * (r.dims.size() + r.global.size() + r.start.size()) + r.name.size();
+}
+
+namespace {
+
 // Bytes of the image's (format 2) header.
 size_t header_bytes(const shard_header& h) {
-  size_t n = kFixedHeaderBytes + 8 + h.run.size() + h.name.size();
-  for (auto& r : h.regions) n += kRegionFixedBytes + 8 * (r.dims.size() + r.global.size() + r.start.size()) + r.name.size();
+  size_t n = header_base_bytes(h.run, h.name);
+  for (auto& r : h.regions) n += region_header_bytes(r);
   return n;
 }
 

@@ -89,6 +89,13 @@ struct shard_header {
 
 inline uint64_t align_up(uint64_t v, uint64_t a = kAlign) { return (v + a - 1) / a * a; }
 
+// The image's header is header_base_bytes(run, checkpoint name) plus
+// region_header_bytes of each region, rounded up to kAlign: what a caller
+// that adds regions one at a time needs to size the image without planning
+// every region again (the client's staging made ahead).
+size_t header_base_bytes(const std::string& run, const std::string& name);
+size_t region_header_bytes(const region_desc& r);
+
 // Assigns data_offset, every region's offset and length (and the equal stored
 // ones), and file_size. Fails on an unknown type, a name too long, or
 // duplicate region names.

@@ -153,8 +153,8 @@ tree_file build_tree(const shard_header& h, std::span<const std::byte* const> re
   return t;
 }
 
-void checksum_and_tree(shard_header* h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
-                       double quantum, tree_file* tree, double* leaves_s) {
+bool checksum_and_tree(shard_header* h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
+                       double quantum, tree_file* tree, double* leaves_s, const ready_fn& ready) {
   double leaves = 0;
   if (tree) {
     tree->chunk_bytes = chunk_bytes;
@@ -168,6 +168,7 @@ void checksum_and_tree(shard_header* h, std::span<const std::byte* const> region
     const std::byte* data = regions[i];
     sum.reset();
     uint64_t covered = 0;  // bytes fed to the checksum so far
+    auto wait = [&](uint64_t end) { return !ready || ready(i, end); };
     if (tree) {
       region_tree rt = empty_tree(r, quantum);
       const uint64_t per = elements_per_chunk(chunk_bytes, r.type);
@@ -181,6 +182,7 @@ void checksum_and_tree(shard_header* h, std::span<const std::byte* const> region
         // The checksum reads the chunk from memory first; the leaves then
         // hash it from cache, and only their time is the trees' cost.
         if (bytes <= kFusedBlock) {
+          if (!wait(first * es + bytes)) return false;
           sum.update(p, bytes);
           const double t0 = util::now_s();
           rt.exact.push_back(exact_leaf(p, n, r.type));
@@ -192,6 +194,7 @@ void checksum_and_tree(shard_header* h, std::span<const std::byte* const> region
           big_leaf.reset();
           for (uint64_t off = 0; off < bytes; off += kFusedBlock) {
             const uint64_t b = std::min(kFusedBlock, bytes - off);
+            if (!wait(first * es + off + b)) return false;
             sum.update(p + off, b);
             const double t0 = util::now_s();
             big_leaf.update(p + off, b);
@@ -212,11 +215,15 @@ void checksum_and_tree(shard_header* h, std::span<const std::byte* const> region
     }
     // Without a tree (or bytes past count * type_size, which a planned header
     // never has): the rest in blocks.
-    for (uint64_t off = covered; off < r.length; off += kFusedBlock)
-      sum.update(data + off, std::min(kFusedBlock, r.length - off));
+    for (uint64_t off = covered; off < r.length; off += kFusedBlock) {
+      const uint64_t b = std::min(kFusedBlock, r.length - off);
+      if (!wait(off + b)) return false;
+      sum.update(data + off, b);
+    }
     r.checksum = sum.digest();
   }
   if (leaves_s) *leaves_s = leaves;
+  return true;
 }
 
 std::string encode_tree(const tree_file& t) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -70,9 +71,14 @@ tree_file build_tree(const shard_header& h, std::span<const std::byte* const> re
 // tree->shard_header_checksum is left to the caller: it is known only once
 // the header with these checksums is encoded. Optional: *leaves_s gets the
 // seconds spent on the leaves beyond the checksum's read (the trees' cost).
+// Optional `ready(i, end)`: called before bytes [0, end) of region i are
+// read, in order (the engine's pass behind the application's copy waits
+// there); false stops the pass, which then returns false and leaves the
+// checksums unset.
 inline constexpr uint64_t kFusedBlock = 64 * 1024;
-void checksum_and_tree(shard_header* h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
-                       double quantum, tree_file* tree, double* leaves_s = nullptr);
+using ready_fn = std::function<bool(size_t region, uint64_t end)>;
+bool checksum_and_tree(shard_header* h, std::span<const std::byte* const> regions, uint64_t chunk_bytes,
+                       double quantum, tree_file* tree, double* leaves_s = nullptr, const ready_fn& ready = {});
 
 std::string encode_tree(const tree_file& t);
 result<tree_file> decode_tree(std::span<const std::byte> bytes, const std::string& where);

@@ -62,6 +62,8 @@ std::string to_openmetrics(const std::vector<rank_metrics>& ranks) {
   const family staging{"cairn_staging_bytes", "gauge", "Staging memory this rank holds."};
   const family faults{"cairn_capture_write_faults", "counter",
                       "Writes of the application that waited for their block to be copied (capture = cow)."};
+  const family cow_captures{"cairn_captures_copy_on_write", "counter",
+                            "Checkpoints this rank captured copy-on-write (the others copied)."};
 
   if (std::any_of(ranks.begin(), ranks.end(), [](const rank_metrics& r) { return r.checkpoints > 0; }) ||
       std::any_of(ranks.begin(), ranks.end(), [](const rank_metrics& r) { return r.warning_signals.has_value(); })) {
@@ -101,6 +103,10 @@ std::string to_openmetrics(const std::vector<rank_metrics>& ranks) {
     head(faults);
     for (const auto& r : ranks) sample(faults, labels(r), std::to_string(r.capture_write_faults.value_or(0)));
   }
+  if (std::any_of(ranks.begin(), ranks.end(), [](const rank_metrics& r) { return r.cow_captures.has_value(); })) {
+    head(cow_captures);
+    for (const auto& r : ranks) sample(cow_captures, labels(r), std::to_string(r.cow_captures.value_or(0)));
+  }
   out += "# EOF\n";
   return out;
 }
@@ -125,6 +131,7 @@ std::string to_json(const std::vector<rank_metrics>& ranks) {
     if (r.warning_signals) j["warning_signals"] = *r.warning_signals;
     if (r.staging_bytes) j["staging_bytes"] = *r.staging_bytes;
     if (r.capture_write_faults) j["capture_write_faults"] = *r.capture_write_faults;
+    if (r.cow_captures) j["cow_captures"] = *r.cow_captures;
     arr.push_back(std::move(j));
   }
   return arr.dump(1) + "\n";

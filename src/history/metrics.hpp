@@ -35,6 +35,7 @@ struct rank_metrics {
   std::optional<uint64_t> warning_signals;
   std::optional<uint64_t> staging_bytes;
   std::optional<uint64_t> capture_write_faults;  // capture = cow: writes that waited for their block
+  std::optional<uint64_t> cow_captures;          // captures made copy-on-write (cow, auto, copy_or_cow)
 };
 
 inline const char* const kLevelNames[] = {"local", "persistent"};

@@ -13,6 +13,24 @@
 
 namespace cairn::util {
 
+// Whether buffers ask for transparent huge pages (madvise MADV_HUGEPAGE):
+// only where a fresh huge page costs this node no more than the small pages
+// it replaces. On bare metal it costs less (one fault instead of 512); on a
+// virtual machine whose host takes back free huge-page-sized blocks, each one
+// is backed again by the host at first touch (on the development VM, 2.4-4.7
+// ms per 2 MiB against 0.7 ms for 512 small pages, while a copy into either
+// runs at the same speed). Learnt from the memory cairn faults in:
+// learn_page_cost() compares both once (4 MiB each; the client runs it on an
+// engine thread at init), and fresh_pages_written() hears how long the first
+// writes into fresh memory took; huge pages that turned out slower stay off
+// for the rest of that memory and for every buffer mapped later.
+void learn_page_cost();
+bool huge_pages_pay();
+// `seconds` were spent writing [p, p + bytes) for the first time (faulting it
+// in), in memory that ends at `end`. Lock-free and allocation-free (the
+// copy-on-write thread calls it).
+void fresh_pages_written(std::byte* p, size_t bytes, double seconds, std::byte* end);
+
 // A page-aligned anonymous mapping (move-only).
 class aligned_buffer {
  public:

@@ -25,8 +25,10 @@ enum class capture_overlap { automatic, on, off };
 // copy = into staging before it returns; cow = write-protect them and copy in
 // the background, a write to a page not copied yet copying its block first
 // (userfaultfd; copy where it is unavailable or does not apply); automatic =
-// cow where it is available, for captures of at least kCowMinBytes.
-enum class capture_method { copy, cow, automatic };
+// cow where it is available, for captures of at least kCowMinBytes;
+// copy_or_cow = copy into a staging slot that is ready, cow (as automatic) for
+// a capture that would first have to make its slot (fresh memory).
+enum class capture_method { copy, cow, automatic, copy_or_cow };
 // When a restart from the node-local level verifies the data
 // (docs/design/verified-restart.md): before = cairn_restart_test verifies the
 // whole shard and cairn_restart copies it; during = cairn_restart_test checks

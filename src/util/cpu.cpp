@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -64,6 +65,14 @@ std::vector<int> cpus_of(hwloc_const_bitmap_t set) {
 }
 
 }  // namespace
+
+bool runs_elsewhere(const std::vector<int>& engine_cpus, int home_cpu) {
+  if (!engine_cpus.empty())
+    return std::any_of(engine_cpus.begin(), engine_cpus.end(), [&](int c) { return c != home_cpu; });
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 1;
+}
 
 result<std::vector<int>> placement_cpus(placement p, int home_cpu, const std::string& synthetic) {
   if (p == placement::none) return std::vector<int>{};

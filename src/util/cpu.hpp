@@ -27,6 +27,11 @@ namespace cairn::util {
 // machine's topology (the message says to use placement = none).
 result<std::vector<int>> placement_cpus(placement p, int home_cpu, const std::string& synthetic = {});
 
+// Whether an engine thread placed on `engine_cpus` (empty: inheriting the
+// calling thread's binding) may run on a CPU other than `home_cpu`, where
+// the calling (application) thread runs.
+bool runs_elsewhere(const std::vector<int>& engine_cpus, int home_cpu);
+
 // This node's load for the aggregation plan (lower is better): the 1-minute
 // load average per online CPU plus the fraction of memory in use, from
 // /proc (0 where unreadable). Network use is not measured. About 20 us.

@@ -36,6 +36,10 @@ class byte_progress {
     }
     cv_.notify_all();
   }
+  bool ended() {
+    cairn::lock_guard lk(mu_);
+    return ended_;
+  }
   // Blocks until more than `past` bytes are ready or it ended; returns the
   // bytes ready (not more than `past` only when it ended there).
   uint64_t wait_past(uint64_t past) {

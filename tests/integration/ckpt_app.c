@@ -45,6 +45,10 @@
  * cairn_restart_test prints per rank "rank R restart_test rc=C msg=M" and the
  * run starts from scratch.
  *
+ * --pause-before-restart FILE: after cairn_restart_test found a version, each
+ * rank writes FILE.ready.<rank> and waits (up to 60 s) until FILE exists, then
+ * calls cairn_restart (a test breaks a level meanwhile).
+ *
  * --bad-restart size|type|extra: after cairn_restart_test found a version,
  * protect one region wrongly (one element more / another type / a region the
  * checkpoint lacks), fill every buffer with a sentinel, call cairn_restart and
@@ -106,6 +110,7 @@ typedef struct options {
   long long variant; /* changes the evolution (not the sizes): another "timeline" */
   int wait_persistent, keep_going, serial, file_mode, fresh_on_error;
   const char *bad_restart;
+  const char *pause_before_restart;   /* --pause-before-restart FILE */
   int npause;                         /* --pause-after V FILE, repeatable */
   long long pause_after[MAX_DUMP_AT];
   const char *pause_file[MAX_DUMP_AT];
@@ -206,6 +211,7 @@ static void parse_options(int argc, char **argv, options_t *o) {
     else if (!strcmp(a, "--serial")) o->serial = 1;
     else if (!strcmp(a, "--file-mode")) o->file_mode = 1;
     else if (!strcmp(a, "--bad-restart")) o->bad_restart = TAKE();
+    else if (!strcmp(a, "--pause-before-restart")) o->pause_before_restart = TAKE();
     else if (!strcmp(a, "--pause-after")) {
       if (i + 2 >= argc) fail("--pause-after needs V FILE");
       if (o->npause == MAX_DUMP_AT) fail("at most %d --pause-after options", MAX_DUMP_AT);
@@ -380,7 +386,7 @@ static void pause_for_test(const char *file) {
     }
     sleep_ms(10);
   }
-  fail("--pause-after: %s did not appear within 60 s", file);
+  fail("test pause: %s did not appear within 60 s", file);
 }
 
 /* ---- cairn --------------------------------------------------------------- */
@@ -565,6 +571,7 @@ int main(int argc, char **argv) {
   int64_t version = -1;
   rc = cairn_restart_test(c, CKPT_NAME, &version);
   if (rc == CAIRN_OK && o.bad_restart) bad_restart(c, &o, &st, version);
+  if (rc == CAIRN_OK && o.pause_before_restart) pause_for_test(o.pause_before_restart);
   int restore_failed = 0;
   while (rc == CAIRN_OK && restore(c, &o, &st, version) == CAIRN_ECORRUPT) {
     if (g_rank == 0) printf("restart of version %lld failed: %s\n", (long long)version, cairn_last_error());

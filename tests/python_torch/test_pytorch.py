@@ -9,6 +9,7 @@ leaves it out: the PyPI wheel for Linux brings several GB of CUDA libraries);
 skipped, saying so, when `import torch` fails."""
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -122,6 +123,64 @@ def test_state_dict_round_trip_is_bit_identical_and_async(store_env):
     _train(m3, o3, 5, seed=5)
     for a, b in zip(m2.parameters(), m3.parameters()):
         assert torch.equal(a, b)
+
+
+def test_first_save_without_prepare_is_copied_in_the_background_and_holds_its_state(store_env, tmp_path):
+    """With capture = copy_or_cow the first save of an execution, which has
+    no staging slot yet, write-protects the state and copies it in the
+    background; the training step right after writes every parameter and
+    Adam moment, and the version still holds the state of its save. The
+    second save finds its slot and copies. Both load bit for bit."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(*[torch.nn.Linear(512, 512) for _ in range(4)])  # 12 MiB with Adam's moments
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(8, 512)
+
+    def step():
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    step()
+    want = {}
+    metrics = tmp_path / "metrics"
+    with cairn.Checkpointer(config={"metrics_dir": str(metrics), "capture": "copy_or_cow"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "train")
+        for v in (1, 2):
+            state = cairn.pytorch.training_state(model, opt)
+            want[v] = _clone(state)
+            saver.save(state, v)
+            with torch.no_grad():  # rewrites every block at once, as early as it can
+                for p in model.parameters():
+                    p.mul_(-3.0)
+            step()
+        saver.wait(2)
+        for v in (1, 2):
+            _same(want[v], saver.load(v))
+    prom = "".join(p.read_text() for p in metrics.glob("*.prom"))
+    if "cairn_captures_copy_on_write" in prom:  # absent where userfaultfd is not available
+        assert re.search(r"cairn_captures_copy_on_write_total\{[^}]*\} 1\n", prom), prom
+
+
+def test_pinned_tensors_need_a_capture_that_copies_before_save_returns(store_env, monkeypatch):
+    """A GPU writes pinned memory by DMA, which write protection does not
+    see: with a capture that may copy after save() returned, a state holding
+    a pinned tensor is refused with what to do; with capture = copy it is
+    saved. (is_pinned is patched: pinned memory needs CUDA.)"""
+    model = _model(4)
+    pinned = model[0].weight
+    real = torch.Tensor.is_pinned
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda t: t is pinned or real(t))
+    with cairn.Checkpointer(config={"mode": "thread", "capture": "copy_or_cow"}) as ck:
+        saver = cairn.pytorch.StateSaver(ck, "s")
+        with pytest.raises(cairn.InvalidArgumentError,
+                           match=r"state\['0.weight'\]: tensor in pinned .*capture = copy_or_cow.*'capture': 'copy'"):
+            saver.save(model.state_dict(keep_vars=True), 1)
+    with cairn.Checkpointer(config={"mode": "thread"}) as ck:  # the default copies
+        saver = cairn.pytorch.StateSaver(ck, "s")
+        saver.save(model.state_dict(keep_vars=True), 1)
+        saver.wait(1)
+        _same(_clone(model.state_dict()), saver.load(1))
 
 
 def test_numpy_and_python_random_states_and_scalars_keep_their_types(store_env):

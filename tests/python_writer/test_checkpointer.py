@@ -103,8 +103,8 @@ def test_batch_system_calls(store_env, monkeypatch):
 
 def test_python_defaults_fit_a_training_job_and_yield_to_the_users_keys(store_env, monkeypatch):
     """Checkpointer.PYTHON_DEFAULTS (one staging slot, keep_local 1: about 3 S
-    of memory beside a state of S) apply to a dict configuration or none; a key
-    the user sets, in the dict or the environment, wins."""
+    of memory beside a state of S) apply to a dict configuration or none; a
+    key the user sets, in the dict or the environment, wins."""
     assert cairn.Checkpointer.PYTHON_DEFAULTS == {"staging_slots": 1, "keep_local": 1}
     monkeypatch.setenv("CAIRN_KEEP_LOCAL_AFTER_FINALIZE", "true")  # left to be counted
     x = np.arange(1 << 16, dtype=np.float64)
@@ -119,12 +119,23 @@ def test_python_defaults_fit_a_training_job_and_yield_to_the_users_keys(store_en
         if env:
             monkeypatch.setenv("CAIRN_KEEP_LOCAL", env)
         with cairn.Checkpointer(config=config) as ck:
+            assert ck.config_value("keep_local") == str(kept)  # as cairn_init resolved it
+            assert ck.config_value("capture") == "copy"
             ck.protect("x", x)
             for v in range(1, 5):
                 x += 1
                 ck.checkpoint("c", v)
                 ck.wait("c", v)
         assert len(local_versions(run)) == kept, (run, local_versions(run))
+    # A TOML file keeps the core's defaults for the keys it does not set.
+    toml = store_env / "cairn.toml"
+    toml.write_text('capture = "cow"\n')
+    monkeypatch.setenv("CAIRN_RUN", "file")
+    with cairn.Checkpointer(config=str(toml)) as ck:
+        assert (ck.config_value("capture"), ck.config_value("keep_local")) == ("cow", "3")
+        assert ck.config_value("staging_slots") == "2"
+        with pytest.raises(cairn.NotFoundError, match="no configuration key 'no_such_key'"):
+            ck.config_value("no_such_key")
 
 
 def test_exceptions_carry_the_c_message(store_env):

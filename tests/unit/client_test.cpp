@@ -1,6 +1,7 @@
 // Single-process client behaviour through the public C++ and C APIs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include <numeric>
 #include <set>
 #include <sys/stat.h>
+#include <thread>
 #include <tuple>
 #include <unistd.h>
 #include <vector>
@@ -47,7 +49,7 @@ class client_test : public ::testing::Test {
                           "CAIRN_KEEP_PERSISTENT", "CAIRN_PERSISTENT_INTERVAL", "CAIRN_FAULT_INJECT",
                           "CAIRN_STAGING_POLICY", "CAIRN_STAGING_LIMIT", "CAIRN_IO_RATE_LIMIT", "CAIRN_BOGUS", "CAIRN_TAGS", "CAIRN_CODE_VERSION",
                           "CAIRN_KEEP_LOCAL_AFTER_FINALIZE", "CAIRN_CAPTURE", "CAIRN_METRICS_DIR",
-                          "CAIRN_RESTART_VERIFY"})
+                          "CAIRN_RESTART_VERIFY", "CAIRN_STAGING_SLOTS"})
       unsetenv(k);
     ASSERT_TRUE(storage::storage_env::posix()->remove_tree(dir_));
   }
@@ -207,6 +209,187 @@ TEST_F(client_test, cow_capture_keeps_each_version_as_it_was_at_its_checkpoint) 
       for (int col = 1; col <= 4; ++col) EXPECT_EQ(back_grid[row * 6 + col], want_grid[v][row * 6 + col]) << v;
     EXPECT_EQ(back_scratch, std::vector<double>(size_t{1} << 20, v));
     ASSERT_TRUE(r.finalize(true));
+  }
+}
+
+// capture = copy_or_cow: a checkpoint that finds no staging slot made (the
+// first after protect, a state that grew) goes copy-on-write, and one that
+// finds its slot ready copies; every version holds its regions as they were
+// at its checkpoint, whatever the application writes right after.
+TEST_F(client_test, copy_or_cow_captures_copy_on_write_only_where_no_slot_is_ready) {
+  setenv("CAIRN_CAPTURE", "copy_or_cow", 1);
+  setenv("CAIRN_STAGING_SLOTS", "1", 1);
+  setenv("CAIRN_METRICS_DIR", (dir_ + "/metrics").c_str(), 1);
+  // 64 MiB: the slot made ahead after protect takes tens of milliseconds to
+  // fault in, the checkpoint right after protect comes within one.
+  const size_t n = size_t{8} << 20;
+  std::vector<double> a(n), b;
+  std::map<int, std::vector<double>> want_a, want_b;
+  auto fill = [](std::vector<double>& v, double seed) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = seed + static_cast<double>(i) * 0.25;
+  };
+  {
+    auto c = make_client();
+    for (int v = 1; v <= 4; ++v) {
+      if (v == 4) b.resize(n / 2);
+      fill(a, v);
+      fill(b, 10 * v);
+      want_a[v] = a;
+      want_b[v] = b;
+      // Protected right before the checkpoint, as StateSaver.save does: the
+      // first time, and when the state grew (the slot no longer holds it).
+      if (v == 1) {
+        ASSERT_TRUE(c.protect("a", std::span<double>(a)));
+      }
+      if (v == 4) {
+        ASSERT_TRUE(c.protect("b", std::span<double>(b)));
+      }
+      ASSERT_TRUE(c.checkpoint("ck", v));
+      fill(a, -v);  // rewrites every block while a copy may still run
+      fill(b, -v);
+      ASSERT_TRUE(c.wait("ck", v, CAIRN_LEVEL_CAPTURED));
+    }
+    ASSERT_TRUE(c.wait("ck", 4, CAIRN_LEVEL_PERSISTENT));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  std::string prom;
+  if (auto t = storage::storage_env::posix()->read_all(dir_ + "/metrics/cairn_unit_0.prom"))
+    prom.assign(t->begin(), t->end());
+  if (engine::cow_capture::make()) {
+    // Versions 1 and 4 made their slot; 2 and 3 copied into theirs.
+    EXPECT_NE(prom.find("cairn_captures_copy_on_write_total{run=\"unit\",rank=\"0\"} 2\n"), std::string::npos) << prom;
+  } else {
+    EXPECT_EQ(prom.find("cairn_captures_copy_on_write"), std::string::npos) << prom;
+  }
+  unsetenv("CAIRN_METRICS_DIR");
+  for (int v = 1; v <= 4; ++v) {
+    std::vector<double> back_a(n, -7), back_b(v == 4 ? n / 2 : 0, -7);
+    auto r = make_client();
+    ASSERT_TRUE(r.protect("a", std::span<double>(back_a)));
+    if (v == 4) {
+      ASSERT_TRUE(r.protect("b", std::span<double>(back_b)));
+    }
+    ASSERT_TRUE(r.restart("ck", v));
+    EXPECT_TRUE(std::memcmp(back_a.data(), want_a[v].data(), n * sizeof(double)) == 0) << v;
+    EXPECT_EQ(back_b, want_b[v]) << v;
+    ASSERT_TRUE(r.finalize(true));
+  }
+}
+
+// The slot made ahead is sized from sums that protect and unprotect keep (not
+// a plan of every region at each protect): after regions added, one replaced
+// by a larger one and one unprotected, the first checkpoint finds it ready
+// (copy_or_cow copies into it instead of going copy-on-write).
+TEST_F(client_test, the_slot_made_ahead_holds_the_regions_left_by_protects_and_unprotects) {
+  setenv("CAIRN_CAPTURE", "copy_or_cow", 1);
+  setenv("CAIRN_STAGING_SLOTS", "1", 1);
+  setenv("CAIRN_METRICS_DIR", (dir_ + "/metrics").c_str(), 1);
+  std::vector<std::vector<float>> regs;
+  for (int i = 0; i < 40; ++i) regs.emplace_back(size_t{1} << 18, static_cast<float>(i));  // 1 MiB each
+  std::vector<float> larger(size_t{3} << 18, 7.0f);
+  {
+    auto c = make_client();
+    for (int i = 0; i < 40; ++i)
+      ASSERT_TRUE(c.protect("region-" + std::string(static_cast<size_t>(i), 'r'), std::span<float>(regs[i])));
+    ASSERT_TRUE(c.protect("region-", std::span<float>(larger)));  // replaces region 0
+    ASSERT_TRUE(c.unprotect("region-r"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // settled, then made
+    ASSERT_TRUE(c.checkpoint("a-checkpoint-name", 1));
+    ASSERT_TRUE(c.wait("a-checkpoint-name", 1, CAIRN_LEVEL_PERSISTENT));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  unsetenv("CAIRN_METRICS_DIR");
+  std::string prom;
+  if (auto t = storage::storage_env::posix()->read_all(dir_ + "/metrics/cairn_unit_0.prom"))
+    prom.assign(t->begin(), t->end());
+  if (engine::cow_capture::make()) {
+    EXPECT_NE(prom.find("cairn_captures_copy_on_write_total{run=\"unit\",rank=\"0\"} 0\n"), std::string::npos) << prom;
+  }
+}
+
+// A copy-on-write capture zeroes the alignment padding after each region in
+// the background: a slot that held a longer region of an earlier version
+// gives none of its bytes to the next version's file.
+TEST_F(client_test, cow_capture_zeroes_the_padding_a_shorter_region_leaves_in_a_reused_slot) {
+  setenv("CAIRN_CAPTURE", "cow", 1);
+  setenv("CAIRN_STAGING_SLOTS", "1", 1);
+  std::vector<uint8_t> a((size_t{3} << 20) + 4000, 0xab), b(size_t{1} << 20, 0x5c);
+  {
+    auto c = make_client();
+    ASSERT_TRUE(c.protect("a", std::span<uint8_t>(a)));
+    ASSERT_TRUE(c.protect("b", std::span<uint8_t>(b)));
+    ASSERT_TRUE(c.checkpoint("ck", 1));
+    ASSERT_TRUE(c.wait("ck", 1, CAIRN_LEVEL_PERSISTENT));
+    // The same layout rounded to pages, a shorter region: the slot is reused.
+    ASSERT_TRUE(c.protect("a", std::span<uint8_t>(a.data(), (size_t{3} << 20) + 123)));
+    ASSERT_TRUE(c.checkpoint("ck", 2));
+    ASSERT_TRUE(c.wait("ck", 2, CAIRN_LEVEL_PERSISTENT));
+    ASSERT_TRUE(c.finalize(true));
+  }
+  auto img = format::read_shard_image(storage::storage_env::posix(), format::shard_path(store(), "unit", "ck", 2, 0));
+  ASSERT_TRUE(img) << img.error().to_string();
+  const auto& d = img->header.regions[0];
+  ASSERT_EQ(d.length, (uint64_t{3} << 20) + 123);
+  const std::byte* pad = img->bytes().data() + d.offset + d.length;
+  const uint64_t pad_bytes = format::align_up(d.offset + d.length) - d.offset - d.length;
+  ASSERT_GT(pad_bytes, 3000u);
+  EXPECT_TRUE(std::all_of(pad, pad + pad_bytes, [](std::byte x) { return x == std::byte{0}; }));
+  EXPECT_EQ(std::memcmp(img->bytes().data() + img->header.regions[1].offset, b.data(), b.size()), 0);
+}
+
+// A large copy is shared with an idle engine thread where one may run on
+// another CPU (the test machines: two cores). What the image holds is what
+// the regions held at the call, bit for bit, padding zeroed, even though
+// every byte is overwritten right after cairn_checkpoint returns, and a
+// second version reusing the slot holds nothing of the first.
+TEST_F(client_test, a_copy_shared_with_an_engine_thread_holds_the_regions_as_they_were_at_the_call) {
+  setenv("CAIRN_STAGING_SLOTS", "1", 1);
+  std::vector<uint8_t> a((size_t{20} << 20) + 13), c(1);
+  std::vector<double> b((size_t{17} << 17) - 5);
+  auto fill = [&](int v) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 31 + v);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<double>(i) * 0.5 + v;
+    c[0] = static_cast<uint8_t>(v);
+  };
+  std::map<int, std::tuple<std::vector<uint8_t>, std::vector<double>, std::vector<uint8_t>>> want;
+  {
+    auto cl = make_client();
+    ASSERT_TRUE(cl.protect("a", std::span<uint8_t>(a)));
+    ASSERT_TRUE(cl.protect("b", std::span<double>(b)));
+    ASSERT_TRUE(cl.protect("c", std::span<uint8_t>(c)));
+    for (int v = 1; v <= 2; ++v) {
+      fill(v);
+      want[v] = {a, b, c};
+      ASSERT_TRUE(cl.checkpoint("ck", v));
+      // Right after the call, from the last bytes copied backwards (where
+      // the helper's last piece would be): none of it may reach the image.
+      c[0] = 0xee;
+      std::fill(b.rbegin(), b.rend(), -1.0);
+      std::fill(a.rbegin(), a.rend(), uint8_t{0xee});
+      ASSERT_TRUE(cl.wait("ck", v, CAIRN_LEVEL_PERSISTENT));
+    }
+    ASSERT_TRUE(cl.finalize(true));
+  }
+  for (int v = 1; v <= 2; ++v) {
+    auto img =
+        format::read_shard_image(storage::storage_env::posix(), format::shard_path(store(), "unit", "ck", v, 0));
+    ASSERT_TRUE(img) << img.error().to_string();
+    const auto& d = img->header.regions[0];
+    const std::byte* pad = img->bytes().data() + d.offset + d.length;
+    EXPECT_TRUE(std::all_of(pad, img->bytes().data() + format::align_up(d.offset + d.length),
+                            [](std::byte x) { return x == std::byte{0}; }));
+  }
+  std::vector<uint8_t> a2(a.size()), c2(1);
+  std::vector<double> b2(b.size());
+  auto r = make_client();
+  ASSERT_TRUE(r.protect("a", std::span<uint8_t>(a2)));
+  ASSERT_TRUE(r.protect("b", std::span<double>(b2)));
+  ASSERT_TRUE(r.protect("c", std::span<uint8_t>(c2)));
+  for (int v = 2; v >= 1; --v) {
+    ASSERT_TRUE(r.restart("ck", v));
+    EXPECT_TRUE(a2 == std::get<0>(want[v])) << v;
+    EXPECT_TRUE(b2 == std::get<1>(want[v])) << v;
+    EXPECT_TRUE(c2 == std::get<2>(want[v])) << v;
   }
 }
 
@@ -757,6 +940,29 @@ TEST_F(client_test, bad_names_and_overflowing_sizes_are_refused_at_the_call) {
   EXPECT_EQ(cairn_restart_test(c, "ck", &v), CAIRN_OK) << cairn_last_error();
   EXPECT_EQ(v, INT64_MAX - 1);
   EXPECT_EQ(cairn_checkpoint(c, "ck", 1), CAIRN_EEXIST);  // the floor sees the 19-digit version
+  EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_OK);
+}
+
+// cairn_config_value gives each key as cairn_init resolved it: the
+// environment over the file over the default.
+TEST_F(client_test, config_value_is_what_init_resolved_from_environment_file_and_defaults) {
+  const std::string file = dir_ + "/cairn.toml";
+  ASSERT_TRUE(storage::storage_env::posix()->write_atomic(file, "capture = \"cow\"\nkeep_local = 5\n", false));
+  setenv("CAIRN_KEEP_LOCAL", "2", 1);
+  cairn_t* c = nullptr;
+  ASSERT_EQ(cairn_init(file.c_str(), &c), CAIRN_OK) << cairn_last_error();
+  char v[64];
+  ASSERT_EQ(cairn_config_value(c, "capture", v, sizeof v), CAIRN_OK) << cairn_last_error();
+  EXPECT_STREQ(v, "cow");
+  ASSERT_EQ(cairn_config_value(c, "keep_local", v, sizeof v), CAIRN_OK);
+  EXPECT_STREQ(v, "2");
+  ASSERT_EQ(cairn_config_value(c, "staging_slots", v, sizeof v), CAIRN_OK);
+  EXPECT_STREQ(v, "2");
+  EXPECT_EQ(cairn_config_value(c, "no_such_key", v, sizeof v), CAIRN_ENOTFOUND);
+  EXPECT_NE(std::string(cairn_last_error()).find("no configuration key 'no_such_key'"), std::string::npos);
+  char small[3];
+  EXPECT_EQ(cairn_config_value(c, "capture", small, sizeof small), CAIRN_EINVAL);
+  EXPECT_NE(std::string(cairn_last_error()).find("needs 4 bytes"), std::string::npos) << cairn_last_error();
   EXPECT_EQ(cairn_finalize(&c, 1), CAIRN_OK);
 }
 

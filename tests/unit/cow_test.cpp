@@ -165,6 +165,31 @@ TEST(cow, regions_sharing_pages_and_overlapping) {
     EXPECT_EQ(std::memcmp(r.dst, expect.data + (r.src - mem.data), r.length), 0);
 }
 
+// The first and last page of a region that starts and ends inside pages hold
+// other memory too (the heap's objects): they are not write-protected, so a
+// write there never waits, and the region's bytes on them are the ones it had
+// at begin.
+TEST(cow, pages_a_region_shares_with_other_memory_are_not_protected) {
+  COW_OR_SKIP(cow);
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t n = size_t{64} << 20;  // 4 KiB pages: the copy reaches the last page tens of ms after begin
+  mapping mem(n, MAP_PRIVATE | MAP_ANONYMOUS, false), image(n), expect(n);
+  fill(mem.data, n, 21);
+  std::memcpy(expect.data, mem.data, n);
+  const size_t at = 100, length = n - page - at + 150;  // ends 150 bytes into the last page
+  cow_region r{mem.data + at, length, image.data};
+  outcome o;
+  ASSERT_EQ(cow->begin({&r, 1}, record(&o)), std::vector<int>{0});
+  // The neighbours on the shared pages, and the region's own bytes there.
+  std::memset(mem.data + n - page, 0x22, page);
+  std::memset(mem.data, 0x11, at + 10);
+  cow->caller_done();
+  cow->drain();
+  ASSERT_TRUE(o.st) << o.st.message();
+  EXPECT_EQ(o.report.faults, 0u);
+  EXPECT_EQ(std::memcmp(image.data, expect.data + at, length), 0);
+}
+
 TEST(cow, shared_memory_is_left_to_the_caller) {
   COW_OR_SKIP(cow);
   mapping shared(size_t{1} << 20, MAP_SHARED | MAP_ANONYMOUS), priv(size_t{1} << 20), image(size_t{2} << 20);

@@ -26,6 +26,7 @@
 #include "format/shard.hpp"
 #include "storage/geometry.hpp"
 #include "storage/storage_env.hpp"
+#include "util/hash.hpp"
 
 namespace cairn::engine {
 namespace {
@@ -359,6 +360,7 @@ TEST(engine, a_stage_that_follows_the_capture_starts_before_it_ends_and_the_othe
   g.add(std::make_unique<fake_stage>("persistent", CAIRN_LEVEL_PERSISTENT, &t), {image, follow});
   engine e(engine_mode::thread, 2, {}, std::move(g));
   auto j = make_job(0);
+  j->capture_streams = true;
   e.submit(j, true);
   j->capture.publish(40);
   // The follower runs and sees the 40 bytes; the checksum waits for the capture.
@@ -382,6 +384,112 @@ TEST(engine, a_stage_that_follows_the_capture_starts_before_it_ends_and_the_othe
   EXPECT_EQ(done, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_PERSISTENT);
 }
 
+// A capture that ends all at once (capture = cow: no progress in image
+// order) starts no stage before it has ended, not even one that follows
+// the capture (it would only hold an engine thread).
+TEST(engine, a_capture_that_does_not_stream_starts_its_stages_when_it_ends) {
+  trace t;
+  std::atomic<uint64_t> seen{0};
+  stage_graph g;
+  g.add(std::make_unique<follower_stage>(&t, &seen));
+  engine e(engine_mode::thread, 2, {}, std::move(g));
+  auto j = make_job(0);
+  e.submit(j, true);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  {
+    std::lock_guard lk(t.mu);
+    EXPECT_TRUE(t.events.empty());
+  }
+  j->capture.publish(100);
+  e.captured(*j);
+  e.wait_idle();
+  EXPECT_EQ(seen.load(), 100u);
+  ASSERT_EQ(t.events.size(), 1u);
+}
+
+// A checksum stage that follows the capture, and a version of one region
+// of `bytes` in its own slot (declared before the engine, which goes first).
+struct one_region_capture {
+  explicit one_region_capture(uint64_t bytes) {
+    j->header.run = "run";
+    j->header.nranks = 1;
+    j->done = 0;
+    format::region_desc d;
+    d.name = "x";
+    d.type = CAIRN_BYTE;
+    d.count = bytes;
+    j->header.regions.push_back(d);
+    EXPECT_TRUE(format::plan_layout(j->header));
+    auto buf = aligned_buffer::allocate(j->header.file_size);
+    EXPECT_TRUE(buf);
+    if (buf) slot = std::move(buf).value();
+    j->image = &slot;
+  }
+  static stage_graph graph() {
+    stage_graph g;
+    g.add(make_checksum_stage(false, 0, 0, true));
+    return g;
+  }
+  aligned_buffer slot;
+  std::shared_ptr<version_job> j = make_job(1, CAIRN_LEVEL_CAPTURED);
+  engine e{engine_mode::thread, 2, {}, graph()};
+};
+
+// The checksum pass follows the application's copy: it hashes each piece
+// once it is published and never before (bytes changed before their
+// publication are hashed as published), and the header it encodes is the
+// one a pass over the finished image gives.
+TEST(engine, the_checksum_pass_follows_the_capture_and_reads_only_what_is_published) {
+  one_region_capture c(8u << 20);
+  auto& [slot, j, e] = c;
+  j->capture_streams = true;
+  std::byte* img = slot.data() + j->header.regions[0].offset;
+  const uint64_t len = j->header.regions[0].length, half = len / 2;
+  std::memset(img, 0x5a, len);  // what is there before the capture
+  e.submit(j, true);
+  for (uint64_t i = 0; i < half; ++i) img[i] = static_cast<std::byte>(i * 13 + 7);
+  j->capture.publish(j->header.regions[0].offset + half);
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // the pass reaches the unpublished half
+  for (uint64_t i = half; i < len; ++i) img[i] = static_cast<std::byte>(i * 13 + 7);
+  e.captured(*j);
+  e.wait_idle();
+  unsigned done = 0, failed = 0;
+  bool fin = false;
+  e.levels(*j, &done, &failed, &fin);
+  EXPECT_TRUE(fin);
+  EXPECT_EQ(failed, 0u);
+  EXPECT_EQ(done, static_cast<unsigned>(CAIRN_LEVEL_CAPTURED));
+  EXPECT_EQ(j->header.regions[0].checksum, util::xxh3(img, len));
+  auto h = format::decode_header(slot.span().first(j->header.data_offset), "the image");
+  ASSERT_TRUE(h) << h.error().to_string();
+  EXPECT_EQ(h->regions[0].checksum, util::xxh3(img, len));
+}
+
+// A capture that fails part-way (a background copy that could not finish)
+// fails the version at its checksum pass with the capture's error, whether
+// the pass was following it or not.
+TEST(engine, a_capture_that_fails_part_way_fails_the_checksum_pass_with_its_error) {
+  for (bool streams : {true, false}) {
+    one_region_capture c(1u << 20);
+    auto& [slot, j, e] = c;
+    j->capture_streams = streams;
+    e.submit(j, true);
+    j->capture.publish(j->header.regions[0].offset + 4096);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    e.captured(*j, status(errc::io_error, "the copy stopped"));
+    e.wait_idle();
+    unsigned done = 0, failed = 0;
+    bool fin = false;
+    status err;
+    e.levels(*j, &done, &failed, &fin, &err);
+    EXPECT_TRUE(fin) << streams;
+    EXPECT_EQ(done & CAIRN_LEVEL_CAPTURED, 0u) << streams;
+    EXPECT_FALSE(err.is_ok()) << streams;
+    EXPECT_NE(err.message().find("the copy stopped"), std::string::npos) << err.to_string();
+    (void)e.take_error();
+  }
+}
+
 // The persistent write begun during the capture (data part) and finished
 // after the checksum (header, syncs, rename) produces the whole image; when
 // the version is abandoned before the finish, its temporary goes.
@@ -397,7 +505,7 @@ TEST(engine, persistent_write_split_around_the_checksum_writes_the_image_or_leav
     stage_graph g;
     size_t image = fail_checksum ? g.add(std::make_unique<fake_stage>("checksum", 0, &t, true, 1))
                                  : g.add(make_checksum_stage());
-    size_t data = g.add(make_persistent_data_stage(env, paths, true), {});
+    size_t data = g.add(make_persistent_data_stage(env, paths, true, true), {});
     g.add(make_persistent_stage(env, paths, true), {image, data});
     engine e(engine_mode::thread, 2, {}, std::move(g));
     auto j = make_job(1, CAIRN_LEVEL_CAPTURED | CAIRN_LEVEL_PERSISTENT);
@@ -413,6 +521,7 @@ TEST(engine, persistent_write_split_around_the_checksum_writes_the_image_or_leav
     ASSERT_TRUE(buf);
     aligned_buffer slot = std::move(buf).value();
     j->image = &slot;
+    j->capture_streams = true;
     e.submit(j, true);
     std::byte* img = slot.data() + j->header.regions[0].offset;
     const uint64_t len = j->header.regions[0].length;
@@ -730,6 +839,33 @@ TEST(staging, a_deferred_maker_starts_at_its_time_for_a_waiting_reserve_or_never
   EXPECT_EQ(stopped.slots(), 0);
   EXPECT_TRUE(stopped.try_reserve(size, size, 1));
   EXPECT_EQ(stopped.slots(), 0);
+}
+
+// wait_ahead (the maker's wait before it reads the layout): until the time,
+// which later calls move; false once stopped.
+TEST(staging, wait_ahead_lasts_until_the_moved_time_or_the_stop) {
+  using clock = std::chrono::steady_clock;
+  staging_pool pool;
+  EXPECT_TRUE(pool.wait_ahead());  // nothing deferred
+  const auto t0 = clock::now();
+  pool.defer_until(t0 + std::chrono::milliseconds(150));
+  std::thread mover([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pool.defer_until(clock::now() + std::chrono::milliseconds(150));  // a protect in the burst
+  });
+  EXPECT_TRUE(pool.wait_ahead());
+  EXPECT_GE(clock::now() - t0, std::chrono::milliseconds(250));
+  mover.join();
+
+  pool.defer_until(clock::now() + std::chrono::seconds(30));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    pool.stop_ahead();
+  });
+  const auto t1 = clock::now();
+  EXPECT_FALSE(pool.wait_ahead());
+  EXPECT_LT(clock::now() - t1, std::chrono::seconds(20));
+  stopper.join();
 }
 
 TEST(staging, a_finished_restart_image_becomes_a_slot_when_one_is_missing) {

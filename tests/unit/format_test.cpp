@@ -96,6 +96,39 @@ TEST(FormatLayout, PlanAlignsEveryRegion) {
   EXPECT_EQ(img.bytes.size(), h.file_size);
 }
 
+
+// header_base_bytes and region_header_bytes add up to the header plan_layout
+// lays out (the client sizes staging made ahead from them), with names, shapes
+// and global layouts of many sizes: 300 regions take the header past a page.
+TEST(FormatLayout, HeaderPartsAddUpToThePlannedHeader) {
+  shard_header h;
+  h.run = "a-run";
+  h.name = "ck";
+  for (int i = 0; i < 300; ++i) {
+    format::region_desc d;
+    d.name = "region-" + std::string(static_cast<size_t>(i % 17), 'x') + std::to_string(i);
+    d.type = CAIRN_FLOAT32;
+    d.count = 10 + static_cast<uint64_t>(i);
+    if (i % 3 == 1) d.dims = {d.count};
+    if (i % 3 == 2) {
+      d.flags = format::kHasLayout;
+      d.dims = {1, d.count};
+      d.global = {4, 1000};
+      d.start = {1, 0};
+    }
+    h.regions.push_back(d);
+  }
+  size_t parts = format::header_base_bytes(h.run, h.name);
+  uint64_t data = 0;
+  for (const auto& r : h.regions) {
+    parts += format::region_header_bytes(r);
+    data += format::align_up(r.count * format::type_size(r.type));
+  }
+  ASSERT_TRUE(format::plan_layout(h));
+  EXPECT_GT(h.data_offset, format::kAlign);
+  EXPECT_EQ(format::align_up(parts), h.data_offset);
+  EXPECT_EQ(format::align_up(parts) + data, h.file_size);
+}
 TEST(FormatLayout, PlanRejectsBadRegions) {
   auto plan = [](std::vector<format::region_desc> regions, std::string run = "r") {
     shard_header h;
@@ -794,6 +827,59 @@ TEST(FusedPass, SameChecksumsAndTreesAsSeparatePasses) {
       for (size_t i = 0; i < only.regions.size(); ++i)
         EXPECT_EQ(only.regions[i].checksum, want.regions[i].checksum) << only.regions[i].name;
     }
+  }
+}
+
+// The pass behind a capture: `ready` is asked, region by region and in
+// order, for no more than the region's bytes before they are read; the
+// result is the pass's without it. A `ready` that refuses stops the pass.
+TEST(FusedPass, ReadyIsAskedInOrderBeforeEachReadAndCanStopThePass) {
+  for (bool trees : {false, true}) {
+    SCOPED_TRACE(trees ? "with trees" : "checksums only");
+    const uint64_t chunk = 200u << 10;
+    fused_case c = fused_regions(chunk, 91);
+    auto img = test::make_shard_image("run1", "ckpt", 3, 0, 1, c.specs);
+    ASSERT_TRUE(img.is_ok()) << img.error().to_string();
+    std::vector<const std::byte*> regions;
+    for (auto& d : c.data) regions.push_back(d.data());
+    format::shard_header want = img->header;
+    format::tree_file want_tree;
+    ASSERT_TRUE(format::checksum_and_tree(&want, regions, chunk, 0.0, trees ? &want_tree : nullptr));
+
+    format::shard_header got = img->header;
+    format::tree_file tree;
+    size_t last_region = 0;
+    uint64_t last_end = 0, calls = 0;
+    bool in_order = true;
+    ASSERT_TRUE(format::checksum_and_tree(&got, regions, chunk, 0.0, trees ? &tree : nullptr, nullptr,
+                                          [&](size_t i, uint64_t end) {
+                                            in_order &= i > last_region || (i == last_region && end >= last_end);
+                                            in_order &= end <= got.regions[i].length;
+                                            last_region = i;
+                                            last_end = end;
+                                            ++calls;
+                                            return true;
+                                          }));
+    EXPECT_TRUE(in_order);
+    EXPECT_GT(calls, got.regions.size());
+    for (size_t i = 0; i < got.regions.size(); ++i)
+      EXPECT_EQ(got.regions[i].checksum, want.regions[i].checksum) << got.regions[i].name;
+    if (trees) {
+      EXPECT_EQ(format::encode_tree(tree), format::encode_tree(want_tree));
+    }
+
+    // Refused in region 3: the pass stops there, with the regions before it done.
+    format::shard_header stopped = img->header;
+    for (auto& r : stopped.regions) r.checksum = 0;
+    uint64_t asked_after = 0;
+    EXPECT_FALSE(format::checksum_and_tree(&stopped, regions, chunk, 0.0, nullptr, nullptr,
+                                           [&](size_t i, uint64_t) {
+                                             if (i > 3) ++asked_after;
+                                             return i < 3;
+                                           }));
+    EXPECT_EQ(asked_after, 0u);
+    EXPECT_EQ(stopped.regions[2].checksum, want.regions[2].checksum);
+    EXPECT_EQ(stopped.regions[3].checksum, 0u);
   }
 }
 

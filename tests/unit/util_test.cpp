@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <string>
 
+#include "util/aligned_buffer.hpp"
 #include "util/config.hpp"
 #include "util/copy.hpp"
 #include "util/cpu.hpp"
@@ -188,6 +190,32 @@ TEST(cpu, placement_on_this_machine) {
   EXPECT_NE(std::find(node->begin(), node->end(), home), node->end());
 }
 
+// Whether an engine thread may run on another CPU than the application
+// thread: placed off its CPU, or inheriting a binding wider than one CPU
+// (checked in a thread bound to one CPU, then to two where there are two).
+TEST(cpu, engine_threads_run_elsewhere_only_off_the_application_threads_cpu) {
+  EXPECT_FALSE(util::runs_elsewhere({3}, 3));
+  EXPECT_TRUE(util::runs_elsewhere({2, 3}, 3));
+  EXPECT_TRUE(util::runs_elsewhere({4}, 3));
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  std::vector<int> mine;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) mine.push_back(c);
+  bool one = true, two = false;
+  std::thread t([&] {
+    ASSERT_TRUE(util::bind_this_thread({mine[0]}));
+    one = util::runs_elsewhere({}, mine[0]);
+    if (mine.size() > 1) {
+      ASSERT_TRUE(util::bind_this_thread({mine[0], mine[1]}));
+      two = util::runs_elsewhere({}, mine[0]);
+    }
+  });
+  t.join();
+  EXPECT_FALSE(one);
+  EXPECT_EQ(two, mine.size() > 1);
+}
+
 TEST(config, unknown_file_key_is_named) {
   std::string path = write_temp("persistant = \"/x\"\n");
   auto c = config::load(path, {});
@@ -330,3 +358,39 @@ TEST(json, integers_of_the_stores_decoders_are_checked_not_cast) {
     EXPECT_NE(std::string(e.what()).find("big must be an integer from 0 to 4294967295"), std::string::npos) << e.what();
   }
 }
+
+namespace cairn::util {
+namespace {
+
+// The VmFlags of the mapping that holds `p` (/proc/self/smaps).
+std::string vm_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool in = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) in = lo <= at && at < hi;  // a mapping's first line
+    if (in && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+// Fresh huge pages slower to fault in than small ones would be (a host that
+// backs each again): the rest of that memory and every buffer mapped later
+// use small pages. A quick piece changes nothing.
+TEST(aligned_buffer, huge_pages_found_slow_are_given_up_for_the_rest_and_later_buffers) {
+  auto a = aligned_buffer::allocate(size_t{8} << 20, false);
+  ASSERT_TRUE(a);
+  fresh_pages_written(a->data(), size_t{2} << 20, 1e-5, a->data() + a->size());  // 5 us for 2 MiB: fine
+  if (!huge_pages_pay()) GTEST_SKIP() << "huge pages were found slow on this node before the test";
+  EXPECT_NE(vm_flags(a->data()).find(" hg"), std::string::npos) << vm_flags(a->data());
+  fresh_pages_written(a->data(), size_t{2} << 20, 0.005, a->data() + a->size());  // 2.5 ms per MiB
+  EXPECT_FALSE(huge_pages_pay());
+  EXPECT_NE(vm_flags(a->data() + (size_t{4} << 20)).find(" nh"), std::string::npos);
+  auto b = aligned_buffer::allocate(size_t{4} << 20, false);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(vm_flags(b->data()).find(" hg"), std::string::npos) << vm_flags(b->data());
+}
+
+}  // namespace
+}  // namespace cairn::util

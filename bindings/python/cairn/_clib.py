@@ -44,6 +44,7 @@ const char *cairn_strerror(int code);
 const char *cairn_last_error(void);
 int cairn_should_checkpoint(cairn_t *c, int *yes);
 int cairn_time_left(cairn_t *c, double *seconds);
+int cairn_config_value(cairn_t *c, const char *key, char *value, size_t len);
 int cairn_rank(const cairn_t *c);
 int cairn_size(const cairn_t *c);
 

@@ -102,7 +102,11 @@ class Checkpointer:
     #: about 3 S while the run lasts (the slot, the newest node-local version
     #: and the file the next one overwrites) instead of 5 S with the core's
     #: two and two. A save taken while the previous one is still being
-    #: written waits for it.
+    #: written waits for it. Saves copy the state before they return (the
+    #: core's capture = copy): a training step rewrites all of it right after
+    #: a save, and with copy-on-write (capture = copy_or_cow) that step waited
+    #: for the background copy, costing the loop 4-6x what the copy took
+    #: (docs/benchmarks/python.md, "The first save again").
     PYTHON_DEFAULTS = {"staging_slots": 1, "keep_local": 1}
 
     def __init__(self, comm=None, config=None):
@@ -132,6 +136,7 @@ class Checkpointer:
                 os.unlink(tmp)
         self._check(rc, "cairn_init")
         self._h = out[0]
+        self._capture = self.config_value("capture")  # StateSaver checks pinned tensors against it
 
     # ---- errors -------------------------------------------------------------
     def _check(self, rc: int, what: str) -> None:
@@ -283,6 +288,14 @@ class Checkpointer:
         s = self._ffi.new("double *")
         self._check(self._lib.cairn_time_left(self._handle(), s), "cairn_time_left")
         return None if math.isinf(s[0]) else float(s[0])
+
+    def config_value(self, key: str) -> str:
+        """Local. The value of configuration key `key` as cairn_init resolved
+        it (the CAIRN_<KEY> environment variable, else the dict or file, else
+        the default), as text (cairn_config_value)."""
+        buf = self._ffi.new("char[]", 1 << 16)  # longer than any value a key takes
+        self._check(self._lib.cairn_config_value(self._handle(), key.encode(), buf, len(buf)), "cairn_config_value")
+        return self._ffi.string(buf).decode()
 
     def restart(self, name: str, version: Optional[int] = None) -> int:
         """Collective. Restores `version` (default: restart_test's) of `name`

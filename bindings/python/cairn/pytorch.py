@@ -83,6 +83,7 @@ class _Encoder:
 
     def __init__(self):
         self.tensors: List[Any] = []
+        self.pinned: List[str] = []  # where tensors in page-locked memory are (a device may write them)
 
     def encode(self, v, path):
         torch = _torch()
@@ -125,6 +126,8 @@ class _Encoder:
             raise InvalidArgumentError(
                 f"{_where(path)}: tensor on device '{t.device}': cairn.pytorch captures CPU tensors in place; copy "
                 "the state to the CPU first (for example with .cpu() on each tensor, or save from a CPU model)")
+        if t.is_pinned():
+            self.pinned.append(_where(path))
         if t.layout != torch.strided or t.is_quantized:
             raise InvalidArgumentError(f"{_where(path)}: tensor of layout {t.layout}"
                                        f"{' (quantized)' if t.is_quantized else ''}: cairn.pytorch saves dense "
@@ -193,11 +196,18 @@ def _tensor_refs(v, out):
     return out
 
 
-def _regions_of(state) -> Dict[str, np.ndarray]:
+def _regions_of(state, capture: str) -> Dict[str, np.ndarray]:
     """The regions a save of `state` protects: each tensor with elements (a
-    numpy view of its memory) and the structure's JSON."""
+    numpy view of its memory) and the structure's JSON. capture: the
+    Checkpointer's capture method."""
     enc = _Encoder()
     tree = enc.encode(state, [])
+    if enc.pinned and capture != "copy":
+        raise InvalidArgumentError(
+            f"{enc.pinned[0]}: tensor in pinned (page-locked) memory, which a GPU writes by DMA without cairn "
+            f"seeing it, and capture = {capture} may copy the state after save() returned (copy-on-write): "
+            "create the Checkpointer with config={'capture': 'copy'} (save() then copies the state before it "
+            "returns), or keep pinned buffers out of the saved state")
     arrays = {}
     for i, t in enumerate(enc.tensors):
         if t.size > 0 if isinstance(t, np.ndarray) else t.numel() > 0:
@@ -240,12 +250,14 @@ class StateSaver:
     def prepare(self, state) -> None:
         """Protects the tensors of `state` where they lie without saving them,
         so that cairn makes its staging memory in the background while the
-        training goes on, and the first save() of the execution blocks for a
-        copy like the later ones instead of also waiting for fresh memory
-        (about 1 s per GiB, more on virtual machines). Call it once the
+        training goes on, and the first save() of the execution copies like
+        the later ones. Without it, the first save finds no staging memory
+        and copies into fresh memory (with capture = copy_or_cow: in the
+        background, copy-on-write, and the next training step waits for it
+        where it writes). Call it once the
         state's tensors exist (after the optimizer's first step, or after
         restore_training)."""
-        self._set_regions(_regions_of(state))
+        self._set_regions(_regions_of(state, self.ck._capture))
 
     def save(self, state, version: int, if_saved: str = "skip") -> bool:
         """Captures `state` as `version` and returns once it is copied (mode
@@ -267,7 +279,7 @@ class StateSaver:
                 raise InvalidArgumentError(what)
             warnings.warn(what + "; not saved again", RuntimeWarning, stacklevel=2)
             return False
-        self._set_regions(_regions_of(state))
+        self._set_regions(_regions_of(state, self.ck._capture))
         self.ck.checkpoint(self.name, version)
         self._saved = version
         return True
