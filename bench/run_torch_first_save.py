@@ -47,12 +47,8 @@ def child(a):
     import cairn.pytorch
 
     torch.set_num_threads(a.threads)
-    width = 1024
-    layers = max(1, a.mib * 1024 * 1024 // 3 // (4 * width * width))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(32, width)
+    from run_torch_loop import make_training
+    model, opt, x = make_training(torch, a.mib)
 
     def step():
         t = time.perf_counter()

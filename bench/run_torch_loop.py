@@ -35,6 +35,18 @@ import time
 from pathlib import Path
 
 
+def make_training(torch, mib):
+    """The bench's training state, about `mib` MiB in all: Linear(1024, 1024)
+    layers with Adam (parameters, exp_avg and exp_avg_sq), seeded; returns
+    (model, optimizer, input batch)."""
+    width = 1024
+    layers = max(1, mib * 1024 * 1024 // 3 // (4 * width * width))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    return model, opt, torch.randn(32, width)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--mib", type=int, default=320, help="training state: parameters, exp_avg, exp_avg_sq")
@@ -65,12 +77,8 @@ def main():
     os.environ.update(CAIRN_SCRATCH=str(scratch), CAIRN_PERSISTENT=str(work / "store"),
                       CAIRN_KEEP_PERSISTENT="1", CAIRN_KEEP_LOCAL="1", CAIRN_MODE="thread",
                       CAIRN_ENGINE_PRIORITY=a.priority)
-    width = 1024
-    layers = max(1, a.mib * 1024 * 1024 // 3 // (4 * width * width))
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)])
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-    x = torch.randn(32, width)
+    model, opt, x = make_training(torch, a.mib)
+    layers = len(model)
 
     def step():
         opt.zero_grad(set_to_none=False)
@@ -186,7 +194,7 @@ def main():
             ck.finalize()
         base = statistics.median(times["none"])
         step_ms = base / a.steps * 1e3
-        print(f"state: {nbytes / 2**20:.1f} MiB ({layers} Linear({width}, {width}) + Adam); {a.steps} steps of "
+        print(f"state: {nbytes / 2**20:.1f} MiB ({layers} Linear(1024, 1024) + Adam); {a.steps} steps of "
               f"{step_ms:.0f} ms, a save every {a.every} ({nsaves} saves); torch threads {a.threads}, "
               f"cairn engine_priority {a.priority}; medians of {a.rounds} interleaved rounds, load average "
               f"{os.getloadavg()[0]:.1f}")
