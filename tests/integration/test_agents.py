@@ -183,6 +183,18 @@ def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, 
     assert job.run_id in json.dumps(ls)
 
 
+def _two_nodes_restarting_while_from_v6(d, reference, make_job, run):
+    """Two agent nodes, a 2-rank job of `run` with restart_verify = while
+    killed once the agents committed v6; returns (reference run, job, cfg)."""
+    d.add_manager("node-a")
+    d.add_manager("node-b")
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    job = make_job(2, run=run)
+    cfg = agents_cfg(d, restart_verify="while")
+    _killed_once_v6_is_committed(job, cfg)
+    return ref, job, cfg
+
+
 def test_restart_verifying_while_it_reads_agent_memory_into_the_regions(deployment, reference, make_job):
     """restart_verify = while, a version the agents hold and committed:
     cairn_restart_test reads only the header of the agent's copy, and
@@ -191,12 +203,7 @@ def test_restart_verifying_while_it_reads_agent_memory_into_the_regions(deployme
     ends bit for bit as one never interrupted; the agent lent the image and
     was told the rank read it without error."""
     d = deployment
-    d.add_manager("node-a")
-    d.add_manager("node-b")
-    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
-    job = make_job(2, run="agents-while")
-    cfg = agents_cfg(d, restart_verify="while")
-    _killed_once_v6_is_committed(job, cfg)
+    ref, job, cfg = _two_nodes_restarting_while_from_v6(d, reference, make_job, "agents-while")
     r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg).ok()
     assert r.restarted_from == 6, r.describe()
     assert r.final_hash == ref.final_hash
@@ -213,12 +220,7 @@ def test_agents_killed_while_the_restart_reads_their_memory_restores_from_the_st
     cairn_restart reads the regions. The reads fail, and cairn_restart
     restores v6 from the store instead, bit for bit, before it returns."""
     d = deployment
-    d.add_manager("node-a")
-    d.add_manager("node-b")
-    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
-    job = make_job(2, run="agents-while-killed")
-    cfg = agents_cfg(d, restart_verify="while")
-    _killed_once_v6_is_committed(job, cfg)
+    ref, job, cfg = _two_nodes_restarting_while_from_v6(d, reference, make_job, "agents-while-killed")
     before = job.root / "before-restart"
     p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--pause-before-restart", before, **cfg)
     job.wait_paused(p, before)
