@@ -158,7 +158,11 @@ status get_info(const fabric_options& o, info_handle* out, bool* delivery_comple
     info_handle hints = make_hints(*api, o, dc);
     if (!hints) return status(errc::no_space, "fi_allocinfo failed");
     fi_info* info = nullptr;
-    const char* node = o.node.empty() ? nullptr : o.node.c_str();
+    // shm names its endpoints after the node: an IP address there would give
+    // every endpoint of the host one name (the second fi_enable fails with
+    // EBUSY), so shm always takes a name of its own.
+    const bool named_by_provider = o.provider == "shm" || o.provider.rfind("shm;", 0) == 0;
+    const char* node = o.node.empty() || named_by_provider ? nullptr : o.node.c_str();
     const char* service = o.service.empty() ? nullptr : o.service.c_str();
     uint64_t flags = (node != nullptr || service != nullptr) ? FI_SOURCE : 0;
     int ret = api->getinfo(CAIRN_FI_VERSION, node, service, flags, hints.get(), &info);
@@ -237,6 +241,9 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
   if (ret != 0) return fabric_error(ret, "fi_fabric (" + where + ")");
   p->dom->fabric = fabric_handle(fab);
 
+  // Providers open their resources from here to fi_enable (shm installs its
+  // signal handlers at fi_endpoint): the application's dispositions stay.
+  signal_dispositions_kept kept;
   fid_domain* domain = nullptr;
   ret = fi_domain(fab, info, &domain, nullptr);
   if (ret != 0) return fabric_error(ret, "fi_domain (" + where + ")");

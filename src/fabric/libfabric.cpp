@@ -14,34 +14,6 @@ constexpr const char* kLibfabricSoname = "libfabric.so.1";
 
 std::atomic<const libfabric_api*> g_libfabric{nullptr};
 
-// Undoes, at the end of its scope, every change made to the process's signal
-// dispositions during it. Loading libfabric runs its providers' constructors,
-// and fi_getinfo / fi_fabric initialize providers: libpsm2 and libinfinipath
-// install handlers for SIGTERM, SIGINT, SIGSEGV, SIGABRT and others that end
-// the process with status 1 and a backtrace file. Installed that late (not
-// before main, as when an application links libfabric itself), they would
-// replace the application's own handlers and cairn's (batch system warnings).
-class signal_dispositions_kept {
- public:
-  signal_dispositions_kept() {
-    for (int s = 1; s < NSIG; ++s) had_[s] = ::sigaction(s, nullptr, &saved_[s]) == 0;
-  }
-  ~signal_dispositions_kept() {
-    for (int s = 1; s < NSIG; ++s) {
-      struct sigaction now {};
-      if (!had_[s] || ::sigaction(s, nullptr, &now) != 0) continue;
-      if (now.sa_handler != saved_[s].sa_handler || now.sa_flags != saved_[s].sa_flags)
-        (void)::sigaction(s, &saved_[s], nullptr);
-    }
-  }
-  signal_dispositions_kept(const signal_dispositions_kept&) = delete;
-  signal_dispositions_kept& operator=(const signal_dispositions_kept&) = delete;
-
- private:
-  struct sigaction saved_[NSIG] {};
-  bool had_[NSIG] {};
-};
-
 // The real entry points; the API's getinfo and fabric call them with the
 // dispositions kept.
 decltype(libfabric_api::getinfo) g_fi_getinfo = nullptr;
@@ -91,6 +63,19 @@ result<const libfabric_api*> load_libfabric() {
 }
 
 }  // namespace
+
+signal_dispositions_kept::signal_dispositions_kept() {
+  for (int s = 1; s < NSIG; ++s) had_[s] = ::sigaction(s, nullptr, &saved_[s]) == 0;
+}
+
+signal_dispositions_kept::~signal_dispositions_kept() {
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction now {};
+    if (!had_[s] || ::sigaction(s, nullptr, &now) != 0) continue;
+    if (now.sa_handler != saved_[s].sa_handler || now.sa_flags != saved_[s].sa_flags)
+      (void)::sigaction(s, &saved_[s], nullptr);
+  }
+}
 
 result<const libfabric_api*> libfabric() {
   static const result<const libfabric_api*> once = [] {

@@ -7,8 +7,8 @@
 // application's working directory.
 //
 // Loading libfabric and initializing its providers leaves the process's signal
-// dispositions as they were (providers such as libpsm2 install handlers that
-// would replace the application's).
+// dispositions as they were (signal_dispositions_kept; fabric_context::create
+// keeps them around the endpoint's creation too).
 //
 // Only the functions libfabric exports are loaded; everything else in its API
 // (fi_domain, fi_recv, fi_read, ...) is an inline call through the objects
@@ -17,6 +17,8 @@
 // Thread-safety: libfabric() may be called from any thread; it loads once.
 #ifndef CAIRN_FABRIC_LIBFABRIC_HPP
 #define CAIRN_FABRIC_LIBFABRIC_HPP
+
+#include <signal.h>
 
 #include <cstdint>
 
@@ -35,6 +37,32 @@ struct libfabric_api {
   fi_info* (*dupinfo)(const fi_info* info);  // dupinfo(nullptr) is fi_allocinfo
   int (*fabric)(fi_fabric_attr* attr, fid_fabric** fabric, void* context);
   const char* (*strerror)(int errnum);
+};
+
+// Undoes, at the end of its scope, every change made to the process's signal
+// dispositions during it. Loading libfabric runs its providers' constructors,
+// fi_getinfo and fi_fabric initialize providers, and fi_endpoint opens one:
+// libpsm2 and libinfinipath install handlers for SIGTERM, SIGINT, SIGSEGV,
+// SIGABRT and others that end the process with status 1 and a backtrace file;
+// shm (libfabric 1.17, at fi_endpoint) installs handlers for SIGTERM, SIGINT,
+// SIGSEGV and SIGBUS that unlink its regions, put the old disposition back and
+// return, so that a first SIGTERM of a process with the default disposition no
+// longer ends it. Installed that late (not before main, as when an application
+// links libfabric itself), they would replace the application's own handlers
+// and cairn's (batch system warnings). What this costs: a process ended by one
+// of those signals leaves its shm regions in /dev/shm, as SIGKILL does anyway.
+// Thread-safety: a change another thread makes to a disposition inside the
+// scope is undone too.
+class signal_dispositions_kept {
+ public:
+  signal_dispositions_kept();
+  ~signal_dispositions_kept();
+  signal_dispositions_kept(const signal_dispositions_kept&) = delete;
+  signal_dispositions_kept& operator=(const signal_dispositions_kept&) = delete;
+
+ private:
+  struct sigaction saved_[NSIG] {};
+  bool had_[NSIG] {};
 };
 
 // The loaded API, or not_supported naming the library and what to install.

@@ -16,6 +16,8 @@ agent=${1:?usage: agents_fabric_test.sh CAIRN_AGENT TEST_CLIENT CAIRN}
 client=${2:?usage: agents_fabric_test.sh CAIRN_AGENT TEST_CLIENT CAIRN}
 cairn=${3:?usage: agents_fabric_test.sh CAIRN_AGENT TEST_CLIENT CAIRN}
 provider=${CAIRN_TEST_FABRIC_PROVIDER:-tcp;ofi_rxm}
+# Not for cairn_init in the test client: CAIRN_* variables are its configuration.
+unset CAIRN_TEST_FABRIC_PROVIDER
 
 tmp=$(mktemp -d /tmp/cairn-agents-test.XXXXXX)
 pids=()
