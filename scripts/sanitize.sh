@@ -125,7 +125,9 @@ fi
 if [ ${#integration[@]} -gt 0 ]; then
   # Leak checking off here: Open MPI's components leak at exit from libraries it
   # has already unloaded, which LSan cannot name (the unit tests check for leaks).
+  # Two suites at a time: they wait on killed jobs and daemons more than they
+  # compute.
   ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:strict_string_checks=1 \
-    ctest --test-dir "$dir" -R "^($(IFS='|'; echo "${integration[*]}"))\$" --output-on-failure -j 1
+    ctest --test-dir "$dir" -R "^($(IFS='|'; echo "${integration[*]}"))\$" --output-on-failure -j "$jobs"
 fi
 echo "sanitize: done in $(( $(date +%s) - start )) s"
