@@ -10,10 +10,17 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -149,6 +156,23 @@ std::string describe_request(const fabric_options& o) {
   return s;
 }
 
+bool is_shm(const fabric_options& o) { return o.provider == "shm" || o.provider.rfind("shm;", 0) == 0; }
+
+// The pid namespace of this process ("pid:[4026531836]" -> 4026531836), 0
+// where /proc does not say.
+uint64_t pid_namespace() {
+  char link[64] = {};
+  const ssize_t n = ::readlink("/proc/self/ns/pid", link, sizeof link - 1);
+  if (n <= 0) return 0;
+  const char* open = std::strchr(link, '[');
+  return open != nullptr ? std::strtoull(open + 1, nullptr, 10) : 0;
+}
+
+// What shm_node_name puts before the pid.
+std::string shm_name_prefix() {
+  return "cairn." + std::to_string(::getuid()) + "." + std::to_string(pid_namespace()) + ".";
+}
+
 // fi_getinfo with delivery-complete writes when the provider has them, else
 // without (writes then end with an ordered read, see fence_writes).
 status get_info(const fabric_options& o, info_handle* out, bool* delivery_complete) {
@@ -158,11 +182,11 @@ status get_info(const fabric_options& o, info_handle* out, bool* delivery_comple
     info_handle hints = make_hints(*api, o, dc);
     if (!hints) return status(errc::no_space, "fi_allocinfo failed");
     fi_info* info = nullptr;
-    // shm names its endpoints after the node: an IP address there would give
-    // every endpoint of the host one name (the second fi_enable fails with
-    // EBUSY), so shm always takes a name of its own.
-    const bool named_by_provider = o.provider == "shm" || o.provider.rfind("shm;", 0) == 0;
-    const char* node = o.node.empty() || named_by_provider ? nullptr : o.node.c_str();
+    // shm names its endpoints "<node>:<domain>:<endpoint>": an IP address as
+    // the node would give every endpoint of the host one name (the second
+    // fi_enable fails with EBUSY), so shm gets shm_node_name instead.
+    const std::string shm_name = is_shm(o) ? shm_node_name() : std::string();
+    const char* node = is_shm(o) ? shm_name.c_str() : o.node.empty() ? nullptr : o.node.c_str();
     const char* service = o.service.empty() ? nullptr : o.service.c_str();
     uint64_t flags = (node != nullptr || service != nullptr) ? FI_SOURCE : 0;
     int ret = api->getinfo(CAIRN_FI_VERSION, node, service, flags, hints.get(), &info);
@@ -196,6 +220,29 @@ fid_cq* fabric_context::raw_cq() const { return impl_->cq.get(); }
 fid_domain* fabric_context::raw_domain() const { return impl_->dom->domain.get(); }
 uint64_t fabric_context::raw_address(fabric_addr peer) const { return peer; }
 
+std::string shm_node_name() { return shm_name_prefix() + std::to_string(::getpid()); }
+
+size_t remove_dead_shm_regions(const std::string& dir) {
+  const std::string prefix = shm_name_prefix();
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return 0;
+  size_t removed = 0;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid <= 0 || end == name.c_str() + prefix.size() || *end != ':') continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    struct stat st {};
+    const std::string path = dir + "/" + name;
+    if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::getuid()) continue;
+    if (::unlink(path.c_str()) == 0) ++removed;
+  }
+  ::closedir(d);
+  return removed;
+}
+
 status probe_provider(const fabric_options& options) {
   info_handle info;
   bool dc = false;
@@ -209,6 +256,12 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
   p->dom = std::make_shared<domain_state>();
   bool dc = false;
   CAIRN_RETURN_IF_ERROR(get_info(options, &p->dom->info, &dc));
+  if (is_shm(options)) {
+    // The regions killed processes left (shm unlinks a region only when its
+    // endpoint closes), once per process.
+    static std::once_flag swept;
+    std::call_once(swept, [] { (void)remove_dead_shm_regions("/dev/shm"); });
+  }
   fi_info* info = p->dom->info.get();
   const std::string where = describe_request(options);
 

@@ -311,6 +311,20 @@ result<std::string> from_hex(std::string_view hex);
 // A libfabric return code as a status: fi_strerror text, `what` first.
 status fabric_error(int ret, std::string_view what);
 
+// The node name of this process's shm endpoints, "cairn.<uid>.<pid
+// namespace>.<pid>": shm names each endpoint's region in /dev/shm
+// "<node>:<domain>:<endpoint>" and unlinks it when the endpoint closes, so a
+// killed process leaves its regions (16 MiB each) behind. The first shm
+// context of a process removes those of this user's dead processes in its pid
+// namespace (remove_dead_shm_regions("/dev/shm")).
+std::string shm_node_name();
+
+// Unlinks the regular files in `dir` named "cairn.<uid>.<pid namespace>.<pid>:..."
+// for this user and pid namespace whose process no longer exists and that this
+// user owns; returns how many. A live process's, another user's or another pid
+// namespace's stay.
+size_t remove_dead_shm_regions(const std::string& dir);
+
 // Whether `provider` can be opened here, with the reason when it cannot
 // (tests skip themselves on not_supported).
 status probe_provider(const fabric_options& options);

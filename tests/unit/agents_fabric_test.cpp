@@ -7,12 +7,16 @@
 // The provider is CAIRN_TEST_FABRIC_PROVIDER (default "tcp;ofi_rxm"); every
 // test skips itself when fi_getinfo finds no usable provider.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <vector>
 
@@ -403,6 +407,30 @@ TEST(FabricPeerGone, UnresponsivePeerTimesOutAndFailsTheContext) {
   EXPECT_FALSE((*initiator)->health().is_ok());
   EXPECT_EQ((*initiator)->send(*peer, "x").message(), st.message());
   initiator->reset();  // closes the endpoint: the read can no longer land in `local`
+}
+
+// shm's regions of killed processes go when the next process opens its first
+// shm endpoint; a live process's, and names that are not cairn's, stay.
+TEST(FabricNames, DeadProcessesShmRegionsAreRemoved) {
+  char tmpl[] = "/tmp/cairn-shm-regions-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const pid_t dead = ::fork();
+  ASSERT_GE(dead, 0);
+  if (dead == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string mine = shm_node_name();
+  const std::string prefix = mine.substr(0, mine.rfind('.') + 1);
+  EXPECT_EQ(mine, prefix + std::to_string(::getpid()));
+  const std::vector<std::string> gone = {prefix + std::to_string(dead) + ":0:0", prefix + std::to_string(dead) + ":0:7"};
+  const std::vector<std::string> kept = {mine + ":0:0", std::to_string(dead) + ":0:0", prefix + "12x:0:0",
+                                         prefix + std::to_string(dead), "cairn.999999.1." + std::to_string(dead) + ":0:0"};
+  for (const auto& n : gone) std::ofstream(dir + "/" + n) << "region";
+  for (const auto& n : kept) std::ofstream(dir + "/" + n) << "region";
+  EXPECT_EQ(remove_dead_shm_regions(dir), gone.size());
+  for (const auto& n : gone) EXPECT_FALSE(std::filesystem::exists(dir + "/" + n)) << n;
+  for (const auto& n : kept) EXPECT_TRUE(std::filesystem::exists(dir + "/" + n)) << n;
+  std::filesystem::remove_all(dir);
 }
 
 TEST(FabricNames, HexRoundTrip) {
