@@ -50,7 +50,9 @@ struct libfabric_api {
 // longer ends it. Installed that late (not before main, as when an application
 // links libfabric itself), they would replace the application's own handlers
 // and cairn's (batch system warnings). What this costs: a process ended by one
-// of those signals leaves its shm regions in /dev/shm, as SIGKILL does anyway.
+// of those signals leaves its shm regions in /dev/shm, as SIGKILL does anyway
+// (the next process's first shm endpoint removes them: fabric.hpp,
+// remove_dead_shm_regions).
 // Thread-safety: a change another thread makes to a disposition inside the
 // scope is undone too.
 class signal_dispositions_kept {
