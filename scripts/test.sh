@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# make test: every test of the main build (ctest; the Slurm suite in a lane of
-# its own beside the others), then the sanitized builds: the ASan+UBSan build's
-# unit tests, fuzz targets and seven of the integration suites, and the TSan
-# build's unit tests and two integration suites (scripts/sanitize.sh). The
+# make test: every test of the main build (ctest), then the sanitized builds:
+# the ASan+UBSan build's unit tests, fuzz targets and seven of the integration
+# suites, and the TSan build's unit tests and two integration suites
+# (scripts/sanitize.sh). The
 # sanitized trees are compiled one after the other, at the lowest priority (on
 # whatever the main suite leaves idle: it spends much of its time waiting on
 # daemons, Slurm, CephFS and killed jobs), while the main suite runs; the
@@ -24,15 +24,8 @@ mkdir -p "$san" "$tsan"
   echo $? >"$tsan/built"
 ) &
 builder=$!
-# The Slurm suite mostly waits (a job killed at its time limit takes a whole
-# minute; about 30 s of CPU in 170 s): it runs beside the rest of the suite.
-slurm_lane="$build/slurm-lane.log"
-ctest --test-dir "$build" --output-on-failure -j 1 -R '^integration_slurm$' >"$slurm_lane" 2>&1 &
-lane=$!
-ctest --test-dir "$build" --output-on-failure -j 1 -E '^integration_slurm$'
+ctest --test-dir "$build" --output-on-failure -j 1
 main=$?
-wait "$lane" || main=1
-cat "$slurm_lane"
 wait "$builder"
 san_rc=1
 cat "$san/sanitize-build.log"

@@ -16,8 +16,10 @@ reach the rig through SLURM_CONF (rig.env()).
 
 The time limits Slurm can set are whole minutes; the rig makes the rest as short
 as Slurm allows: OverTimeLimit=0 (killed at the limit), KillWait=2 (SIGKILL 2 s
-after SIGTERM), MinJobAge=10 (finished jobs leave slurmctld's memory soon, after the
-rig has seen their final state). slurmctld checks time limits and
+after SIGTERM). MinJobAge=300 (Slurm's default: a finished job stays known for 5
+minutes; with 10 s, a job that ended while a test still checked another one
+side by side was forgotten before its final state was seen, on a loaded
+machine). slurmctld checks time limits and
 sends --signal warnings from its periodic background work, so a job with a
 1-minute limit and --signal=USR1@20 gets the signal about 30 to 40 s after it
 starts and is killed about 60 to 70 s after it starts.
@@ -173,7 +175,7 @@ class SlurmRig:
             "SelectTypeParameters=CR_Core",
             "SlurmdParameters=config_overrides",
             "ReturnToService=2",
-            "MinJobAge=10",
+            "MinJobAge=300",
             "KillWait=2",
             "OverTimeLimit=0",
             "InactiveLimit=0",
