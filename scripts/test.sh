@@ -2,11 +2,10 @@
 # make test: every test of the main build (ctest), then the sanitized builds:
 # the ASan+UBSan build's unit tests, fuzz targets and seven of the integration
 # suites, and the TSan build's unit tests and two integration suites
-# (scripts/sanitize.sh). The
-# sanitized trees are compiled one after the other, at the lowest priority (on
-# whatever the main suite leaves idle: it spends much of its time waiting on
-# daemons, Slurm, CephFS and killed jobs), while the main suite runs; the
-# sanitized tests themselves run afterwards, on a quiet machine.
+# (scripts/sanitize.sh). The sanitized trees are compiled one after the other,
+# at the lowest priority (on whatever the main suite leaves idle: it spends much
+# of its time waiting on daemons, Slurm, CephFS and killed jobs), while the main
+# suite runs; the sanitized tests themselves run afterwards, on a quiet machine.
 # Where the time goes (a 50-minute run on a slow 2-core host, docs/performance.md):
 # about two thirds of the CPU is compiling (main tree 1,150 s, the two sanitized
 # trees about 2,000 s), the main suite about 1,000 s of CPU in 1,460 s alone.
