@@ -320,24 +320,28 @@ status shard_reader::read_region(size_t index, std::span<std::byte> out) {
   // while it is still in cache (512 MiB from tmpfs: 1.13x an unverified
   // read(2) of it; bench/verified_read_bench).
   constexpr uint64_t kPiece = 256u << 10;
-  util::xxh3_stream hash;
-  // The kernel copies 1.3x slower into memory that is not 64-byte aligned
-  // (malloc's and numpy's large blocks start 16 bytes past a page). So a large
-  // region read from a file into such memory goes through a page-aligned
-  // buffer the size of a piece: the kernel copies into it at full speed, the
-  // hash reads it from cache, and non-temporal stores put it in place
-  // (bench/verified_read_bench --offset 16).
   // A file whose every read is a round trip (an agent's memory) is read in
-  // the larger pieces it asks for, straight into place.
+  // the larger pieces it asks for. (Reading the next piece on a second
+  // thread while this one is hashed was slower on two cores: 92-145 against
+  // 73-96 ms for 256 MiB over shm.)
   const uint64_t asked = s_->memory == nullptr ? s_->file->read_piece() : 0;
   const uint64_t piece = asked ? asked : kPiece;
-  bool bounce = s_->memory == nullptr && !asked && r.compression == kCompressNone && r.length >= 4 * kPiece &&
+  // The kernel copies 1.3x slower into memory that is not 64-byte aligned
+  // (malloc's and numpy's large blocks start 16 bytes past a page), and
+  // process_vm_readv out of an agent over shm 2.7x slower (198 against 73 ms
+  // for 256 MiB, bench/run_agent_restart.py). So a large region read from a
+  // file into such memory goes through a page-aligned buffer the size of a
+  // piece: the kernel copies into it at full speed, the hash reads it from
+  // cache, and non-temporal stores put it in place
+  // (bench/verified_read_bench --offset 16).
+  bool bounce = s_->memory == nullptr && r.compression == kCompressNone && r.length >= 4 * kPiece &&
                 reinterpret_cast<uintptr_t>(out.data()) % 64 != 0;
-  if (bounce && s_->bounce.size() < kPiece) {
-    auto b = util::aligned_buffer::allocate(kPiece);
+  if (bounce && s_->bounce.size() < piece) {
+    auto b = util::aligned_buffer::allocate(piece);
     bounce = static_cast<bool>(b);  // without it, straight in
     if (b) s_->bounce = std::move(b).value();
   }
+  util::xxh3_stream hash;
   for (uint64_t at = 0; at < r.length; at += piece) {
     const uint64_t n = std::min(piece, r.length - at);
     if (bounce) {

@@ -27,11 +27,11 @@ pytestmark = pytest.mark.skipif(not AGENT or not harness.cli_path() or not harne
                                 reason="needs cairn-agent (CAIRN_ENABLE_FABRIC), the cairn CLI and MPI")
 
 
-def _killed_once_v6_is_committed(job, cfg):
+def _killed_once_v6_is_committed(job, cfg, nbytes=NBYTES):
     """Runs job with cfg until the agents committed v6, then kills every rank
     (each has a process group of its own)."""
     flag = job.root / "pause6"
-    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--pause-after", 6, flag, **cfg)
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", nbytes, "--pause-after", 6, flag, **cfg)
     job.wait_paused(p, flag)
     wait_until("v6 committed by the agents", lambda: committed(job, 6))
     harness.kill_job(p)
@@ -183,15 +183,21 @@ def test_agents_write_the_store_and_restart_after_agents_are_killed(deployment, 
     assert job.run_id in json.dumps(ls)
 
 
+# Large enough that the rank reads the agent's memory in its 4 MiB pieces,
+# through its buffer (malloc'd regions start 16 bytes past a page), and ends
+# in a partial piece.
+WHILE_NBYTES = (5 << 20) + 8
+
+
 def _two_nodes_restarting_while_from_v6(d, reference, make_job, run):
     """Two agent nodes, a 2-rank job of `run` with restart_verify = while
     killed once the agents committed v6; returns (reference run, job, cfg)."""
     d.add_manager("node-a")
     d.add_manager("node-b")
-    ref = reference(2, steps=STEPS, every=EVERY, nbytes=NBYTES)
+    ref = reference(2, steps=STEPS, every=EVERY, nbytes=WHILE_NBYTES)
     job = make_job(2, run=run)
     cfg = agents_cfg(d, restart_verify="while")
-    _killed_once_v6_is_committed(job, cfg)
+    _killed_once_v6_is_committed(job, cfg, nbytes=WHILE_NBYTES)
     return ref, job, cfg
 
 
@@ -204,7 +210,7 @@ def test_restart_verifying_while_it_reads_agent_memory_into_the_regions(deployme
     was told the rank read it without error."""
     d = deployment
     ref, job, cfg = _two_nodes_restarting_while_from_v6(d, reference, make_job, "agents-while")
-    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, **cfg).ok()
+    r = job.run("--steps", STEPS, "--every", EVERY, "--bytes", WHILE_NBYTES, **cfg).ok()
     assert r.restarted_from == 6, r.describe()
     assert r.final_hash == ref.final_hash
     assert "damaged" not in r.stderr, r.describe()
@@ -222,7 +228,8 @@ def test_agents_killed_while_the_restart_reads_their_memory_restores_from_the_st
     d = deployment
     ref, job, cfg = _two_nodes_restarting_while_from_v6(d, reference, make_job, "agents-while-killed")
     before = job.root / "before-restart"
-    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", NBYTES, "--pause-before-restart", before, **cfg)
+    p = job.start("--steps", STEPS, "--every", EVERY, "--bytes", WHILE_NBYTES, "--pause-before-restart", before,
+                  **cfg)
     job.wait_paused(p, before)
     pids = [g["pid"] for g in d.app("agents-while-killed")["agents"]]
     assert pids and all(pid > 0 for pid in pids)

@@ -268,10 +268,25 @@ TEST_F(ShardCompressFiles, LargeImageVerifiedWhileItIsRead) {
   ASSERT_FALSE(cut.is_ok());
 }
 
+// A file read in the pieces it asks for, as an agent's lent memory is.
+struct asking_file final : storage::readable_file {
+  asking_file(std::unique_ptr<storage::readable_file> f, uint64_t piece) : f(std::move(f)), piece(piece) {}
+  status read_at(uint64_t offset, void* data, size_t len) const override {
+    ++reads;
+    return f->read_at(offset, data, len);
+  }
+  uint64_t size() const override { return f->size(); }
+  uint64_t read_piece() const override { return piece; }
+  std::unique_ptr<storage::readable_file> f;
+  uint64_t piece;
+  mutable int reads = 0;
+};
+
 // read_region (restart_verify = while) into memory 64-byte aligned (read
-// straight in) and 16 bytes past it (through the reader's buffer): the
-// region's bytes, a region that ends in a partial piece, and a byte flipped
-// in a later piece refused.
+// straight in) and 16 bytes past it (through the reader's buffer), from a
+// file read in the reader's pieces and from one that asks for its own (an
+// agent's memory): the region's bytes, a region that ends in a partial piece,
+// and a byte flipped in a later piece refused.
 TEST_F(ShardCompressFiles, RegionReadIntoAlignedAndUnalignedMemory) {
   const std::vector<test::region_spec> regions = {{"a", CAIRN_BYTE, (3u << 20) + 12345, {}, false},
                                                   {"b", CAIRN_INT32, 7, {}, false}};
@@ -281,21 +296,29 @@ TEST_F(ShardCompressFiles, RegionReadIntoAlignedAndUnalignedMemory) {
   const format::region_desc& a = img.header.regions[0];
   std::vector<std::byte> mem(a.length + 128);
   auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
+  for (uint64_t asked : {uint64_t{0}, uint64_t{1} << 20})
   for (size_t skew : {0u, 16u}) {
+    SCOPED_TRACE("skew " + std::to_string(skew) + ", pieces asked " + std::to_string(asked));
     std::vector<std::byte> bytes = img.bytes;
     for (bool damaged : {false, true}) {
       if (damaged) bytes[a.offset + a.length - 100] ^= std::byte{1};
       ASSERT_TRUE(test::write_file(path("s"), bytes.data(), bytes.size()).is_ok());
-      auto rd = format::shard_reader::open(env_, path("s"));
+      auto f = env_->open_read(path("s"));
+      ASSERT_TRUE(f.is_ok()) << message_of(f);
+      auto file = std::make_unique<asking_file>(std::move(f).value(), asked);
+      const asking_file* seen = file.get();
+      auto rd = format::shard_reader::open(std::move(file), path("s"));
       ASSERT_TRUE(rd.is_ok()) << message_of(rd);
+      const int header_reads = seen->reads;
       std::span<std::byte> out(aligned + skew, a.length);
       status st = (*rd)->read_region(0, out);
       if (damaged) {
-        EXPECT_EQ(st.code(), errc::corruption) << skew;
+        EXPECT_EQ(st.code(), errc::corruption);
         continue;
       }
-      ASSERT_TRUE(st.is_ok()) << skew << ": " << message_of(st);
-      EXPECT_EQ(std::memcmp(out.data(), img.bytes.data() + a.offset, a.length), 0) << skew;
+      ASSERT_TRUE(st.is_ok()) << message_of(st);
+      EXPECT_EQ(std::memcmp(out.data(), img.bytes.data() + a.offset, a.length), 0);
+      if (asked) EXPECT_EQ(seen->reads - header_reads, 4);  // 3 MiB + 12345 bytes in pieces of 1 MiB
       std::vector<std::byte> small(img.header.regions[1].length);
       EXPECT_TRUE((*rd)->read_region(1, small).is_ok());
       EXPECT_EQ(std::memcmp(small.data(), img.bytes.data() + img.header.regions[1].offset, small.size()), 0);
