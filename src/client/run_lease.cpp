@@ -1,7 +1,6 @@
 #include "client/run_lease.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,8 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <fstream>
-#include <optional>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +19,7 @@
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
 #include "util/names.hpp"
+#include "util/process.hpp"
 #include "util/mutex.hpp"
 
 namespace cairn {
@@ -81,29 +79,12 @@ bool stamp_of(const std::string& path, stamp* out) {
   return true;
 }
 
-// Known dead without waiting: on this host with its pid gone, or an earlier
-// execution of this very job step (Slurm starts a requeued job only after the
-// earlier one ended).
-bool pid_gone(int pid, const std::string& program) {
-  if (::kill(pid, 0) != 0) return errno == ESRCH;
-  // Alive, unless a zombie (killed, not reaped yet) or a recycled pid that
-  // now runs another program.
-  // (read as a stream: /proc files have no size)
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::optional<std::string> stat;
-  if (std::string line; std::getline(in, line)) stat = std::move(line);
-  if (!stat) return false;
-  const size_t paren = stat->rfind(')');
-  if (paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z') return true;
-  const size_t open = stat->find('(');
-  if (open == std::string::npos || paren == std::string::npos || program.empty()) return false;
-  // comm is the program's name cut to 15 bytes.
-  return stat->substr(open + 1, paren - open - 1) != program.substr(0, 15);
-}
-
+// Known dead without waiting: on this host with its pid gone (or a zombie,
+// or recycled for another program), or an earlier execution of this very job
+// step (Slurm starts a requeued job only after the earlier one ended).
 bool known_dead(const lease_holder& h, const lease_holder& me) {
   if (h.id.empty()) return false;
-  if (h.host == me.host && h.pid > 0 && pid_gone(h.pid, h.program)) return true;
+  if (h.host == me.host && h.pid > 0 && util::pid_gone(h.pid, h.program)) return true;
   return !me.job.empty() && h.job == me.job && h.step == me.step && h.id != me.id;
 }
 

@@ -11,7 +11,6 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <dirent.h>
-#include <signal.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +27,7 @@
 #include "fabric/libfabric.hpp"
 #include "util/hex.hpp"
 #include "util/mutex.hpp"
+#include "util/process.hpp"
 
 namespace cairn::fabric {
 
@@ -233,7 +233,7 @@ size_t remove_dead_shm_regions(const std::string& dir) {
     char* end = nullptr;
     const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
     if (pid <= 0 || end == name.c_str() + prefix.size() || *end != ':') continue;
-    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    if (!util::pid_gone(static_cast<int>(pid))) continue;  // alive, or not ours to judge
     struct stat st {};
     const std::string path = dir + "/" + name;
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::getuid()) continue;

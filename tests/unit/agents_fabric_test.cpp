@@ -419,10 +419,16 @@ TEST(FabricNames, DeadProcessesShmRegionsAreRemoved) {
   ASSERT_GE(dead, 0);
   if (dead == 0) ::_exit(0);
   ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const pid_t zombie = ::fork();  // killed, not reaped yet: its regions are as dead
+  ASSERT_GE(zombie, 0);
+  if (zombie == 0) ::_exit(0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(zombie), &info, WEXITED | WNOWAIT), 0);
   const std::string mine = shm_node_name();
   const std::string prefix = mine.substr(0, mine.rfind('.') + 1);
   EXPECT_EQ(mine, prefix + std::to_string(::getpid()));
-  const std::vector<std::string> gone = {prefix + std::to_string(dead) + ":0:0", prefix + std::to_string(dead) + ":0:7"};
+  const std::vector<std::string> gone = {prefix + std::to_string(dead) + ":0:0", prefix + std::to_string(dead) + ":0:7",
+                                         prefix + std::to_string(zombie) + ":0:0"};
   const std::vector<std::string> kept = {mine + ":0:0", std::to_string(dead) + ":0:0", prefix + "12x:0:0",
                                          prefix + std::to_string(dead), "cairn.999999.1." + std::to_string(dead) + ":0:0"};
   for (const auto& n : gone) std::ofstream(dir + "/" + n) << "region";
@@ -431,6 +437,7 @@ TEST(FabricNames, DeadProcessesShmRegionsAreRemoved) {
   for (const auto& n : gone) EXPECT_FALSE(std::filesystem::exists(dir + "/" + n)) << n;
   for (const auto& n : kept) EXPECT_TRUE(std::filesystem::exists(dir + "/" + n)) << n;
   std::filesystem::remove_all(dir);
+  ASSERT_EQ(::waitpid(zombie, nullptr, 0), zombie);
 }
 
 TEST(FabricNames, HexRoundTrip) {

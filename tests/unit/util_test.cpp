@@ -2,6 +2,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "util/hash.hpp"
 #include "util/json.hpp"
 #include "util/names.hpp"
+#include "util/process.hpp"
 
 namespace cairn {
 namespace {
@@ -307,6 +309,21 @@ TEST(hash, stream_equals_one_shot_and_hex_round_trips) {
 }  // namespace cairn
 
 namespace cairn {
+TEST(process, pid_gone_knows_dead_zombie_and_recycled_pids) {
+  EXPECT_FALSE(util::pid_gone(static_cast<int>(::getpid())));
+  EXPECT_FALSE(util::pid_gone(static_cast<int>(::getpid()), program_invocation_short_name));
+  EXPECT_TRUE(util::pid_gone(static_cast<int>(::getpid()), "another-program"));  // as a recycled pid
+  EXPECT_FALSE(util::pid_gone(0));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(child), &info, WEXITED | WNOWAIT), 0);
+  EXPECT_TRUE(util::pid_gone(static_cast<int>(child)));  // a zombie
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  EXPECT_TRUE(util::pid_gone(static_cast<int>(child)));  // reaped
+}
+
 TEST(names, utf8_and_the_rules_of_a_name) {
   EXPECT_TRUE(util::valid_utf8("heat2d"));
   EXPECT_TRUE(util::valid_utf8("W\xc3\xa4rme \xe2\x82\xac \xf0\x9f\x94\xa5"));
