@@ -148,15 +148,16 @@ info_handle make_hints(const libfabric_api& api, const fabric_options& o, bool d
   return info_handle(h);
 }
 
+bool is_shm(const fabric_options& o) { return o.provider == "shm" || o.provider.rfind("shm;", 0) == 0; }
+
 std::string describe_request(const fabric_options& o) {
   std::string s = "provider '" + (o.provider.empty() ? std::string("(any)") : o.provider) + "'";
-  if (!o.node.empty()) s += " at " + o.node;
+  if (is_shm(o)) s += " as " + shm_node_name();  // not at its bind address (get_info)
+  else if (!o.node.empty()) s += " at " + o.node;
   if (!o.service.empty()) s += ":" + o.service;
   if (!o.domain.empty()) s += " domain " + o.domain;
   return s;
 }
-
-bool is_shm(const fabric_options& o) { return o.provider == "shm" || o.provider.rfind("shm;", 0) == 0; }
 
 // The pid namespace of this process ("pid:[4026531836]" -> 4026531836), 0
 // where /proc does not say.
