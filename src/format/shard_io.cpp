@@ -326,16 +326,18 @@ status shard_reader::read_region(size_t index, std::span<std::byte> out) {
   // 73-96 ms for 256 MiB over shm.)
   const uint64_t asked = s_->memory == nullptr ? s_->file->read_piece() : 0;
   const uint64_t piece = asked ? asked : kPiece;
-  // The kernel copies 1.3x slower into memory that is not 64-byte aligned
-  // (malloc's and numpy's large blocks start 16 bytes past a page), and
-  // process_vm_readv out of an agent over shm 2.7x slower (198 against 73 ms
-  // for 256 MiB, bench/run_agent_restart.py). So a large region read from a
-  // file into such memory goes through a page-aligned buffer the size of a
-  // piece: the kernel copies into it at full speed, the hash reads it from
-  // cache, and non-temporal stores put it in place
-  // (bench/verified_read_bench --offset 16).
+  // The kernel copies slower into memory just past the source modulo a page
+  // (util::kernel_copy_slow: malloc's and numpy's large blocks, 16 bytes past
+  // a page, against region data that starts on one): read(2) from tmpfs
+  // 1.3-3x, process_vm_readv out of an agent over shm 2.7x (198 against
+  // 73 ms for 256 MiB, bench/run_agent_restart.py). So a large region read
+  // from a file into such memory goes through a page-aligned buffer the size
+  // of a piece: the kernel copies into it at full speed, the hash reads it
+  // from cache, and non-temporal stores put it in place
+  // (bench/verified_read_bench --offset 16). (An agent's lent image starts
+  // on a page, as the file does.)
   bool bounce = s_->memory == nullptr && r.compression == kCompressNone && r.length >= 4 * kPiece &&
-                reinterpret_cast<uintptr_t>(out.data()) % 64 != 0;
+                util::kernel_copy_slow(out.data(), r.stored_offset);
   if (bounce && s_->bounce.size() < piece) {
     auto b = util::aligned_buffer::allocate(piece);
     bounce = static_cast<bool>(b);  // without it, straight in

@@ -282,8 +282,9 @@ struct asking_file final : storage::readable_file {
   mutable int reads = 0;
 };
 
-// read_region (restart_verify = while) into memory 64-byte aligned (read
-// straight in) and 16 bytes past it (through the reader's buffer), from a
+// read_region (restart_verify = while) into memory that starts on a page
+// (read straight in) and 16 bytes past one (through the reader's buffer:
+// util::kernel_copy_slow), from a
 // file read in the reader's pieces and from one that asks for its own (an
 // agent's memory): the region's bytes, a region that ends in a partial piece,
 // and a byte flipped in a later piece refused.
@@ -294,8 +295,8 @@ TEST_F(ShardCompressFiles, RegionReadIntoAlignedAndUnalignedMemory) {
   ASSERT_TRUE(made.is_ok()) << made.error().to_string();
   const test::shard_image& img = *made;
   const format::region_desc& a = img.header.regions[0];
-  std::vector<std::byte> mem(a.length + 128);
-  auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(mem.data()) + 63) / 64 * 64);
+  std::vector<std::byte> mem(a.length + 8192);
+  auto* aligned = reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(mem.data()) + 4095) / 4096 * 4096);
   for (uint64_t asked : {uint64_t{0}, uint64_t{1} << 20})
   for (size_t skew : {0u, 16u}) {
     SCOPED_TRACE("skew " + std::to_string(skew) + ", pieces asked " + std::to_string(asked));

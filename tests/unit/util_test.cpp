@@ -52,6 +52,16 @@ TEST(copy, stream_copy_copies_every_byte_at_any_alignment_and_size) {
       }
 }
 
+TEST(copy, the_kernels_copy_is_slow_just_past_the_source_modulo_a_page) {
+  auto at = [](uintptr_t a) { return reinterpret_cast<const void*>(a); };
+  EXPECT_TRUE(util::kernel_copy_slow(at(0x7f0000010010), 0));      // malloc's large block, region on a page
+  EXPECT_TRUE(util::kernel_copy_slow(at(0x7f000001003f), 4096));   // 63 past
+  EXPECT_TRUE(util::kernel_copy_slow(at(0x7f0000010020), 0x10));  // 16 past a source 16 past a page
+  EXPECT_FALSE(util::kernel_copy_slow(at(0x7f0000010000), 0));     // on the same offset
+  EXPECT_FALSE(util::kernel_copy_slow(at(0x7f0000010040), 0));     // 64 past
+  EXPECT_FALSE(util::kernel_copy_slow(at(0x7f0000010ff0), 0));     // before the source
+}
+
 TEST(config, defaults_without_file_or_environment) {
   auto c = config::load("", {});
   ASSERT_TRUE(c) << c.error().to_string();
