@@ -19,8 +19,8 @@
 #include "storage/storage_env.hpp"
 #include "util/clock.hpp"
 #include "util/names.hpp"
-#include "util/process.hpp"
 #include "util/mutex.hpp"
+#include "util/process.hpp"
 
 namespace cairn {
 namespace {

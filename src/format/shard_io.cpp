@@ -329,7 +329,7 @@ status shard_reader::read_region(size_t index, std::span<std::byte> out) {
   // The kernel copies slower into memory just past the source modulo a page
   // (util::kernel_copy_slow: malloc's and numpy's large blocks, 16 bytes past
   // a page, against region data that starts on one): read(2) from tmpfs
-  // 1.3-3x, process_vm_readv out of an agent over shm 2.7x (198 against
+  // 1.3-3.5x, process_vm_readv out of an agent over shm 2.7x (198 against
   // 73 ms for 256 MiB, bench/run_agent_restart.py). So a large region read
   // from a file into such memory goes through a page-aligned buffer the size
   // of a piece: the kernel copies into it at full speed, the hash reads it

@@ -24,12 +24,12 @@ void stream_copy_piece(void* dst, const void* src, size_t len);
 
 // Whether the kernel's copy into `dst` of bytes that lie at `src_offset`
 // modulo a page (read(2) from the page cache, process_vm_readv) is slow:
-// its `rep movsb` runs 2-3x slower when the destination is 1 to 63 bytes
+// its `rep movsb` runs 2-3.5x slower when the destination is 1 to 63 bytes
 // past the source modulo 4096 (the CPU compares only the addresses' low 12
 // bits), which is where malloc's and numpy's large blocks start (16 bytes
-// past a page) against data that starts on one. Measured on this EPYC for
-// 64 MiB from tmpfs: 16-40 ms against 17 ms at every other distance
-// (docs/design/verified-restart.md).
+// past a page) against data that starts on one. Measured on this EPYC,
+// `pread` of 64 MiB from tmpfs: 33-40 ms at 1-31 bytes past, 15-18 ms at
+// every other distance (docs/design/verified-restart.md).
 inline bool kernel_copy_slow(const void* dst, unsigned long long src_offset) {
   const unsigned long long distance = (reinterpret_cast<unsigned long long>(dst) - src_offset) % 4096;
   return distance >= 1 && distance <= 63;
