@@ -6,9 +6,9 @@
 # at the lowest priority (on whatever the main suite leaves idle: it spends much
 # of its time waiting on daemons, Slurm, CephFS and killed jobs), while the main
 # suite runs; the sanitized tests themselves run afterwards, on a quiet machine.
-# Where the time goes (a 50-minute run on a slow 2-core host, docs/performance.md):
-# about two thirds of the CPU is compiling (main tree 1,150 s, the two sanitized
-# trees about 2,000 s), the main suite about 1,000 s of CPU in 1,460 s alone.
+# Where the time goes (a 44-minute run on a slow 2-core host, docs/performance.md):
+# about two thirds of the CPU is compiling (the two sanitized trees about 2,000 s),
+# the main suite about 1,000 s of CPU (1,018 s two at a time beside the builds).
 #   scripts/test.sh <main build dir>
 set -uo pipefail
 cd "$(dirname "$0")/.."
