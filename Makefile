@@ -19,7 +19,8 @@ deps:
 	@scripts/install-deps.sh
 
 # Line tables only (-g1): backtraces and profiles keep file and line, and gcc
-# compiles a fifth faster than with full -g (docs/performance.md, "CI time").
+# compiles a fifth faster than with full -g (docs/performance.md, "Build, CI
+# and the library").
 build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DPython3_EXECUTABLE=$(CURDIR)/.venv/bin/python \
 	  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" >/dev/null

@@ -3,6 +3,7 @@
 #define CAIRN_UTIL_COPY_HPP
 
 #include <cstddef>
+#include <cstdint>
 
 namespace cairn::util {
 
@@ -30,8 +31,8 @@ void stream_copy_piece(void* dst, const void* src, size_t len);
 // past a page) against data that starts on one. Measured on this EPYC,
 // `pread` of 64 MiB from tmpfs: 33-40 ms at 1-31 bytes past, 15-18 ms at
 // every other distance (docs/design/verified-restart.md).
-inline bool kernel_copy_slow(const void* dst, unsigned long long src_offset) {
-  const unsigned long long distance = (reinterpret_cast<unsigned long long>(dst) - src_offset) % 4096;
+inline bool kernel_copy_slow(const void* dst, uint64_t src_offset) {
+  const uint64_t distance = (reinterpret_cast<uintptr_t>(dst) - src_offset) % 4096;
   return distance >= 1 && distance <= 63;
 }
 
