@@ -5,7 +5,8 @@
 # (scripts/sanitize.sh). The sanitized trees are compiled one after the other,
 # at the lowest priority (on whatever the main suite leaves idle: it spends much
 # of its time waiting on daemons, Slurm, CephFS and killed jobs), while the main
-# suite runs; the sanitized tests themselves run afterwards, on a quiet machine.
+# suite runs; the ASan+UBSan tests run once the main suite is done and their
+# tree is built, beside the TSan tree's compilation, then the TSan tests.
 # Where the time goes (a 44-minute run on a slow 2-core host, docs/performance.md):
 # about two thirds of the CPU is compiling (the two sanitized trees about 2,000 s),
 # the main suite about 1,000 s of CPU (1,018 s two at a time beside the builds).
@@ -16,6 +17,7 @@ build=${1:-build}
 san="${build%/}-san"
 tsan="${build%/}-tsan"
 mkdir -p "$san" "$tsan"
+rm -f "$san/built" "$tsan/built"
 (
   JOBS=2 nice -n 19 scripts/sanitize.sh --build-only "$san" >"$san/sanitize-build.log" 2>&1
   echo $? >"$san/built"
@@ -28,13 +30,17 @@ builder=$!
 # passing, docs/performance.md).
 ctest --test-dir "$build" --output-on-failure -j 2
 main=$?
-wait "$builder"
+# The ASan+UBSan tests as soon as their tree is built, while the TSan tree
+# still compiles beside them (its integration suites mostly wait on killed
+# jobs and daemons).
+while [ ! -s "$san/built" ] && kill -0 "$builder" 2>/dev/null; do sleep 5; done
 san_rc=1
 cat "$san/sanitize-build.log"
-[ "$(cat "$san/built")" = 0 ] && { scripts/sanitize.sh "$san"; san_rc=$?; }
+[ "$(cat "$san/built" 2>/dev/null)" = 0 ] && { scripts/sanitize.sh "$san"; san_rc=$?; }
+wait "$builder"
 tsan_rc=1
 cat "$tsan/sanitize-build.log"
-[ "$(cat "$tsan/built")" = 0 ] && { SANITIZE=thread scripts/sanitize.sh "$tsan"; tsan_rc=$?; }
+[ "$(cat "$tsan/built" 2>/dev/null)" = 0 ] && { SANITIZE=thread scripts/sanitize.sh "$tsan"; tsan_rc=$?; }
 [ "$main" = 0 ] || echo "test: the main suite failed"
 [ "$san_rc" = 0 ] || echo "test: the ASan+UBSan build failed"
 [ "$tsan_rc" = 0 ] || echo "test: the TSan build failed"
