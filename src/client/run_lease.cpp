@@ -162,6 +162,7 @@ run_lease::~run_lease() {
 }
 
 void run_lease::renew_loop() {
+  util::name_this_thread("cairn-lease");
   const auto period = std::chrono::duration<double>(timeout_s_ / 4);
   cairn::unique_lock lk(mu_);
   bool warned = false;

@@ -11,6 +11,7 @@
 #include "format/shard.hpp"
 #include "util/hex.hpp"
 #include "util/mutex.hpp"
+#include "util/process.hpp"
 
 namespace cairn::daemon {
 
@@ -71,6 +72,7 @@ void link::lost(const std::string& why) {
 }
 
 void link::reader_main() {
+  util::name_this_thread("cairn-daemon");
   for (;;) {
     auto f = ch_.recv();
     if (!f) {

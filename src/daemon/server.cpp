@@ -35,6 +35,7 @@
 #ifdef CAIRN_HAVE_FABRIC
 #include "redundancy/stage.hpp"
 #include "util/mutex.hpp"
+#include "util/process.hpp"
 #endif
 
 namespace cairn::daemon {
@@ -483,6 +484,7 @@ int run_server(const server_options& o) {
       auto& r = sessions.emplace_back();
       r.wake = fcntl(fd, F_DUPFD_CLOEXEC, 0);
       r.t = std::thread([fd, &r, &shared] {
+        util::name_this_thread("cairnd-session");
         // No exception ends the daemon (every session of the node with it).
         status st = util::contained("cairnd session", [fd, &shared] {
           session s(fd, &shared);

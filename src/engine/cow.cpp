@@ -21,6 +21,7 @@
 #include "util/aligned_buffer.hpp"
 #include "util/clock.hpp"
 #include "util/mutex.hpp"
+#include "util/process.hpp"
 
 #ifndef UFFD_FEATURE_WP_UNPOPULATED
 #define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)  // Linux 6.4; older headers lack it
@@ -492,6 +493,7 @@ void cow_capture::finish_part() {
 }
 
 void cow_capture::thread_main() {
+  util::name_this_thread("cairn-cow");
   control& c = *ctl_;
   const int fd = uffd_;
   // Keeps the first failure; returns false for the caller to pass on.

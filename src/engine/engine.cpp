@@ -4,6 +4,7 @@
 
 #include "util/contain.hpp"
 #include "util/cpu.hpp"
+#include "util/process.hpp"
 
 namespace cairn::engine {
 
@@ -240,6 +241,7 @@ void engine::release_slots(std::vector<std::shared_ptr<version_job>> finished) {
 }
 
 void engine::worker_main(const util::thread_setup& setup) {
+  util::name_this_thread("cairn-engine");
   (void)util::setup_this_thread(setup);  // best effort: placement and priority are hints
   cairn::unique_lock lk(mu_);
   for (;;) {

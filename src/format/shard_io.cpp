@@ -12,6 +12,7 @@
 #include "util/aligned_buffer.hpp"
 #include "util/copy.hpp"
 #include "util/hash.hpp"
+#include "util/process.hpp"
 #include "util/progress.hpp"
 
 namespace cairn::format {
@@ -371,6 +372,7 @@ status read_and_verify(shard_reader& rd, const shard_header& h, std::span<std::b
   status read_st;                 // the reader's, read after join
   std::atomic<bool> stop{false};  // a mismatch: the rest need not be read
   std::thread reader([&] {
+    util::name_this_thread("cairn-read");
     for (uint64_t at = 0; read_st && !stop && at < image.size(); at += kOverlapPiece) {
       const uint64_t n = std::min<uint64_t>(kOverlapPiece, image.size() - at);
       read_st = rd.read(at, image.data() + at, n);

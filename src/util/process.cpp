@@ -1,6 +1,7 @@
 #include "util/process.hpp"
 
 #include <signal.h>
+#include <sys/prctl.h>
 
 #include <cerrno>
 #include <fstream>
@@ -21,6 +22,12 @@ bool pid_gone(int pid, std::string_view program) {
   const size_t open = stat.find('(');
   if (open == std::string::npos || paren == std::string::npos || paren < open || program.empty()) return false;
   return std::string_view(stat).substr(open + 1, paren - open - 1) != program.substr(0, 15);
+}
+
+void name_this_thread(std::string_view name) {
+  char comm[16] = {};
+  name.copy(comm, sizeof comm - 1);
+  (void)::prctl(PR_SET_NAME, comm, 0, 0, 0);
 }
 
 }  // namespace cairn::util

@@ -13,6 +13,10 @@ namespace cairn::util {
 // counts as alive: kill(2) cannot tell.
 bool pid_gone(int pid, std::string_view program = {});
 
+// Names the calling thread as ps, top, gdb and perf show it ("cairn-engine"):
+// the kernel keeps 15 bytes, a longer name is cut.
+void name_this_thread(std::string_view name);
+
 }  // namespace cairn::util
 
 #endif

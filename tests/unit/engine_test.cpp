@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <cstring>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <mutex>
 #include <thread>
 
@@ -73,6 +76,29 @@ std::shared_ptr<version_job> make_job(int64_t v, unsigned wanted = CAIRN_LEVEL_C
   j->wanted = wanted;
   j->done = CAIRN_LEVEL_CAPTURED;
   return j;
+}
+
+// Threads of this process named `name`, as top shows them.
+int threads_named(const std::string& name) {
+  int n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(t.path() / "comm");
+    std::string comm;
+    if (std::getline(in, comm) && comm == name) ++n;
+  }
+  return n;
+}
+
+TEST(engine, its_threads_are_named_cairn_engine) {
+  const int before = threads_named("cairn-engine");
+  {
+    engine e(engine_mode::thread, 2, {}, std::vector<std::unique_ptr<stage>>());
+    // Each worker names itself when it starts.
+    for (int i = 0; i < 200 && threads_named("cairn-engine") < before + 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(threads_named("cairn-engine"), before + 2);
+  }
+  EXPECT_EQ(threads_named("cairn-engine"), before);
 }
 
 TEST(engine, stages_run_in_order_per_version_with_two_workers) {

@@ -334,6 +334,27 @@ TEST(process, pid_gone_knows_dead_zombie_and_recycled_pids) {
   EXPECT_TRUE(util::pid_gone(static_cast<int>(child)));  // reaped
 }
 
+// The name ps and top show for a thread, from /proc.
+static std::string thread_comm(long tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/comm");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
+TEST(process, threads_are_named_as_top_shows_them) {
+  std::string seen, cut;
+  std::thread([&] {
+    util::name_this_thread("cairn-engine");
+    seen = thread_comm(::syscall(SYS_gettid));
+    util::name_this_thread("cairn-a-name-longer-than-fifteen");
+    cut = thread_comm(::syscall(SYS_gettid));
+  }).join();
+  EXPECT_EQ(seen, "cairn-engine");
+  EXPECT_EQ(cut, "cairn-a-name-lo");  // the kernel's 15 bytes
+  EXPECT_EQ(thread_comm(::syscall(SYS_gettid)), program_invocation_short_name) << "the caller's own name stays";
+}
+
 TEST(names, utf8_and_the_rules_of_a_name) {
   EXPECT_TRUE(util::valid_utf8("heat2d"));
   EXPECT_TRUE(util::valid_utf8("W\xc3\xa4rme \xe2\x82\xac \xf0\x9f\x94\xa5"));
