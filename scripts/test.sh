@@ -7,9 +7,9 @@
 # of its time waiting on daemons, Slurm, CephFS and killed jobs), while the main
 # suite runs; the ASan+UBSan tests run once the main suite is done and their
 # tree is built, beside the TSan tree's compilation, then the TSan tests.
-# Where the time goes (a 44-minute run on a slow 2-core host, docs/performance.md):
-# about two thirds of the CPU is compiling (the two sanitized trees about 2,000 s),
-# the main suite about 1,000 s of CPU (1,018 s two at a time beside the builds).
+# Where the time goes (a 40-minute run on a slow 2-core host, docs/performance.md):
+# most of the CPU is compiling (the ASan tree 1,179 s beside the main suite), the
+# main suite about 800 s of CPU, two thirds of it sys (994 s two at a time).
 #   scripts/test.sh <main build dir>
 set -uo pipefail
 cd "$(dirname "$0")/.."
