@@ -32,10 +32,10 @@
 #include "util/cpu.hpp"
 #include "util/hex.hpp"
 #include "util/json.hpp"
+#include "util/process.hpp"
 #ifdef CAIRN_HAVE_FABRIC
 #include "redundancy/stage.hpp"
 #include "util/mutex.hpp"
-#include "util/process.hpp"
 #endif
 
 namespace cairn::daemon {

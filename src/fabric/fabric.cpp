@@ -371,7 +371,8 @@ result<std::unique_ptr<fabric_context>> fabric_context::create(const fabric_opti
     m.post_receives();
     if (!m.failed.is_ok()) return m.failed;
   }
-  if (options.progress_thread) m.progress_thread = std::thread([&m] {
+  if (options.progress_thread)
+    m.progress_thread = std::thread([&m] {
       util::name_this_thread("cairn-fabric");
       m.progress_loop();
     });

@@ -34,10 +34,11 @@ status pull_windows(plane& p, std::vector<window_reads>& windows, uint32_t d, wi
   for (size_t k = 0; k < windows.size(); ++k) {
     CAIRN_RETURN_IF_ERROR(next);
     std::thread ahead;
-    if (k + 1 < windows.size()) ahead = std::thread([&, k] {
-      util::name_this_thread("cairn-pull");
-      next = pull(k + 1);
-    });
+    if (k + 1 < windows.size())
+      ahead = std::thread([&, k] {
+        util::name_this_thread("cairn-pull");
+        next = pull(k + 1);
+      });
     const window_reads& w = windows[k];
     for (uint32_t i = 0; i < d; ++i) {
       if (w.reads[i].len < w.n) std::memset(in[k % 2][i].data() + w.reads[i].len, 0, w.n - w.reads[i].len);
